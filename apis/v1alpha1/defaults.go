@@ -1,0 +1,123 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Defaults, the same values as the CRD's default markers, so that a manifest
+// run by the local platform means what it means on Kubernetes. A test
+// compares Default with the API server's defaulting.
+const (
+	DefaultNamespace              = "default"
+	DefaultTimeoutSeconds         = 300
+	DefaultMaxScale               = 10
+	DefaultTarget                 = 100
+	DefaultTargetUtilization      = 70
+	DefaultWindow                 = 60 * time.Second
+	DefaultScaleToZeroGracePeriod = 30 * time.Second
+	DefaultTimezone               = "UTC"
+	DefaultPreWarm                = 30 * time.Second
+	DefaultPrefetch               = 10
+	DefaultTargetQueueLength      = 5
+	DefaultMaxRetries             = 3
+	// DefaultTriggerName names the HTTP trigger a Function without
+	// triggers gets.
+	DefaultTriggerName = "http"
+)
+
+// Default fills unset fields with their defaults. Go cannot tell an int set
+// to 0 from one left out, so a 0 where 0 is out of range (timeoutSeconds,
+// scale.max, ...) takes the default here, where the API server would refuse
+// it; fields whose 0 is meaningful (scale.initial, maxRetries, durations)
+// are pointers and keep an explicit 0.
+func (f *Function) Default() {
+	if f.Namespace == "" {
+		f.Namespace = DefaultNamespace
+	}
+	s := &f.Spec
+	if s.TimeoutSeconds == 0 {
+		s.TimeoutSeconds = DefaultTimeoutSeconds
+	}
+	s.Scale.setDefaults()
+	if len(s.Triggers) == 0 {
+		s.Triggers = []Trigger{{Name: DefaultTriggerName, HTTP: &HTTPTrigger{}}}
+	}
+	for i := range s.Triggers {
+		s.Triggers[i].setDefaults()
+	}
+}
+
+func (s *Scale) setDefaults() {
+	if s.Max == 0 {
+		s.Max = DefaultMaxScale
+	}
+	if s.Target == 0 {
+		s.Target = DefaultTarget
+	}
+	if s.Metric == "" {
+		s.Metric = MetricConcurrency
+	}
+	if s.TargetUtilization == 0 {
+		s.TargetUtilization = DefaultTargetUtilization
+	}
+	defaultDuration(&s.Window, DefaultWindow)
+	defaultDuration(&s.ScaleToZeroGracePeriod, DefaultScaleToZeroGracePeriod)
+	if s.Owner == "" {
+		s.Owner = OwnerSless
+	}
+}
+
+func (t *Trigger) setDefaults() {
+	if c := t.Cron; c != nil {
+		if c.Timezone == "" {
+			c.Timezone = DefaultTimezone
+		}
+		defaultDuration(&c.PreWarm, DefaultPreWarm)
+	}
+	if r := t.RabbitMQ; r != nil {
+		if r.Prefetch == 0 {
+			r.Prefetch = DefaultPrefetch
+		}
+		if r.TargetQueueLength == 0 {
+			r.TargetQueueLength = DefaultTargetQueueLength
+		}
+		if r.MaxRetries == nil {
+			n := int32(DefaultMaxRetries)
+			r.MaxRetries = &n
+		}
+	}
+}
+
+func defaultDuration(d **metav1.Duration, def time.Duration) {
+	if *d == nil {
+		*d = &metav1.Duration{Duration: def}
+	}
+}
+
+// InitialReplicas is the number of instances to start a new Function with:
+// scale.initial when set, else max(1, min) limited by max.
+func (s *Scale) InitialReplicas() int32 {
+	if s.Initial != nil {
+		return *s.Initial
+	}
+	return min(max(1, s.Min), s.Max)
+}
+
+// EffectiveHandler is the handler to load: spec.handler, or the runtime's
+// conventional entry point when it is unset.
+func (s *FunctionSpec) EffectiveHandler() string {
+	if s.Handler != "" {
+		return s.Handler
+	}
+	switch s.Runtime {
+	case RuntimeGo:
+		return "Handle"
+	case RuntimePython:
+		return "main.handle"
+	case RuntimeNode:
+		return "index.handle"
+	}
+	return ""
+}

@@ -1,0 +1,368 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Function is a user function that sless builds or pulls, runs behind a
+// queue-proxy, exposes through the activator and scales on load, queue depth
+// and cron schedules.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fn,categories=sless
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.status.replicas`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desiredReplicas`
+// +kubebuilder:printcolumn:name="URL",type=string,JSONPath=`.status.url`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Function struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FunctionSpec   `json:"spec"`
+	Status FunctionStatus `json:"status,omitempty"`
+}
+
+// FunctionList is a list of Functions, as returned by list calls.
+//
+// +kubebuilder:object:root=true
+type FunctionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Function `json:"items"`
+}
+
+// Runtime names the language runtime that hosts a function's handler.
+//
+// +kubebuilder:validation:Enum=go;python;node
+type Runtime string
+
+// The runtimes sless ships (see runtimes/).
+const (
+	RuntimeGo     Runtime = "go"
+	RuntimePython Runtime = "python"
+	RuntimeNode   Runtime = "node"
+)
+
+// FunctionSpec is what the user asks for. Where a field is run-mode specific
+// (image on Kubernetes, source locally) its doc says so; the shared
+// validation enforces it for the mode at hand.
+type FunctionSpec struct {
+	// Runtime is the language runtime of the handler.
+	Runtime Runtime `json:"runtime"`
+
+	// Source is the directory holding the handler's code, relative to the
+	// manifest. Required by the local platform, which builds and runs it;
+	// ignored on Kubernetes, which runs Image.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Source string `json:"source,omitempty"`
+
+	// Handler is the entry point inside the source: an exported Go function
+	// name (default Handle), or module.function for Python (default
+	// main.handle) and Node (default index.handle).
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Handler string `json:"handler,omitempty"`
+
+	// Image is the container image to run on Kubernetes, built from the
+	// runtime's Dockerfile with the handler inside. Required on Kubernetes.
+	// +optional
+	// +kubebuilder:validation:MaxLength=4096
+	Image string `json:"image,omitempty"`
+
+	// Env is passed to the function process.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=256
+	Env []corev1.EnvVar `json:"env,omitempty"`
+
+	// Resources are the function container's requests and limits.
+	// +optional
+	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// TimeoutSeconds bounds one request, queueing included; the activator
+	// and the queue-proxy both enforce it.
+	// +optional
+	// +kubebuilder:default=300
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=3600
+	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+
+	// Concurrency is the hard limit of requests one instance handles at
+	// once; 0 means no limit. Like Knative's containerConcurrency.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Concurrency int32 `json:"concurrency,omitempty"`
+
+	// Scale tells the autoscaler how many instances to run.
+	// +optional
+	// +kubebuilder:default={}
+	Scale Scale `json:"scale,omitempty"`
+
+	// Triggers are the ways the function is invoked. A Function without
+	// triggers gets one HTTP trigger named "http".
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:default={{name: "http", http: {}}}
+	// +kubebuilder:validation:MaxItems=16
+	Triggers []Trigger `json:"triggers,omitempty"`
+}
+
+// ScaleMetric is the load signal the autoscaler tracks against Scale.Target.
+//
+// +kubebuilder:validation:Enum=concurrency;rps
+type ScaleMetric string
+
+// The metrics the autoscaler understands.
+const (
+	// MetricConcurrency tracks requests in flight per instance.
+	MetricConcurrency ScaleMetric = "concurrency"
+	// MetricRPS tracks requests per second per instance.
+	MetricRPS ScaleMetric = "rps"
+)
+
+// ScaleOwner names the one component that writes a function's replicas, so
+// that two autoscalers never fight over them.
+//
+// +kubebuilder:validation:Enum=sless;keda
+type ScaleOwner string
+
+// The possible owners of replicas.
+const (
+	// OwnerSless lets the sless autoscaler write replicas directly.
+	OwnerSless ScaleOwner = "sless"
+	// OwnerKEDA hands replicas to a KEDA ScaledObject, fed by the sless
+	// autoscaler through KEDA's external scaler contract.
+	OwnerKEDA ScaleOwner = "keda"
+)
+
+// Scale holds the autoscaling settings, with Knative KPA's meaning.
+//
+// +kubebuilder:validation:XValidation:rule="self.min <= self.max",message="min must not exceed max",fieldPath=".min"
+// +kubebuilder:validation:XValidation:rule="!has(self.initial) || (self.initial >= self.min && self.initial <= self.max)",message="initial must lie within [min, max]",fieldPath=".initial"
+type Scale struct {
+	// Min is the number of instances kept at all times; 0 allows scale to
+	// zero.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Min int32 `json:"min,omitempty"`
+
+	// Max is the most instances the autoscaler will ask for.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Max int32 `json:"max,omitempty"`
+
+	// Initial is the number of instances started when the Function is
+	// created. Unset means max(1, min), limited by max; 0 starts at zero.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	Initial *int32 `json:"initial,omitempty"`
+
+	// Target is the soft per-instance target of the metric: requests in
+	// flight for concurrency, requests per second for rps.
+	// +optional
+	// +kubebuilder:default=100
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	Target int32 `json:"target,omitempty"`
+
+	// Metric is the load signal scaled on.
+	// +optional
+	// +kubebuilder:default=concurrency
+	Metric ScaleMetric `json:"metric,omitempty"`
+
+	// TargetUtilization is the percentage of Target the autoscaler aims
+	// for, leaving headroom for bursts.
+	// +optional
+	// +kubebuilder:default=70
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	TargetUtilization int32 `json:"targetUtilization,omitempty"`
+
+	// Window is the stable window the load is averaged over; the panic
+	// window is 10% of it. Between 6s and 1h, as in Knative.
+	// +optional
+	// +kubebuilder:default="60s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('6s') && duration(self) <= duration('1h')",message="window must be between 6s and 1h"
+	Window *metav1.Duration `json:"window,omitempty"`
+
+	// ScaleToZeroGracePeriod is how long the last instance is kept after a
+	// whole idle stable window, before scaling to zero.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="scaleToZeroGracePeriod must be at most 1h"
+	ScaleToZeroGracePeriod *metav1.Duration `json:"scaleToZeroGracePeriod,omitempty"`
+
+	// Owner is the component that writes replicas. Functions with RabbitMQ
+	// triggers on Kubernetes are always scaled through KEDA.
+	// +optional
+	// +kubebuilder:default=sless
+	Owner ScaleOwner `json:"owner,omitempty"`
+}
+
+// Trigger is one way a function is invoked. Exactly one of HTTP, Cron and
+// RabbitMQ is set.
+//
+// +kubebuilder:validation:XValidation:rule="[has(self.http), has(self.cron), has(self.rabbitmq)].filter(x, x).size() == 1",message="exactly one of http, cron or rabbitmq must be set"
+type Trigger struct {
+	// Name identifies the trigger in records and metrics; unique within
+	// the Function.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Name string `json:"name"`
+
+	// HTTP exposes the function through the activator.
+	// +optional
+	HTTP *HTTPTrigger `json:"http,omitempty"`
+
+	// Cron invokes the function on a schedule, warming it up first.
+	// +optional
+	Cron *CronTrigger `json:"cron,omitempty"`
+
+	// RabbitMQ consumes a queue, one invocation per message.
+	// +optional
+	RabbitMQ *RabbitMQTrigger `json:"rabbitmq,omitempty"`
+}
+
+// HTTPTrigger routes /fn/<namespace>/<name> and <name>.<namespace>.<domain>
+// to the function. It has no settings yet; its presence is the switch.
+type HTTPTrigger struct{}
+
+// CronTrigger fires the function on a schedule through the activator.
+type CronTrigger struct {
+	// Schedule in standard five-field cron syntax, or a descriptor such as
+	// @hourly or @every 5m.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Schedule string `json:"schedule"`
+
+	// Timezone is the IANA time zone the schedule is read in.
+	// +optional
+	// +kubebuilder:default=UTC
+	// +kubebuilder:validation:MaxLength=64
+	Timezone string `json:"timezone,omitempty"`
+
+	// Body is sent as the request body of each invocation.
+	// +optional
+	// +kubebuilder:validation:MaxLength=65536
+	Body string `json:"body,omitempty"`
+
+	// PreWarm is how long before each fire time the function is scaled to
+	// at least one instance, so the invocation finds it warm. 0 disables.
+	// +optional
+	// +kubebuilder:default="30s"
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="preWarm must be at most 1h"
+	PreWarm *metav1.Duration `json:"preWarm,omitempty"`
+}
+
+// RabbitMQTrigger consumes a RabbitMQ queue: each message is one invocation,
+// acknowledged after a 2xx answer and dead-lettered after MaxRetries.
+type RabbitMQTrigger struct {
+	// Queue is the queue to consume.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	Queue string `json:"queue"`
+
+	// ConnectionSecret names a Secret in the Function's namespace whose key
+	// "url" holds the AMQP URL. Required on Kubernetes; the local platform
+	// uses its own broker URL.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	ConnectionSecret string `json:"connectionSecret,omitempty"`
+
+	// Prefetch is the most unacknowledged messages one instance holds; it
+	// is capped at the Function's concurrency when that is set.
+	// +optional
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	Prefetch int32 `json:"prefetch,omitempty"`
+
+	// TargetQueueLength is the number of ready messages per instance the
+	// autoscaler aims for (KEDA QueueLength semantics).
+	// +optional
+	// +kubebuilder:default=5
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	TargetQueueLength int32 `json:"targetQueueLength,omitempty"`
+
+	// ActivationQueueLength is the queue length above which a function at
+	// zero is woken up.
+	// +optional
+	// +kubebuilder:default=0
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100000
+	ActivationQueueLength int32 `json:"activationQueueLength,omitempty"`
+
+	// MaxRetries is how often a failed message is redelivered before it is
+	// dead-lettered.
+	// +optional
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=100
+	MaxRetries *int32 `json:"maxRetries,omitempty"`
+
+	// DeadLetterQueue receives messages that failed MaxRetries times.
+	// Unset, they are dropped after being logged and counted.
+	// +optional
+	// +kubebuilder:validation:MaxLength=255
+	DeadLetterQueue string `json:"deadLetterQueue,omitempty"`
+}
+
+// FunctionStatus is what sless observed and did.
+type FunctionStatus struct {
+	// Conditions: Ready, and the detail conditions behind it.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the spec generation this status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// URL is where the function's HTTP trigger is served.
+	// +optional
+	URL string `json:"url,omitempty"`
+
+	// Replicas is the number of instances running.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+
+	// ReadyReplicas is the number of instances ready for requests.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+
+	// DesiredReplicas is the autoscaler's latest decision.
+	// +optional
+	DesiredReplicas int32 `json:"desiredReplicas,omitempty"`
+}
+
+// Condition types reported in FunctionStatus.Conditions.
+const (
+	// ConditionReady is true when the function can serve invocations.
+	ConditionReady = "Ready"
+	// ConditionDeploymentReady is true when its instances are available.
+	ConditionDeploymentReady = "DeploymentReady"
+	// ConditionScalingReady is true when its scaler is in place.
+	ConditionScalingReady = "ScalingReady"
+)

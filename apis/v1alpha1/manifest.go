@@ -1,0 +1,119 @@
+package v1alpha1
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+
+	kjson "sigs.k8s.io/json"
+	"sigs.k8s.io/yaml"
+)
+
+// DocumentError reports one document of a manifest that did not decode into
+// a Function.
+//
+// +kubebuilder:object:generate=false
+type DocumentError struct {
+	// Line is the 1-based line of the manifest where the document starts.
+	Line int
+	Err  error
+}
+
+func (e *DocumentError) Error() string {
+	return fmt.Sprintf("document at line %d: %v", e.Line, e.Err)
+}
+
+func (e *DocumentError) Unwrap() error { return e.Err }
+
+// DecodeManifest decodes every Function in a multi-document YAML manifest,
+// as written for kubectl apply. Unknown and duplicate fields are errors, so
+// a typo is reported rather than silently ignored. A bad document does not
+// stop the others: DecodeManifest returns the Functions it could decode and
+// the errors of the rest, each a *DocumentError, joined. Documents that are
+// empty or only comments are skipped.
+func DecodeManifest(data []byte) ([]Function, error) {
+	var (
+		fns  []Function
+		errs []error
+	)
+	for doc := range splitDocuments(data) {
+		fn, err := decodeDocument(doc.data)
+		switch {
+		case err != nil:
+			errs = append(errs, &DocumentError{Line: doc.line, Err: err})
+		case fn != nil:
+			fns = append(fns, *fn)
+		}
+	}
+	return fns, errors.Join(errs...)
+}
+
+func decodeDocument(data []byte) (*Function, error) {
+	var head struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+	}
+	var probe any
+	if err := yaml.Unmarshal(data, &probe); err != nil {
+		return nil, err
+	}
+	if probe == nil {
+		return nil, nil // empty document
+	}
+	if err := yaml.Unmarshal(data, &head); err != nil {
+		return nil, fmt.Errorf("not a Kubernetes object: %w", err)
+	}
+	if head.APIVersion != GroupVersion.String() || head.Kind != "Function" {
+		return nil, fmt.Errorf("apiVersion %q kind %q is not a %s Function", head.APIVersion, head.Kind, GroupVersion)
+	}
+	js, err := yaml.YAMLToJSONStrict(data) // refuses duplicate keys
+	if err != nil {
+		return nil, err
+	}
+	var fn Function
+	strict, err := kjson.UnmarshalStrict(js, &fn, kjson.DisallowUnknownFields)
+	if err != nil {
+		return nil, err
+	}
+	if len(strict) > 0 {
+		return nil, errors.Join(strict...) // unknown fields, each with its path
+	}
+	return &fn, nil
+}
+
+// +kubebuilder:object:generate=false
+type document struct {
+	line int
+	data []byte
+}
+
+// splitDocuments yields the documents of a YAML stream, split at "---"
+// lines, with the line each starts on.
+func splitDocuments(data []byte) func(yield func(document) bool) {
+	return func(yield func(document) bool) {
+		start, startLine, line := 0, 1, 1
+		for off := 0; off <= len(data); {
+			end := bytes.IndexByte(data[off:], '\n')
+			if end < 0 {
+				end = len(data)
+			} else {
+				end += off
+			}
+			if isSeparator(data[off:end]) {
+				if !yield(document{line: startLine, data: data[start:off]}) {
+					return
+				}
+				start, startLine = end+1, line+1
+			}
+			off, line = end+1, line+1
+		}
+		if start < len(data) {
+			yield(document{line: startLine, data: data[start:]})
+		}
+	}
+}
+
+func isSeparator(l []byte) bool {
+	l = bytes.TrimRight(l, " \t\r")
+	return bytes.Equal(l, []byte("---")) || bytes.HasPrefix(l, []byte("--- ")) || bytes.HasPrefix(l, []byte("---\t"))
+}

@@ -1,0 +1,284 @@
+package v1alpha1
+
+import (
+	"fmt"
+	"go/token"
+	"regexp"
+	"strings"
+	"time"
+	_ "time/tzdata" // time zones must parse the same on every machine and image
+
+	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+// Mode is where a Function runs. A few rules depend on it: Kubernetes runs
+// an image, the local platform builds a source directory.
+type Mode string
+
+// The places a Function can run.
+const (
+	ModeKubernetes Mode = "kubernetes"
+	ModeLocal      Mode = "local"
+)
+
+// Bounds shared with the CRD markers in function_types.go.
+const (
+	maxTimeoutSeconds = 3600
+	maxConcurrency    = 1000
+	maxScale          = 1000
+	maxTarget         = 100000
+	maxQueueLength    = 100000
+	maxPrefetch       = 1000
+	maxRetries        = 100
+	maxTriggers       = 16
+	minWindow         = 6 * time.Second
+	maxDuration       = time.Hour
+)
+
+// cronParser accepts the standard five fields and descriptors (@hourly,
+// @every 5m), the syntax the cron scheduler runs.
+var cronParser = cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+var (
+	identifierPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	jsIdentifier      = regexp.MustCompile(`^[A-Za-z_$][A-Za-z0-9_$]*$`)
+	nodeModule        = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_/-]*$`)
+)
+
+// Validate checks everything about a defaulted Function that the CRD schema
+// cannot, and repeats what it can, since the local platform has no API
+// server. It returns every problem found, each naming its field path.
+func Validate(f *Function, mode Mode) field.ErrorList {
+	var errs field.ErrorList
+	meta := field.NewPath("metadata")
+	for _, msg := range validation.IsDNS1035Label(f.Name) {
+		errs = append(errs, field.Invalid(meta.Child("name"), f.Name, msg))
+	}
+	if f.Namespace != "" {
+		for _, msg := range validation.IsDNS1123Label(f.Namespace) {
+			errs = append(errs, field.Invalid(meta.Child("namespace"), f.Namespace, msg))
+		}
+	}
+	return append(errs, validateSpec(&f.Spec, mode, field.NewPath("spec"))...)
+}
+
+func validateSpec(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch s.Runtime {
+	case RuntimeGo, RuntimePython, RuntimeNode:
+		errs = append(errs, validateHandler(s.Runtime, s.Handler, p.Child("handler"))...)
+	case "":
+		errs = append(errs, field.Required(p.Child("runtime"), "one of go, python, node"))
+	default:
+		errs = append(errs, field.NotSupported(p.Child("runtime"), s.Runtime, []Runtime{RuntimeGo, RuntimePython, RuntimeNode}))
+	}
+	switch mode {
+	case ModeKubernetes:
+		if s.Image == "" {
+			errs = append(errs, field.Required(p.Child("image"), "Kubernetes runs the function from a container image"))
+		}
+	case ModeLocal:
+		if s.Source == "" {
+			errs = append(errs, field.Required(p.Child("source"), "the local platform builds the function from a source directory"))
+		}
+	}
+	errs = append(errs, validateEnv(s, mode, p.Child("env"))...)
+	errs = append(errs, inRange(p.Child("timeoutSeconds"), s.TimeoutSeconds, 1, maxTimeoutSeconds)...)
+	errs = append(errs, inRange(p.Child("concurrency"), s.Concurrency, 0, maxConcurrency)...)
+	errs = append(errs, validateScale(&s.Scale, p.Child("scale"))...)
+	return append(errs, validateTriggers(s.Triggers, mode, p.Child("triggers"))...)
+}
+
+func validateHandler(rt Runtime, h string, p *field.Path) field.ErrorList {
+	if h == "" {
+		return nil // the runtime's default
+	}
+	if rt == RuntimeGo {
+		if !token.IsIdentifier(h) || !token.IsExported(h) {
+			return field.ErrorList{field.Invalid(p, h, "must be the name of an exported Go function, such as Handle")}
+		}
+		return nil
+	}
+	module, fn, ok := cutLast(h, ".")
+	valid := ok && module != ""
+	if rt == RuntimePython {
+		valid = valid && identifierPattern.MatchString(fn)
+		for part := range strings.SplitSeq(module, ".") {
+			valid = valid && identifierPattern.MatchString(part)
+		}
+	} else {
+		valid = valid && nodeModule.MatchString(module) && jsIdentifier.MatchString(fn)
+	}
+	if !valid {
+		return field.ErrorList{field.Invalid(p, h, "must be module.function, such as "+(&FunctionSpec{Runtime: rt}).EffectiveHandler())}
+	}
+	return nil
+}
+
+func cutLast(s, sep string) (before, after string, found bool) {
+	i := strings.LastIndex(s, sep)
+	if i < 0 {
+		return s, "", false
+	}
+	return s[:i], s[i+len(sep):], true
+}
+
+func validateEnv(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := make(map[string]bool, len(s.Env))
+	for i, e := range s.Env {
+		ep := p.Index(i)
+		for _, msg := range validation.IsEnvVarName(e.Name) {
+			errs = append(errs, field.Invalid(ep.Child("name"), e.Name, msg))
+		}
+		if e.Name == "PORT" || strings.HasPrefix(e.Name, "SLESS_") {
+			errs = append(errs, field.Invalid(ep.Child("name"), e.Name, "PORT and names starting with SLESS_ are set by the platform"))
+		}
+		if seen[e.Name] {
+			errs = append(errs, field.Duplicate(ep.Child("name"), e.Name))
+		}
+		seen[e.Name] = true
+		if e.ValueFrom != nil && mode == ModeLocal {
+			errs = append(errs, field.Forbidden(ep.Child("valueFrom"), "the local platform has no Secrets or ConfigMaps; use value"))
+		}
+	}
+	return errs
+}
+
+func validateScale(s *Scale, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	errs = append(errs, inRange(p.Child("min"), s.Min, 0, maxScale)...)
+	errs = append(errs, inRange(p.Child("max"), s.Max, 1, maxScale)...)
+	if s.Min > s.Max {
+		errs = append(errs, field.Invalid(p.Child("min"), s.Min, fmt.Sprintf("must not exceed max (%d)", s.Max)))
+	}
+	if s.Initial != nil && (*s.Initial < s.Min || *s.Initial > s.Max) {
+		errs = append(errs, field.Invalid(p.Child("initial"), *s.Initial, fmt.Sprintf("must lie within [min, max] = [%d, %d]", s.Min, s.Max)))
+	}
+	errs = append(errs, inRange(p.Child("target"), s.Target, 1, maxTarget)...)
+	errs = append(errs, inRange(p.Child("targetUtilization"), s.TargetUtilization, 1, 100)...)
+	if s.Metric != MetricConcurrency && s.Metric != MetricRPS {
+		errs = append(errs, field.NotSupported(p.Child("metric"), s.Metric, []ScaleMetric{MetricConcurrency, MetricRPS}))
+	}
+	if s.Owner != OwnerSless && s.Owner != OwnerKEDA {
+		errs = append(errs, field.NotSupported(p.Child("owner"), s.Owner, []ScaleOwner{OwnerSless, OwnerKEDA}))
+	}
+	if s.Window != nil {
+		errs = append(errs, durationInRange(p.Child("window"), s.Window.Duration, minWindow, maxDuration)...)
+	}
+	if s.ScaleToZeroGracePeriod != nil {
+		errs = append(errs, durationInRange(p.Child("scaleToZeroGracePeriod"), s.ScaleToZeroGracePeriod.Duration, 0, maxDuration)...)
+	}
+	return errs
+}
+
+func validateTriggers(ts []Trigger, mode Mode, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(ts) > maxTriggers {
+		errs = append(errs, field.TooMany(p, len(ts), maxTriggers))
+	}
+	names := make(map[string]bool, len(ts))
+	queues := make(map[string]bool, len(ts))
+	httpTriggers := 0
+	for i := range ts {
+		t, tp := &ts[i], p.Index(i)
+		for _, msg := range validation.IsDNS1123Label(t.Name) {
+			errs = append(errs, field.Invalid(tp.Child("name"), t.Name, msg))
+		}
+		if names[t.Name] {
+			errs = append(errs, field.Duplicate(tp.Child("name"), t.Name))
+		}
+		names[t.Name] = true
+		kinds := 0
+		if t.HTTP != nil {
+			kinds++
+			httpTriggers++
+			if httpTriggers == 2 {
+				errs = append(errs, field.Invalid(tp.Child("http"), "{}", "a function has at most one http trigger"))
+			}
+		}
+		if t.Cron != nil {
+			kinds++
+			errs = append(errs, validateCron(t.Cron, tp.Child("cron"))...)
+		}
+		if r := t.RabbitMQ; r != nil {
+			kinds++
+			errs = append(errs, validateRabbitMQ(r, mode, tp.Child("rabbitmq"))...)
+			if queues[r.Queue] {
+				errs = append(errs, field.Duplicate(tp.Child("rabbitmq", "queue"), r.Queue))
+			}
+			queues[r.Queue] = true
+		}
+		if kinds != 1 {
+			errs = append(errs, field.Invalid(tp, t.Name, fmt.Sprintf("exactly one of http, cron or rabbitmq must be set, found %d", kinds)))
+		}
+	}
+	return errs
+}
+
+func validateCron(c *CronTrigger, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	sp := p.Child("schedule")
+	switch {
+	case c.Schedule == "":
+		errs = append(errs, field.Required(sp, "a cron schedule such as \"*/5 * * * *\""))
+	case strings.HasPrefix(c.Schedule, "TZ=") || strings.HasPrefix(c.Schedule, "CRON_TZ="):
+		errs = append(errs, field.Invalid(sp, c.Schedule, "set the time zone with timezone, not in the schedule"))
+	default:
+		if _, err := cronParser.Parse(c.Schedule); err != nil {
+			errs = append(errs, field.Invalid(sp, c.Schedule, err.Error()))
+		}
+	}
+	if c.Timezone == "Local" {
+		errs = append(errs, field.Invalid(p.Child("timezone"), c.Timezone, "name an IANA time zone; Local differs from machine to machine"))
+	} else if _, err := time.LoadLocation(c.Timezone); err != nil {
+		errs = append(errs, field.Invalid(p.Child("timezone"), c.Timezone, "unknown IANA time zone"))
+	}
+	if c.PreWarm != nil {
+		errs = append(errs, durationInRange(p.Child("preWarm"), c.PreWarm.Duration, 0, maxDuration)...)
+	}
+	return errs
+}
+
+func validateRabbitMQ(r *RabbitMQTrigger, mode Mode, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if r.Queue == "" {
+		errs = append(errs, field.Required(p.Child("queue"), "the queue to consume"))
+	} else if len(r.Queue) > 255 {
+		errs = append(errs, field.TooLong(p.Child("queue"), r.Queue, 255))
+	}
+	if r.ConnectionSecret == "" && mode == ModeKubernetes {
+		errs = append(errs, field.Required(p.Child("connectionSecret"), "a Secret whose key url holds the AMQP URL"))
+	}
+	if r.ConnectionSecret != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(r.ConnectionSecret) {
+			errs = append(errs, field.Invalid(p.Child("connectionSecret"), r.ConnectionSecret, msg))
+		}
+	}
+	errs = append(errs, inRange(p.Child("prefetch"), r.Prefetch, 1, maxPrefetch)...)
+	errs = append(errs, inRange(p.Child("targetQueueLength"), r.TargetQueueLength, 1, maxQueueLength)...)
+	errs = append(errs, inRange(p.Child("activationQueueLength"), r.ActivationQueueLength, 0, maxQueueLength)...)
+	if r.MaxRetries != nil {
+		errs = append(errs, inRange(p.Child("maxRetries"), *r.MaxRetries, 0, maxRetries)...)
+	}
+	if r.DeadLetterQueue != "" && r.DeadLetterQueue == r.Queue {
+		errs = append(errs, field.Invalid(p.Child("deadLetterQueue"), r.DeadLetterQueue, "must differ from queue"))
+	}
+	return errs
+}
+
+func inRange(p *field.Path, v, lo, hi int32) field.ErrorList {
+	if v < lo || v > hi {
+		return field.ErrorList{field.Invalid(p, v, fmt.Sprintf("must be between %d and %d", lo, hi))}
+	}
+	return nil
+}
+
+func durationInRange(p *field.Path, d, lo, hi time.Duration) field.ErrorList {
+	if d < lo || d > hi {
+		return field.ErrorList{field.Invalid(p, d.String(), fmt.Sprintf("must be between %v and %v", lo, hi))}
+	}
+	return nil
+}

@@ -1,0 +1,178 @@
+package v1alpha1
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// validFunction returns a defaulted Function that passes validation in both
+// modes, for cases to break one field at a time.
+func validFunction() *Function {
+	f := &Function{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		Spec: FunctionSpec{
+			Runtime: RuntimeGo,
+			Source:  "./hello",
+			Image:   "registry.example/hello:1",
+			Triggers: []Trigger{
+				{Name: "web", HTTP: &HTTPTrigger{}},
+				{Name: "nightly", Cron: &CronTrigger{Schedule: "*/5 * * * *", Timezone: "Europe/Berlin"}},
+				{Name: "orders", RabbitMQ: &RabbitMQTrigger{Queue: "orders", ConnectionSecret: "amqp", DeadLetterQueue: "orders.dlq"}},
+			},
+		},
+	}
+	f.Default()
+	return f
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mode   Mode
+		mutate func(*Function)
+		// want lists substrings of the error, in order; none means valid.
+		want []string
+	}{
+		{name: "valid kubernetes", mode: ModeKubernetes, mutate: func(*Function) {}},
+		{name: "valid local", mode: ModeLocal, mutate: func(*Function) {}},
+		{name: "python handler", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Handler = RuntimePython, "pkg.module.handle"
+		}},
+		{name: "node handler in subdirectory", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Handler = RuntimeNode, "lib/my-fn.$handle"
+		}},
+		{name: "cron descriptor", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[1].Cron.Schedule = "@every 90s" }},
+		{name: "initial zero", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Scale.Initial = ptr(int32(0)) }},
+		{name: "no dead letter queue, no retries", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Triggers[2].RabbitMQ.DeadLetterQueue = ""
+			f.Spec.Triggers[2].RabbitMQ.MaxRetries = ptr(int32(0))
+		}},
+		{name: "local rabbitmq without secret", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[2].RabbitMQ.ConnectionSecret = "" }},
+
+		{name: "bad name", mode: ModeLocal, mutate: func(f *Function) { f.Name = "1hello" },
+			want: []string{"metadata.name: Invalid value: \"1hello\""}},
+		{name: "bad namespace", mode: ModeLocal, mutate: func(f *Function) { f.Namespace = "Default" },
+			want: []string{"metadata.namespace: Invalid value"}},
+		{name: "missing runtime", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Runtime = "" },
+			want: []string{"spec.runtime: Required value"}},
+		{name: "unknown runtime", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Runtime = "ruby" },
+			want: []string{`spec.runtime: Unsupported value: "ruby"`}},
+		{name: "unexported go handler", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Handler = "handle" },
+			want: []string{`spec.handler: Invalid value: "handle": must be the name of an exported Go function`}},
+		{name: "python handler without module", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Handler = RuntimePython, "handle"
+		}, want: []string{"spec.handler", "such as main.handle"}},
+		{name: "node handler escaping", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Handler = RuntimeNode, "../x.handle"
+		}, want: []string{"spec.handler", "such as index.handle"}},
+		{name: "kubernetes needs image", mode: ModeKubernetes, mutate: func(f *Function) { f.Spec.Image = "" },
+			want: []string{"spec.image: Required value"}},
+		{name: "local needs source", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Source = "" },
+			want: []string{"spec.source: Required value"}},
+		{name: "env", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Env = []corev1.EnvVar{
+				{Name: "OK", Value: "1"},
+				{Name: "1BAD"},
+				{Name: "PORT"},
+				{Name: "OK"},
+				{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "t"}}},
+			}
+		}, want: []string{`spec.env[1].name: Invalid value: "1BAD"`, `spec.env[2].name: Invalid value: "PORT"`,
+			`spec.env[3].name: Duplicate value: "OK"`, "spec.env[4].valueFrom: Forbidden"}},
+		{name: "valueFrom is fine on kubernetes", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.Env = []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "t"}}}}
+		}},
+		{name: "negative timeout", mode: ModeLocal, mutate: func(f *Function) { f.Spec.TimeoutSeconds = -1 },
+			want: []string{"spec.timeoutSeconds: Invalid value: -1: must be between 1 and 3600"}},
+		{name: "negative concurrency", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Concurrency = -1 },
+			want: []string{"spec.concurrency: Invalid value: -1"}},
+		{name: "min above max", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Scale.Min = 11 },
+			want: []string{"spec.scale.min: Invalid value: 11: must not exceed max (10)"}},
+		{name: "initial above max", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Scale.Initial = ptr(int32(11)) },
+			want: []string{"spec.scale.initial: Invalid value: 11: must lie within [min, max] = [0, 10]"}},
+		{name: "scale ranges", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Scale.Target = 0
+			f.Spec.Scale.TargetUtilization = 101
+		}, want: []string{"spec.scale.target: Invalid value: 0", "spec.scale.targetUtilization: Invalid value: 101"}},
+		{name: "bad enums", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Scale.Metric = "cpu"
+			f.Spec.Scale.Owner = "hpa"
+		}, want: []string{`spec.scale.metric: Unsupported value: "cpu"`, `spec.scale.owner: Unsupported value: "hpa"`}},
+		{name: "durations", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Scale.Window.Duration = time.Second
+			f.Spec.Scale.ScaleToZeroGracePeriod.Duration = -time.Second
+			f.Spec.Triggers[1].Cron.PreWarm.Duration = 2 * time.Hour
+		}, want: []string{`spec.scale.window: Invalid value: "1s": must be between 6s and 1h0m0s`,
+			`spec.scale.scaleToZeroGracePeriod: Invalid value: "-1s"`, `spec.triggers[1].cron.preWarm: Invalid value: "2h0m0s"`}},
+		{name: "two trigger kinds", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].Cron = &CronTrigger{Schedule: "@hourly", Timezone: "UTC"} },
+			want: []string{`spec.triggers[0]: Invalid value: "web": exactly one of http, cron or rabbitmq must be set, found 2`}},
+		{name: "no trigger kind", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].HTTP = nil },
+			want: []string{"spec.triggers[0]: Invalid value", "found 0"}},
+		{name: "duplicate and bad trigger names", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Triggers[1].Name = "web"
+			f.Spec.Triggers[2].Name = "Orders"
+		}, want: []string{`spec.triggers[1].name: Duplicate value: "web"`, `spec.triggers[2].name: Invalid value: "Orders"`}},
+		{name: "two http triggers", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Triggers = append(f.Spec.Triggers, Trigger{Name: "web2", HTTP: &HTTPTrigger{}})
+		}, want: []string{"spec.triggers[3].http: Invalid value", "at most one http trigger"}},
+		{name: "bad cron", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Triggers[1].Cron.Schedule = "61 * * * *"
+			f.Spec.Triggers[1].Cron.Timezone = "Mars/Olympus"
+		}, want: []string{`spec.triggers[1].cron.schedule: Invalid value: "61 * * * *"`, `spec.triggers[1].cron.timezone: Invalid value: "Mars/Olympus"`}},
+		{name: "six-field cron", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[1].Cron.Schedule = "0 */5 * * * *" },
+			want: []string{"spec.triggers[1].cron.schedule: Invalid value", "expected exactly 5 fields"}},
+		{name: "time zone inside schedule", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[1].Cron.Schedule = "CRON_TZ=UTC @hourly" },
+			want: []string{"spec.triggers[1].cron.schedule", "set the time zone with timezone"}},
+		{name: "local time zone", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[1].Cron.Timezone = "Local" },
+			want: []string{"spec.triggers[1].cron.timezone", "Local differs"}},
+		{name: "rabbitmq fields", mode: ModeKubernetes, mutate: func(f *Function) {
+			r := f.Spec.Triggers[2].RabbitMQ
+			r.Queue, r.ConnectionSecret, r.Prefetch, r.MaxRetries = "", "", 0, ptr(int32(101))
+		}, want: []string{"spec.triggers[2].rabbitmq.queue: Required value", "spec.triggers[2].rabbitmq.connectionSecret: Required value",
+			"spec.triggers[2].rabbitmq.prefetch: Invalid value: 0", "spec.triggers[2].rabbitmq.maxRetries: Invalid value: 101"}},
+		{name: "dead letter queue is the queue", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[2].RabbitMQ.DeadLetterQueue = "orders" },
+			want: []string{`spec.triggers[2].rabbitmq.deadLetterQueue: Invalid value: "orders": must differ from queue`}},
+		{name: "same queue twice", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Triggers = append(f.Spec.Triggers, Trigger{Name: "orders2", RabbitMQ: &RabbitMQTrigger{Queue: "orders", Prefetch: 1, TargetQueueLength: 1}})
+		}, want: []string{`spec.triggers[3].rabbitmq.queue: Duplicate value: "orders"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := validFunction()
+			tt.mutate(f)
+			errs := Validate(f, tt.mode)
+			if len(tt.want) == 0 {
+				if len(errs) != 0 {
+					t.Fatalf("Validate() = %v, want no errors", errs)
+				}
+				return
+			}
+			got := errs.ToAggregate().Error()
+			rest := got
+			for _, w := range tt.want {
+				i := strings.Index(rest, w)
+				if i < 0 {
+					t.Fatalf("Validate() = %q\nwant it to contain, in order: %q (missing %q)", got, tt.want, w)
+				}
+				rest = rest[i+len(w):]
+			}
+		})
+	}
+}
+
+func TestValidateCollectsAllErrors(t *testing.T) {
+	f := &Function{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
+	f.Default()
+	f.Spec.Scale.Min, f.Spec.Scale.Max = 5, 2
+	errs := Validate(f, ModeKubernetes)
+	// runtime, image and min > max: three independent problems, all reported.
+	if len(errs) != 3 {
+		t.Fatalf("Validate() returned %d errors, want 3: %v", len(errs), errs)
+	}
+}
