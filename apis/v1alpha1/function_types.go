@@ -143,10 +143,12 @@ const (
 	OwnerKEDA ScaleOwner = "keda"
 )
 
-// Scale holds the autoscaling settings, with Knative KPA's meaning.
+// Scale holds the autoscaling settings, with Knative KPA's meaning. The CEL
+// rules guard with has() only because the API server checks them against
+// the bare default {}; stored objects always have min and max.
 //
-// +kubebuilder:validation:XValidation:rule="self.min <= self.max",message="min must not exceed max",fieldPath=".min"
-// +kubebuilder:validation:XValidation:rule="!has(self.initial) || (self.initial >= self.min && self.initial <= self.max)",message="initial must lie within [min, max]",fieldPath=".initial"
+// +kubebuilder:validation:XValidation:rule="!has(self.min) || !has(self.max) || self.min <= self.max",message="min must not exceed max",fieldPath=".min"
+// +kubebuilder:validation:XValidation:rule="!has(self.initial) || !has(self.min) || !has(self.max) || (self.initial >= self.min && self.initial <= self.max)",message="initial must lie within [min, max]",fieldPath=".initial"
 type Scale struct {
 	// Min is the number of instances kept at all times; 0 allows scale to
 	// zero.

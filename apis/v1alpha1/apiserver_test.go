@@ -1,0 +1,262 @@
+package v1alpha1_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/controlplane"
+)
+
+// TestAPIServer runs the Function CRD in a real kube-apiserver: what it
+// accepts, how it defaults, what it refuses, and what kubectl is served.
+func TestAPIServer(t *testing.T) {
+	cfg := controlplane.Start(t)
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{
+		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme, kedav1alpha1.AddToScheme,
+	} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("defaults match Go defaulting", func(t *testing.T) { testDefaults(t, c) })
+	t.Run("invalid functions are refused", func(t *testing.T) { testRejects(t, c) })
+	t.Run("printer columns and short name", func(t *testing.T) { testPrinting(t, c, cfg) })
+	t.Run("KEDA CRDs are installed", func(t *testing.T) { testKEDA(t, c) })
+}
+
+func testDefaults(t *testing.T, c client.Client) {
+	ctx := context.Background()
+	fn := &v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Name: "minimal", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{
+			Runtime:  v1alpha1.RuntimeGo,
+			Image:    "registry.example/minimal:1",
+			Triggers: []v1alpha1.Trigger{{Name: "tick", Cron: &v1alpha1.CronTrigger{Schedule: "@hourly"}}, {Name: "jobs", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "jobs", ConnectionSecret: "amqp"}}},
+		},
+	}
+	want := fn.DeepCopy()
+	want.Default()
+	if err := c.Create(ctx, fn); err != nil {
+		t.Fatalf("create minimal Function: %v", err)
+	}
+	var got v1alpha1.Function
+	if err := c.Get(ctx, client.ObjectKeyFromObject(fn), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(got.Spec, want.Spec) {
+		t.Errorf("API server defaults differ from Default():\nserver: %s\nGo:     %s", toJSON(t, got.Spec), toJSON(t, want.Spec))
+	}
+	if errs := v1alpha1.Validate(&got, v1alpha1.ModeKubernetes); len(errs) != 0 {
+		t.Errorf("the server's defaulted Function fails Validate: %v", errs)
+	}
+
+	// With no triggers at all, the Function gets one HTTP trigger.
+	bare := &v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Name: "bare", Namespace: "default"},
+		Spec:       v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeNode, Image: "x"},
+	}
+	if err := c.Create(ctx, bare); err != nil {
+		t.Fatal(err)
+	}
+	if ts := bare.Spec.Triggers; len(ts) != 1 || ts[0].Name != v1alpha1.DefaultTriggerName || ts[0].HTTP == nil {
+		t.Errorf("triggers defaulted to %+v, want one http trigger", ts)
+	}
+}
+
+func testRejects(t *testing.T, c client.Client) {
+	tests := []struct {
+		name string
+		spec string // YAML of spec, so that values Go types cannot hold can be sent
+		want []string
+	}{
+		{"missing runtime", `{image: x}`, []string{`spec.runtime: Required value`}},
+		{"unknown runtime", `{runtime: ruby, image: x}`, []string{`spec.runtime: Unsupported value: "ruby"`}},
+		{"negative timeout", `{runtime: go, timeoutSeconds: -5}`, []string{`spec.timeoutSeconds: Invalid value: -5`}},
+		{"negative concurrency", `{runtime: go, concurrency: -1}`, []string{`spec.concurrency: Invalid value: -1`}},
+		{"min above max", `{runtime: go, scale: {min: 5, max: 2}}`, []string{`spec.scale.min: Invalid value`, `min must not exceed max`}},
+		{"min above default max", `{runtime: go, scale: {min: 11}}`, []string{`spec.scale.min: Invalid value`, `min must not exceed max`}},
+		{"initial above max", `{runtime: go, scale: {max: 3, initial: 4}}`, []string{`spec.scale.initial: Invalid value`, `initial must lie within [min, max]`}},
+		{"initial below min", `{runtime: go, scale: {min: 2, initial: 1}}`, []string{`spec.scale.initial: Invalid value`}},
+		{"bad owner", `{runtime: go, scale: {owner: hpa}}`, []string{`spec.scale.owner: Unsupported value: "hpa"`}},
+		{"bad metric", `{runtime: go, scale: {metric: cpu}}`, []string{`spec.scale.metric: Unsupported value: "cpu"`}},
+		{"window too short", `{runtime: go, scale: {window: 1s}}`, []string{`spec.scale.window: Invalid value`, `window must be between 6s and 1h`}},
+		{"window not a duration", `{runtime: go, scale: {window: soon}}`, []string{`spec.scale.window: Invalid value: "soon"`}},
+		{"two trigger kinds", `{runtime: go, triggers: [{name: a, http: {}, cron: {schedule: "@hourly"}}]}`,
+			[]string{`spec.triggers[0]: Invalid value`, `exactly one of http, cron or rabbitmq must be set`}},
+		{"no trigger kind", `{runtime: go, triggers: [{name: a}]}`, []string{`spec.triggers[0]: Invalid value`, `exactly one of`}},
+		{"duplicate trigger names", `{runtime: go, triggers: [{name: a, http: {}}, {name: a, cron: {schedule: "@hourly"}}]}`,
+			[]string{`spec.triggers[1]: Duplicate value`}},
+		{"bad trigger name", `{runtime: go, triggers: [{name: Web, http: {}}]}`, []string{`spec.triggers[0].name: Invalid value: "Web"`}},
+		{"rabbitmq without queue", `{runtime: go, triggers: [{name: q, rabbitmq: {}}]}`, []string{`spec.triggers[0].rabbitmq.queue: Required value`}},
+		{"unknown field", `{runtime: go, replicas: 3}`, []string{`unknown field "spec.replicas"`}},
+	}
+	ctx := context.Background()
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			obj := &unstructured.Unstructured{}
+			manifest := fmt.Sprintf("apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: bad-%d, namespace: default}\nspec: %s\n", i, tt.spec)
+			if err := yaml.Unmarshal([]byte(manifest), &obj.Object); err != nil {
+				t.Fatal(err)
+			}
+			err := c.Create(ctx, obj, client.FieldValidation(metav1.FieldValidationStrict))
+			if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+				t.Fatalf("create = %v, want the Function refused as invalid", err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			var fn v1alpha1.Function
+			if c.Get(ctx, types.NamespacedName{Namespace: "default", Name: obj.GetName()}, &fn) == nil {
+				t.Errorf("refused Function %s exists", obj.GetName())
+			}
+			assertGoRefuses(t, manifest, strings.SplitN(tt.want[0], ":", 2)[0])
+		})
+	}
+}
+
+func testPrinting(t *testing.T, c client.Client, cfg *rest.Config) {
+	ctx := context.Background()
+	var crd apiextensionsv1.CustomResourceDefinition
+	if err := c.Get(ctx, types.NamespacedName{Name: "functions.sless.dev"}, &crd); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(crd.Spec.Names.ShortNames, "fn") {
+		t.Errorf("short names = %v, want fn", crd.Spec.Names.ShortNames)
+	}
+
+	// Give a Function a status through the status subresource, then ask
+	// for the table kubectl get prints.
+	fn := &v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Name: "printed", Namespace: "default"},
+		Spec:       v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimePython, Image: "x"},
+	}
+	if err := c.Create(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	fn.Status = v1alpha1.FunctionStatus{
+		URL: "http://activator/fn/default/printed", Replicas: 2, ReadyReplicas: 2, DesiredReplicas: 3,
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}},
+	}
+	if err := c.Status().Update(ctx, fn); err != nil {
+		t.Fatalf("update status: %v", err)
+	}
+	table := getTable(t, cfg, "/apis/sless.dev/v1alpha1/namespaces/default/functions/printed")
+	var cols []string
+	for _, col := range table.ColumnDefinitions {
+		cols = append(cols, col.Name)
+	}
+	if want := []string{"Name", "Ready", "Replicas", "Desired", "URL", "Age"}; !slices.Equal(cols, want) {
+		t.Errorf("columns = %v, want %v", cols, want)
+	}
+	if len(table.Rows) != 1 {
+		t.Fatalf("table has %d rows, want 1", len(table.Rows))
+	}
+	got := fmt.Sprint(table.Rows[0].Cells[:5])
+	if want := "[printed True 2 3 http://activator/fn/default/printed]"; got != want {
+		t.Errorf("row = %s, want %s", got, want)
+	}
+}
+
+// assertGoRefuses checks that the local platform, which has no API server,
+// refuses the manifest too: it does not decode, or Validate names the field.
+func assertGoRefuses(t *testing.T, manifest, path string) {
+	t.Helper()
+	fns, err := v1alpha1.DecodeManifest([]byte(manifest))
+	if err != nil {
+		return
+	}
+	fns[0].Default()
+	errs := v1alpha1.Validate(&fns[0], v1alpha1.ModeKubernetes)
+	if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), path) {
+		t.Errorf("Validate() = %v, want an error on %s as the API server gives", errs, path)
+	}
+}
+
+// getTable asks the API server for the server-side printed table, as
+// kubectl get does.
+func getTable(t *testing.T, cfg *rest.Config, path string) metav1.Table {
+	t.Helper()
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(cfg.Host, "/")+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io")
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s", path, resp.Status)
+	}
+	var table metav1.Table
+	if err := json.NewDecoder(resp.Body).Decode(&table); err != nil {
+		t.Fatal(err)
+	}
+	return table
+}
+
+func testKEDA(t *testing.T, c client.Client) {
+	ctx := context.Background()
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "scaled", Namespace: "default"}}
+	so := &kedav1alpha1.ScaledObject{
+		ObjectMeta: metav1.ObjectMeta{Name: "scaled", Namespace: "default"},
+		Spec: kedav1alpha1.ScaledObjectSpec{
+			ScaleTargetRef: &kedav1alpha1.ScaleTarget{Name: dep.Name},
+			Triggers: []kedav1alpha1.ScaleTriggers{{
+				Type:     "external-push",
+				Metadata: map[string]string{"scalerAddress": "sless-autoscaler.sless-system:9095", "function": "default/scaled"},
+			}},
+		},
+	}
+	if err := c.Create(ctx, so); err != nil {
+		t.Fatalf("create ScaledObject: %v", err)
+	}
+	var got kedav1alpha1.ScaledObject
+	if err := c.Get(ctx, client.ObjectKeyFromObject(so), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.Triggers) != 1 || got.Spec.Triggers[0].Metadata["function"] != "default/scaled" {
+		t.Errorf("ScaledObject came back as %+v", got.Spec)
+	}
+}
+
+func toJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}

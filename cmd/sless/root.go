@@ -1,0 +1,79 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"runtime/debug"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=..."; without
+// it the module version or VCS revision recorded by the Go toolchain is used.
+var version = ""
+
+func newRootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "sless",
+		Short: "sless runs functions with Knative-style autoscaling, on Kubernetes or locally",
+		Long: `sless is a serverless platform for Kubernetes. A Function resource becomes a
+Deployment with a queue-proxy sidecar behind the activator, scaled by the
+sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
+"sless dev" runs the whole platform on one machine without a cluster.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newVersionCommand(),
+		notImplemented("dev", "Run the platform locally on a directory of Function manifests", 7),
+		notImplemented("controller", "Reconcile Functions into Deployments, Services and ScaledObjects", 6),
+		notImplemented("activator", "Serve invocations: route, throttle, buffer at zero, balance", 4),
+		notImplemented("autoscaler", "Decide and apply replicas for every Function", 5),
+		notImplemented("queue-proxy", "Run the per-instance sidecar in front of a function process", 3),
+	)
+	return root
+}
+
+func newVersionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version of this binary",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), "sless", buildVersion())
+			return err
+		},
+	}
+}
+
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	if v := info.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			return "dev-" + s.Value
+		}
+	}
+	return "dev"
+}
+
+// errNotImplemented is returned by the subcommands that later work fills in.
+var errNotImplemented = errors.New("not implemented yet")
+
+func notImplemented(use, short string, issue int) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short + " (not implemented yet)",
+		RunE: func(*cobra.Command, []string) error {
+			return fmt.Errorf("%s: %w (tracked in issue %d)", use, errNotImplemented, issue)
+		},
+	}
+}

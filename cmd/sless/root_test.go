@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func run(args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := newRootCommand()
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.Execute()
+	return out.String(), err
+}
+
+func TestVersion(t *testing.T) {
+	out, err := run("version")
+	if err != nil || !strings.HasPrefix(out, "sless ") {
+		t.Fatalf("sless version = %q, %v; want a line starting with \"sless \"", out, err)
+	}
+}
+
+func TestHelpListsSubcommands(t *testing.T) {
+	out, err := run("--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"dev", "controller", "activator", "autoscaler", "queue-proxy", "version"} {
+		if !strings.Contains(out, "\n  "+sub+" ") {
+			t.Errorf("--help does not list %q:\n%s", sub, out)
+		}
+	}
+}
+
+func TestNotImplementedFails(t *testing.T) {
+	_, err := run("queue-proxy")
+	if !errors.Is(err, errNotImplemented) {
+		t.Fatalf("sless queue-proxy = %v, want errNotImplemented", err)
+	}
+}
+
+func TestUnknownCommandFails(t *testing.T) {
+	if _, err := run("deploy"); err == nil || !strings.Contains(err.Error(), `unknown command "deploy"`) {
+		t.Fatalf("sless deploy = %v, want an unknown command error", err)
+	}
+}

@@ -1,0 +1,117 @@
+// Package controlplane starts a real kube-apiserver and etcd for tests, with
+// the sless and KEDA CRDs installed, through controller-runtime's envtest.
+//
+// The binaries are built from Go modules by `make controlplane` (see
+// hack/tools), since release binaries cannot be downloaded everywhere the
+// tests run. `make test` builds them and points KUBEBUILDER_ASSETS at them;
+// a plain `go test` finds them under bin/k8s.
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// kedaModule is the module whose config/crd/bases holds KEDA's CRDs; its
+// version is the one in go.mod, so tests and controller agree on the types.
+const kedaModule = "github.com/kedacore/keda/v2"
+
+// Start runs a control plane for the test and stops it when the test ends.
+// Without the binaries it fails the test in CI (CI=true) and skips it
+// elsewhere, saying how to build them.
+func Start(t testing.TB) *rest.Config {
+	t.Helper()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	assets, err := assetsDir(root)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("test control plane: %v", err)
+		}
+		t.Skipf("test control plane: %v (run `make controlplane` or `make test`)", err)
+	}
+	keda, err := moduleDir(root, kedaModule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: assets,
+		CRDDirectoryPaths: []string{
+			filepath.Join(root, "config", "crd", "bases"),
+			filepath.Join(keda, "config", "crd", "bases"),
+		},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start test control plane from %s: %v", assets, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop test control plane: %v", err)
+		}
+	})
+	return cfg
+}
+
+// repoRoot is the directory of the main module, found from this file so
+// that tests in any package agree on it.
+func repoRoot() (string, error) {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "", errors.New("cannot locate the repository root")
+	}
+	return filepath.Join(filepath.Dir(file), "..", ".."), nil
+}
+
+// assetsDir is KUBEBUILDER_ASSETS when set, else the one version directory
+// under bin/k8s that holds both binaries.
+func assetsDir(root string) (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, checkBinaries(dir)
+	}
+	matches, err := filepath.Glob(filepath.Join(root, "bin", "k8s", "*", "kube-apiserver"))
+	if err != nil {
+		return "", err
+	}
+	for _, m := range matches {
+		if dir := filepath.Dir(m); checkBinaries(dir) == nil {
+			return dir, nil
+		}
+	}
+	return "", fmt.Errorf("no kube-apiserver and etcd under %s", filepath.Join(root, "bin", "k8s"))
+}
+
+func checkBinaries(dir string) error {
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("missing %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func moduleDir(root, module string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("locate module %s: %w", module, err)
+	}
+	dir := strings.TrimSpace(string(out))
+	if dir == "" {
+		return "", fmt.Errorf("module %s is not downloaded (run go mod download)", module)
+	}
+	return dir, nil
+}
