@@ -29,7 +29,7 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 		notImplemented("controller", "Reconcile Functions into Deployments, Services and ScaledObjects", 6),
 		notImplemented("activator", "Serve invocations: route, throttle, buffer at zero, balance", 4),
 		notImplemented("autoscaler", "Decide and apply replicas for every Function", 5),
-		notImplemented("queue-proxy", "Run the per-instance sidecar in front of a function process", 3),
+		newQueueProxyCommand(),
 	)
 	return root
 }

@@ -37,9 +37,9 @@ func TestHelpListsSubcommands(t *testing.T) {
 }
 
 func TestNotImplementedFails(t *testing.T) {
-	_, err := run("queue-proxy")
+	_, err := run("activator")
 	if !errors.Is(err, errNotImplemented) {
-		t.Fatalf("sless queue-proxy = %v, want errNotImplemented", err)
+		t.Fatalf("sless activator = %v, want errNotImplemented", err)
 	}
 }
 

@@ -1,0 +1,211 @@
+// Package testfn is a user function process for tests of the request path:
+// a real HTTP server in a child process (the test binary, run again) with
+// endpoints that echo, block, sleep, send large bodies, drop the
+// connection, or exit, and that counts its own concurrency.
+//
+// A test package opts in with a TestMain that calls RunIfChild first.
+package testfn
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+const portEnv = "SLESS_TESTFN_PORT"
+
+// RunIfChild serves as the function process and exits when the test binary
+// was started by Start; otherwise it returns at once.
+func RunIfChild() {
+	port := os.Getenv(portEnv)
+	if port == "" {
+		return
+	}
+	srv := &http.Server{Addr: "127.0.0.1:" + port, Handler: newHandler()}
+	fmt.Fprintln(os.Stderr, srv.ListenAndServe())
+	os.Exit(1)
+}
+
+// Echo is what /echo answers: the request as the function saw it.
+type Echo struct {
+	Method        string              `json:"method"`
+	URI           string              `json:"uri"`
+	Host          string              `json:"host"`
+	Headers       map[string][]string `json:"headers"`
+	Body          []byte              `json:"body"`
+	ContentLength int64               `json:"contentLength"`
+	Chunked       bool                `json:"chunked"`
+}
+
+type handler struct {
+	inFlight, maxInFlight atomic.Int64
+	mu                    sync.Mutex
+	gates                 map[string]chan struct{}
+}
+
+func newHandler() http.Handler {
+	h := &handler{gates: map[string]chan struct{}{}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
+	mux.HandleFunc("/echo", h.echo)
+	mux.HandleFunc("/bytes", h.bytes)
+	mux.HandleFunc("/sleep", h.track(h.sleep))
+	mux.HandleFunc("/block", h.track(h.block))
+	mux.HandleFunc("/release", h.release)
+	mux.HandleFunc("/max", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = fmt.Fprint(w, h.maxInFlight.Swap(0))
+	})
+	mux.HandleFunc("/close", func(w http.ResponseWriter, _ *http.Request) {
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			_ = conn.Close()
+		}
+	})
+	mux.HandleFunc("/exit", func(http.ResponseWriter, *http.Request) { os.Exit(3) })
+	return mux
+}
+
+func (h *handler) track(next http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		n := h.inFlight.Add(1)
+		for m := h.maxInFlight.Load(); n > m && !h.maxInFlight.CompareAndSwap(m, n); m = h.maxInFlight.Load() {
+		}
+		defer h.inFlight.Add(-1)
+		next(w, r)
+	}
+}
+
+func (h *handler) echo(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	e := Echo{Method: r.Method, URI: r.RequestURI, Host: r.Host, Headers: r.Header, Body: body,
+		ContentLength: r.ContentLength, Chunked: len(r.TransferEncoding) > 0}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Add("X-Reply", "one")
+	w.Header().Add("X-Reply", "two")
+	w.Header().Set("Keep-Alive", "timeout=5") // hop-by-hop: must not reach the client
+	if code, err := strconv.Atoi(r.URL.Query().Get("status")); err == nil {
+		w.WriteHeader(code)
+	}
+	_ = json.NewEncoder(w).Encode(e)
+}
+
+// Pattern is the byte at offset i of a /bytes body.
+func Pattern(i int) byte { return byte('a' + i%26) }
+
+func (h *handler) bytes(w http.ResponseWriter, r *http.Request) {
+	n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+	w.Header().Set("Content-Length", strconv.Itoa(n))
+	buf := make([]byte, 32<<10)
+	for off := 0; off < n; off += len(buf) {
+		chunk := buf[:min(len(buf), n-off)]
+		for i := range chunk {
+			chunk[i] = Pattern(off + i)
+		}
+		if _, err := w.Write(chunk); err != nil {
+			return
+		}
+	}
+}
+
+func (h *handler) sleep(w http.ResponseWriter, r *http.Request) {
+	ms, _ := strconv.Atoi(r.URL.Query().Get("ms"))
+	time.Sleep(time.Duration(ms) * time.Millisecond)
+	_, _ = io.WriteString(w, "slept")
+}
+
+func (h *handler) gate(id string) chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	g, ok := h.gates[id]
+	if !ok {
+		g = make(chan struct{})
+		h.gates[id] = g
+	}
+	return g
+}
+
+// block waits until /release?id= is called with the same id.
+func (h *handler) block(w http.ResponseWriter, r *http.Request) {
+	select {
+	case <-h.gate(r.URL.Query().Get("id")):
+		_, _ = io.WriteString(w, "released")
+	case <-r.Context().Done():
+	}
+}
+
+func (h *handler) release(w http.ResponseWriter, r *http.Request) {
+	g := h.gate(r.URL.Query().Get("id"))
+	select {
+	case <-g:
+	default:
+		close(g)
+	}
+	_, _ = io.WriteString(w, "ok")
+}
+
+// Process is a running function process.
+type Process struct {
+	Port int
+	t    testing.TB
+	cmd  *exec.Cmd
+}
+
+// Start runs the function process on a free loopback port and stops it
+// when the test ends. It does not wait for the process to listen.
+func Start(t testing.TB) *Process {
+	t.Helper()
+	p := &Process{Port: FreePort(t), t: t}
+	p.Restart()
+	t.Cleanup(p.Kill)
+	return p
+}
+
+// Addr is the process's host:port.
+func (p *Process) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)) }
+
+// Restart starts the process again on the same port (after Kill or exit).
+func (p *Process) Restart() {
+	p.t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), portEnv+"="+strconv.Itoa(p.Port))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		p.t.Fatalf("start function process: %v", err)
+	}
+	p.cmd = cmd
+}
+
+// Kill stops the process and waits for it.
+func (p *Process) Kill() {
+	if p.cmd != nil && p.cmd.ProcessState == nil {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+	}
+}
+
+// Wait waits for the process to exit on its own.
+func (p *Process) Wait() { _ = p.cmd.Wait() }
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}

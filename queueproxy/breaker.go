@@ -1,0 +1,95 @@
+package queueproxy
+
+import (
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors returned by Breaker.Acquire.
+var (
+	// ErrQueueFull means capacity and queue are both taken: answer 503.
+	ErrQueueFull = errors.New("queue full")
+	// ErrQueueTimeout means the deadline passed while waiting: answer 504.
+	ErrQueueTimeout = errors.New("timed out waiting for a slot")
+)
+
+// Breaker admits at most capacity requests at once and lets at most
+// queueDepth more wait, first come first served.
+//
+// The fast path is one atomic add and a non-blocking channel send. Waiters
+// block in the channel's send queue, which the runtime serves in FIFO order
+// and hands a released slot to directly, so a newcomer cannot overtake them.
+// Waiting is bounded by a pooled timer, not a goroutine.
+type Breaker struct {
+	slots      chan struct{} // one token per request holding a slot
+	pending    atomic.Int64  // holding a slot or waiting for one
+	maxPending int64
+	timers     sync.Pool
+}
+
+// NewBreaker returns a breaker of capacity slots (at least 1) and room
+// for queueDepth waiters.
+func NewBreaker(capacity, queueDepth int) *Breaker {
+	capacity = max(capacity, 1)
+	return &Breaker{
+		slots:      make(chan struct{}, capacity),
+		maxPending: int64(capacity + max(queueDepth, 0)),
+	}
+}
+
+// Acquire takes a slot, waiting until deadline at most. Every nil return
+// must be paired with one Release.
+func (b *Breaker) Acquire(deadline time.Time) error {
+	if b.pending.Add(1) > b.maxPending {
+		b.pending.Add(-1)
+		return ErrQueueFull
+	}
+	select {
+	case b.slots <- struct{}{}:
+		return nil
+	default:
+		return b.wait(deadline)
+	}
+}
+
+func (b *Breaker) wait(deadline time.Time) error {
+	d := time.Until(deadline)
+	if d <= 0 {
+		b.pending.Add(-1)
+		return ErrQueueTimeout
+	}
+	t, _ := b.timers.Get().(*time.Timer)
+	if t == nil {
+		t = time.NewTimer(d)
+	} else {
+		t.Reset(d)
+	}
+	defer b.timers.Put(t)
+	select {
+	case b.slots <- struct{}{}:
+		t.Stop()
+		return nil
+	case <-t.C:
+		b.pending.Add(-1)
+		return ErrQueueTimeout
+	}
+}
+
+// Release gives back a slot taken by Acquire.
+func (b *Breaker) Release() {
+	<-b.slots
+	b.pending.Add(-1)
+}
+
+// InFlight is the number of slots taken.
+func (b *Breaker) InFlight() int { return len(b.slots) }
+
+// Waiting is the number of requests waiting for a slot.
+func (b *Breaker) Waiting() int {
+	return max(int(b.pending.Load())-len(b.slots), 0)
+}
+
+// Capacity is the number of slots.
+func (b *Breaker) Capacity() int { return cap(b.slots) }

@@ -1,0 +1,131 @@
+package queueproxy
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+)
+
+// Config is the queue-proxy's configuration. The controller and the local
+// platform set it through the environment variables below (a contract);
+// each has a flag of the same meaning.
+type Config struct {
+	Namespace string // SLESS_NAMESPACE
+	Function  string // SLESS_FUNCTION
+	// UserPort is where the user process listens on 127.0.0.1.
+	UserPort int // SLESS_USER_PORT
+	// ServingPort takes the invocations.
+	ServingPort int // SLESS_SERVING_PORT
+	// AdminPort serves /healthz, /readyz, /stats and /metrics.
+	AdminPort int // SLESS_ADMIN_PORT
+	// Concurrency is the most requests at the user process at once; 0
+	// means no limit (no breaker, nothing waits).
+	Concurrency int // SLESS_CONCURRENCY
+	// QueueDepth is how many requests may wait for a slot.
+	QueueDepth int // SLESS_QUEUE_DEPTH
+	// Timeout bounds a request, queue wait included.
+	Timeout time.Duration // SLESS_TIMEOUT_SECONDS
+	// MaxBodyBytes bounds request bodies; larger ones get 413.
+	MaxBodyBytes int64 // SLESS_MAX_BODY_BYTES
+	// DrainTimeout bounds the drain after SIGTERM.
+	DrainTimeout time.Duration // SLESS_DRAIN_SECONDS
+}
+
+// Setting describes one configuration variable and its flag.
+type Setting struct {
+	Env, Flag, Default, Usage string
+}
+
+// Settings lists the configuration variables in the order they are
+// documented, for the command to turn into flags.
+var Settings = []Setting{
+	{"SLESS_NAMESPACE", "namespace", "default", "namespace of the function (metric label)"},
+	{"SLESS_FUNCTION", "function", "", "name of the function (required; metric label)"},
+	{"SLESS_USER_PORT", "user-port", "8080", "port of the user process on 127.0.0.1"},
+	{"SLESS_SERVING_PORT", "serving-port", "8012", "port that takes invocations"},
+	{"SLESS_ADMIN_PORT", "admin-port", "9091", "port of /healthz, /readyz, /stats and /metrics"},
+	{"SLESS_CONCURRENCY", "concurrency", "0", "most requests at the user process at once (0 = unlimited)"},
+	{"SLESS_QUEUE_DEPTH", "queue-depth", "", "requests that may wait for a slot (default 10 x concurrency)"},
+	{"SLESS_TIMEOUT_SECONDS", "timeout-seconds", "300", "per request, queue wait included"},
+	{"SLESS_MAX_BODY_BYTES", "max-body-bytes", "10485760", "largest request body; larger ones get 413"},
+	{"SLESS_DRAIN_SECONDS", "drain-seconds", "30", "longest drain after SIGTERM"},
+}
+
+// ParseConfig builds a Config from the variables that lookup returns
+// (an environment, or flags mapped to the variable of the same meaning),
+// with defaults for the rest. Every invalid value is reported, each error
+// naming its variable.
+func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
+	p := parser{lookup: lookup}
+	c := Config{
+		Namespace:    p.str("SLESS_NAMESPACE"),
+		Function:     p.str("SLESS_FUNCTION"),
+		UserPort:     int(p.int("SLESS_USER_PORT", 1, 65535)),
+		ServingPort:  p.port("SLESS_SERVING_PORT"),
+		AdminPort:    p.port("SLESS_ADMIN_PORT"),
+		Concurrency:  int(p.int("SLESS_CONCURRENCY", 0, 100_000)),
+		Timeout:      time.Duration(p.int("SLESS_TIMEOUT_SECONDS", 1, 24*3600)) * time.Second,
+		MaxBodyBytes: p.int("SLESS_MAX_BODY_BYTES", 1, math.MaxInt32),
+		DrainTimeout: time.Duration(p.int("SLESS_DRAIN_SECONDS", 0, 3600)) * time.Second,
+	}
+	c.QueueDepth = 10 * c.Concurrency
+	if _, set := p.value("SLESS_QUEUE_DEPTH"); set {
+		c.QueueDepth = int(p.int("SLESS_QUEUE_DEPTH", 0, 1_000_000))
+	}
+	if c.Function == "" {
+		p.fail("SLESS_FUNCTION", "", "must name the function")
+	}
+	if c.UserPort == c.ServingPort || c.UserPort == c.AdminPort || c.ServingPort != 0 && c.ServingPort == c.AdminPort {
+		p.errs = append(p.errs, fmt.Errorf("SLESS_USER_PORT, SLESS_SERVING_PORT and SLESS_ADMIN_PORT must differ (%d, %d, %d)", c.UserPort, c.ServingPort, c.AdminPort))
+	}
+	return c, errors.Join(p.errs...)
+}
+
+// parser reads variables, falling back to the defaults in Settings, and
+// collects errors rather than stopping at the first.
+type parser struct {
+	lookup func(string) (string, bool)
+	errs   []error
+}
+
+func (p *parser) value(env string) (string, bool) {
+	if v, ok := p.lookup(env); ok {
+		return v, true
+	}
+	for _, s := range Settings {
+		if s.Env == env {
+			return s.Default, false
+		}
+	}
+	return "", false
+}
+
+func (p *parser) str(env string) string {
+	v, _ := p.value(env)
+	return v
+}
+
+func (p *parser) int(env string, lo, hi int64) int64 {
+	v, _ := p.value(env)
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		p.fail(env, v, "not a whole number")
+		return 0
+	}
+	if n < lo || n > hi {
+		p.fail(env, v, fmt.Sprintf("must be between %d and %d", lo, hi))
+		return 0
+	}
+	return n
+}
+
+// port reads a port to listen on; 0 picks a free one.
+func (p *parser) port(env string) int {
+	return int(p.int(env, 0, 65535))
+}
+
+func (p *parser) fail(env, value, msg string) {
+	p.errs = append(p.errs, fmt.Errorf("%s=%q: %s", env, value, msg))
+}

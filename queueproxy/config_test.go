@@ -1,0 +1,55 @@
+package queueproxy
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want func(Config) bool
+		errs []string
+	}{
+		{name: "defaults", env: map[string]string{"SLESS_FUNCTION": "f"}, want: func(c Config) bool {
+			return c == Config{Namespace: "default", Function: "f", UserPort: 8080, ServingPort: 8012, AdminPort: 9091,
+				Timeout: 300 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: 30 * time.Second}
+		}},
+		{name: "queue depth follows concurrency", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_CONCURRENCY": "7"},
+			want: func(c Config) bool { return c.Concurrency == 7 && c.QueueDepth == 70 }},
+		{name: "explicit queue depth", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_CONCURRENCY": "7", "SLESS_QUEUE_DEPTH": "0"},
+			want: func(c Config) bool { return c.QueueDepth == 0 }},
+		{name: "everything set", env: map[string]string{"SLESS_NAMESPACE": "ns", "SLESS_FUNCTION": "f", "SLESS_USER_PORT": "9000",
+			"SLESS_SERVING_PORT": "0", "SLESS_ADMIN_PORT": "9001", "SLESS_TIMEOUT_SECONDS": "5", "SLESS_MAX_BODY_BYTES": "100", "SLESS_DRAIN_SECONDS": "0"},
+			want: func(c Config) bool {
+				return c.Namespace == "ns" && c.UserPort == 9000 && c.ServingPort == 0 && c.AdminPort == 9001 &&
+					c.Timeout == 5*time.Second && c.MaxBodyBytes == 100 && c.DrainTimeout == 0
+			}},
+		{name: "all errors named", env: map[string]string{"SLESS_CONCURRENCY": "-1", "SLESS_TIMEOUT_SECONDS": "soon", "SLESS_USER_PORT": "70000", "SLESS_MAX_BODY_BYTES": "0"},
+			errs: []string{`SLESS_CONCURRENCY="-1": must be between 0 and 100000`, `SLESS_TIMEOUT_SECONDS="soon": not a whole number`,
+				`SLESS_USER_PORT="70000"`, `SLESS_MAX_BODY_BYTES="0"`, `SLESS_FUNCTION="": must name the function`}},
+		{name: "port clash", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_USER_PORT": "9091"},
+			errs: []string{"must differ"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := ParseConfig(func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+			if len(tt.errs) == 0 {
+				if err != nil || !tt.want(c) {
+					t.Fatalf("ParseConfig = %+v, %v", c, err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("ParseConfig = %+v, want errors %q", c, tt.errs)
+			}
+			for _, e := range tt.errs {
+				if !strings.Contains(err.Error(), e) {
+					t.Errorf("error %q lacks %q", err, e)
+				}
+			}
+		})
+	}
+}

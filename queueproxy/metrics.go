@@ -1,0 +1,81 @@
+package queueproxy
+
+import (
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// durationBuckets spans a fast function behind a fast proxy (0.5 ms) to the
+// longest timeout.
+var durationBuckets = []float64{
+	.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 3600,
+}
+
+// metrics are the queue-proxy's Prometheus series. Counters per status
+// code are resolved once and cached, so the request path takes no lock.
+type metrics struct {
+	requests *prometheus.CounterVec
+	byCode   [600]atomic.Value // prometheus.Counter, filled on first use
+	duration prometheus.Histogram
+}
+
+// newMetrics registers the series with reg, labelled with the function.
+// inFlight and queued are read when Prometheus scrapes.
+func newMetrics(reg prometheus.Registerer, namespace, function string, inFlight, queued func() float64) (*metrics, error) {
+	labels := prometheus.Labels{"namespace": namespace, "function": function}
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        "sless_queueproxy_requests_total",
+			Help:        "Requests answered by the queue-proxy, by status code.",
+			ConstLabels: labels,
+		}, []string{"code"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:        "sless_queueproxy_request_duration_seconds",
+			Help:        "Time from a request's arrival at the queue-proxy to its answer, queue wait included.",
+			ConstLabels: labels,
+			Buckets:     durationBuckets,
+		}),
+	}
+	collectors := []prometheus.Collector{
+		m.requests, m.duration,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "sless_queueproxy_inflight_requests",
+			Help:        "Requests at the user process now.",
+			ConstLabels: labels,
+		}, inFlight),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "sless_queueproxy_queued_requests",
+			Help:        "Requests waiting for a concurrency slot now.",
+			ConstLabels: labels,
+		}, queued),
+	}
+	for _, c := range collectors {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) observe(code int, d time.Duration) {
+	m.duration.Observe(d.Seconds())
+	m.count(code)
+}
+
+// count adds one answer with code, for requests the proxy never timed
+// (refused while being read).
+func (m *metrics) count(code int) {
+	if code < 100 || code >= len(m.byCode) {
+		m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
+		return
+	}
+	c, _ := m.byCode[code].Load().(prometheus.Counter)
+	if c == nil {
+		c = m.requests.WithLabelValues(strconv.Itoa(code))
+		m.byCode[code].Store(c)
+	}
+	c.Inc()
+}

@@ -1,0 +1,90 @@
+package queueproxy
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Probe intervals: fast until the user process first answers, so that an
+// instance is ready within milliseconds of its process, then slow.
+const (
+	fastProbeMin  = 10 * time.Millisecond
+	fastProbeMax  = 25 * time.Millisecond
+	slowProbe     = time.Second
+	probeTimeout  = time.Second
+	healthzTarget = "http://127.0.0.1/healthz"
+)
+
+// prober polls the user process's /healthz and keeps the result.
+type prober struct {
+	client *fasthttp.HostClient
+	log    *slog.Logger
+	ready  atomic.Bool
+	wake   chan struct{} // a request saw the process refuse: probe now
+}
+
+func newProber(userPort int, log *slog.Logger) *prober {
+	return &prober{
+		client: &fasthttp.HostClient{
+			Addr:                     net.JoinHostPort("127.0.0.1", strconv.Itoa(userPort)),
+			MaxConns:                 1,
+			NoDefaultUserAgentHeader: true,
+		},
+		log:  log,
+		wake: make(chan struct{}, 1),
+	}
+}
+
+// failed marks the process not ready and makes the prober look again at
+// once, at the fast pace.
+func (p *prober) failed() {
+	if p.ready.Swap(false) {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *prober) run(ctx context.Context) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-p.wake:
+			timer.Stop()
+		}
+		ok := p.probe()
+		if was := p.ready.Swap(ok); was != ok {
+			p.log.Info("user process readiness changed", "ready", ok)
+		}
+		next := slowProbe
+		if !ok {
+			next = fastProbeMin + rand.N(fastProbeMax-fastProbeMin)
+		}
+		timer.Reset(next)
+	}
+}
+
+func (p *prober) probe() bool {
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.SetRequestURI(healthzTarget)
+	req.Header.SetConnectionClose()
+	if err := p.client.DoTimeout(req, resp, probeTimeout); err != nil {
+		return false
+	}
+	code := resp.StatusCode()
+	return code >= 200 && code < 300
+}

@@ -1,0 +1,166 @@
+package queueproxy
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Proxy forwards requests to the user process through a breaker, keeping
+// the stats and metrics the autoscaler and Prometheus read.
+type Proxy struct {
+	client  *fasthttp.HostClient
+	breaker *Breaker // nil when concurrency is unlimited
+	stats   *Stats
+	metrics *metrics
+	timeout time.Duration
+	errBody errorBodies
+	// refused is called when the user process refuses a connection, so
+	// readiness drops at once rather than at the next probe.
+	refused func()
+}
+
+// NewProxy returns a proxy to the user process on 127.0.0.1:cfg.UserPort.
+// refused is called whenever the user process refuses a connection.
+func NewProxy(cfg Config, stats *Stats, m *metrics, refused func()) *Proxy {
+	p := &Proxy{
+		client: &fasthttp.HostClient{
+			Addr:                          net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)),
+			MaxConns:                      maxUserConns(cfg.Concurrency),
+			MaxConnWaitTimeout:            cfg.Timeout,
+			// Below the 5 s keep-alive timeout of Node's http server, so a
+			// pooled connection is not reused just as the function closes it.
+			MaxIdleConnDuration:           4 * time.Second,
+			NoDefaultUserAgentHeader:      true,
+			DisableHeaderNamesNormalizing: true,
+			DisablePathNormalizing:        true,
+		},
+		stats:   stats,
+		metrics: m,
+		timeout: cfg.Timeout,
+		errBody: newErrorBodies(cfg.Namespace, cfg.Function),
+		refused: refused,
+	}
+	if cfg.Concurrency > 0 {
+		p.breaker = NewBreaker(cfg.Concurrency, cfg.QueueDepth)
+	}
+	return p
+}
+
+// maxUserConns bounds the connections to the user process: the breaker
+// already bounds them when concurrency is limited.
+func maxUserConns(concurrency int) int {
+	if concurrency > 0 {
+		return concurrency
+	}
+	return 10_000
+}
+
+// ServeHTTP is the fasthttp handler of the serving port.
+func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	p.stats.In(start)
+	code := p.serve(ctx, start.Add(p.timeout))
+	end := time.Now()
+	p.stats.Out(end)
+	p.metrics.observe(code, end.Sub(start))
+}
+
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx, deadline time.Time) int {
+	if p.breaker != nil {
+		switch err := p.breaker.Acquire(deadline); err {
+		case nil:
+			defer p.breaker.Release()
+		case ErrQueueFull:
+			ctx.Response.Header.Set("Retry-After", "1")
+			return p.fail(ctx, fasthttp.StatusServiceUnavailable, p.errBody.queueFull)
+		default:
+			return p.fail(ctx, fasthttp.StatusGatewayTimeout, p.errBody.timeout)
+		}
+	}
+	req := &ctx.Request
+	prepareRequest(req, ctx.RemoteAddr())
+	resp := &ctx.Response
+	if err := p.client.DoDeadline(req, resp, deadline); err != nil {
+		resp.Reset()
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			p.refused()
+		}
+		return p.fail(ctx, upstreamErrorStatus(err), p.errBody.upstream(err))
+	}
+	stripHopByHop(&resp.Header)
+	return resp.StatusCode()
+}
+
+// prepareRequest turns the client's request into the one for the user
+// process in place: no copy, no allocation.
+func prepareRequest(req *fasthttp.Request, remote net.Addr) {
+	stripHopByHop(&req.Header)
+	req.Header.ResetConnectionClose()
+	if tcp, ok := remote.(*net.TCPAddr); ok {
+		appendForwardedFor(req, tcp.AddrPort().Addr())
+	}
+}
+
+// appendForwardedFor adds the client's address to X-Forwarded-For.
+func appendForwardedFor(req *fasthttp.Request, ip netip.Addr) {
+	var buf [256]byte
+	b := buf[:0]
+	if prior := req.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
+		if len(prior) > len(buf)-64 {
+			b = make([]byte, 0, len(prior)+64)
+		}
+		b = append(append(b, prior...), ", "...)
+	}
+	b = ip.Unmap().AppendTo(b)
+	req.Header.SetBytesV("X-Forwarded-For", b)
+}
+
+// upstreamErrorStatus maps a failed call to the user process to the
+// status the client gets.
+func upstreamErrorStatus(err error) int {
+	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns) {
+		return fasthttp.StatusGatewayTimeout
+	}
+	return fasthttp.StatusBadGateway
+}
+
+func (p *Proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {
+	ctx.Response.SetStatusCode(code)
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.Response.SetBodyRaw(body)
+	return code
+}
+
+// upstreamCause names, for the 502/504 body, why the user process failed.
+func upstreamCause(err error) string {
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout):
+		return "timeout"
+	case errors.Is(err, fasthttp.ErrNoFreeConns):
+		return "no free connection to the function"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused by the function"
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset by the function"
+	case errors.Is(err, fasthttp.ErrConnectionClosed):
+		return "function closed the connection before responding"
+	}
+	return err.Error()
+}
+
+// serveReadError answers a request that could not be read: too large a
+// body gets 413, anything else 400.
+func (p *Proxy) serveReadError(ctx *fasthttp.RequestCtx, err error) {
+	code, body := fasthttp.StatusBadRequest, p.errBody.badRequest
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		code, body = fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge
+	}
+	p.metrics.count(code)
+	p.fail(ctx, code, body)
+}

@@ -1,0 +1,202 @@
+// Package queueproxy is the sidecar in front of every function instance: it
+// enforces the function's concurrency limit and timeout on the request path,
+// tells the platform when the instance is ready, keeps the time-weighted
+// concurrency the autoscaler scales on, exposes Prometheus metrics, and
+// drains in-flight requests on shutdown.
+package queueproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+)
+
+// DefaultQuietPeriod is how long a draining queue-proxy waits without a new
+// request before it stops listening: the time the activator needs to see
+// the instance is no longer ready.
+const DefaultQuietPeriod = time.Second
+
+// Server is one queue-proxy: the proxy on the serving port and the admin
+// endpoints, with readiness probing and drain.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	proxy    *Proxy
+	stats    *Stats
+	registry *prometheus.Registry
+	prober   *prober
+	draining atomic.Bool
+
+	// QuietPeriod overrides DefaultQuietPeriod when set before Run.
+	QuietPeriod time.Duration
+}
+
+// New builds a queue-proxy for cfg, with a Prometheus registry of its own
+// holding the queue-proxy series and the Go runtime collectors.
+func New(cfg Config, log *slog.Logger) (*Server, error) {
+	s := &Server{
+		cfg:         cfg,
+		log:         log.With("namespace", cfg.Namespace, "function", cfg.Function),
+		stats:       NewStats(time.Now()),
+		registry:    prometheus.NewRegistry(),
+		QuietPeriod: DefaultQuietPeriod,
+	}
+	if err := s.registry.Register(collectors.NewGoCollector()); err != nil {
+		return nil, err
+	}
+	if err := s.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(s.registry, cfg.Namespace, cfg.Function,
+		func() float64 { return float64(s.inFlight()) },
+		func() float64 { return float64(s.queued()) })
+	if err != nil {
+		return nil, fmt.Errorf("register metrics: %w", err)
+	}
+	s.prober = newProber(cfg.UserPort, log)
+	s.proxy = NewProxy(cfg, s.stats, m, s.prober.failed)
+	return s, nil
+}
+
+func (s *Server) inFlight() int64 {
+	if b := s.proxy.breaker; b != nil {
+		return int64(b.InFlight())
+	}
+	return s.stats.Concurrency()
+}
+
+func (s *Server) queued() int64 {
+	if b := s.proxy.breaker; b != nil {
+		return int64(b.Waiting())
+	}
+	return 0
+}
+
+// Ready reports whether the instance should get requests: the user process
+// answers its /healthz and the proxy is not draining.
+func (s *Server) Ready() bool {
+	return s.prober.ready.Load() && !s.draining.Load()
+}
+
+// Run serves until ctx is cancelled (SIGTERM), then drains: /readyz turns
+// 503 at once, requests that still arrive are served, and Run returns once
+// no request has arrived for the quiet period and none is in flight, or
+// when the drain timeout passes.
+func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
+	fs := &fasthttp.Server{
+		Handler:                      s.proxy.ServeHTTP,
+		ErrorHandler:                 s.proxy.serveReadError,
+		MaxRequestBodySize:           int(s.cfg.MaxBodyBytes),
+		ReadTimeout:                  s.cfg.Timeout,
+		WriteTimeout:                 s.cfg.Timeout,
+		IdleTimeout:                  90 * time.Second,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		NoDefaultDate:                true,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		Logger:                       slogPrinter{s.log},
+	}
+	hs := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+
+	probeCtx, stopProbe := context.WithCancel(context.Background())
+	defer stopProbe()
+	go s.prober.run(probeCtx)
+
+	errc := make(chan error, 2)
+	go func() { errc <- fs.Serve(serving) }()
+	go func() { errc <- hs.Serve(admin) }()
+	s.log.Info("queue-proxy serving", "serving", serving.Addr().String(), "admin", admin.Addr().String(),
+		"user", s.proxy.client.Addr, "concurrency", s.cfg.Concurrency, "queueDepth", s.cfg.QueueDepth)
+
+	select {
+	case err := <-errc:
+		_ = fs.Shutdown()
+		_ = hs.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.drain(fs)
+	return hs.Close()
+}
+
+func (s *Server) drain(fs *fasthttp.Server) {
+	s.draining.Store(true)
+	deadline := time.Now().Add(s.cfg.DrainTimeout)
+	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
+	tick := time.NewTicker(min(s.QuietPeriod/4+time.Millisecond, 50*time.Millisecond))
+	defer tick.Stop()
+	for now := time.Now(); now.Before(deadline) && s.stats.IdleFor(now) < s.QuietPeriod; now = time.Now() {
+		<-tick.C
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	if err := fs.ShutdownWithContext(ctx); err != nil {
+		s.log.Warn("drain timed out with requests in flight", "inFlight", s.inFlight(), "err", err)
+		return
+	}
+	s.log.Info("drained")
+}
+
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		switch {
+		case s.draining.Load():
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		case !s.prober.ready.Load():
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "function not ready"})
+		default:
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		}
+	})
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, s.stats.Report(time.Now(), s.inFlight(), s.queued()))
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// Registry is the Prometheus registry behind /metrics.
+func (s *Server) Registry() *prometheus.Registry { return s.registry }
+
+// slogPrinter routes fasthttp's log lines to slog.
+type slogPrinter struct{ log *slog.Logger }
+
+func (p slogPrinter) Printf(format string, args ...any) {
+	p.log.Warn(fmt.Sprintf(format, args...), "component", "fasthttp")
+}
+
+// Listen opens the serving and admin listeners of cfg on all interfaces.
+func Listen(cfg Config) (serving, admin net.Listener, err error) {
+	serving, err = net.Listen("tcp", fmt.Sprintf(":%d", cfg.ServingPort))
+	if err != nil {
+		return nil, nil, fmt.Errorf("SLESS_SERVING_PORT: %w", err)
+	}
+	admin, err = net.Listen("tcp", fmt.Sprintf(":%d", cfg.AdminPort))
+	if err != nil {
+		return nil, nil, errors.Join(fmt.Errorf("SLESS_ADMIN_PORT: %w", err), serving.Close())
+	}
+	return serving, admin, nil
+}
