@@ -5,8 +5,8 @@ import "encoding/json"
 // errorBodies are the JSON bodies of the answers the queue-proxy gives
 // itself, built once so that overload costs no allocation.
 type errorBodies struct {
-	namespace, function string
-	queueFull, timeout  []byte
+	namespace, function  string
+	queueFull, timeout   []byte
 	tooLarge, badRequest []byte
 }
 

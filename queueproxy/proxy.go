@@ -30,9 +30,9 @@ type Proxy struct {
 func NewProxy(cfg Config, stats *Stats, m *metrics, refused func()) *Proxy {
 	p := &Proxy{
 		client: &fasthttp.HostClient{
-			Addr:                          net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)),
-			MaxConns:                      maxUserConns(cfg.Concurrency),
-			MaxConnWaitTimeout:            cfg.Timeout,
+			Addr:               net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)),
+			MaxConns:           maxUserConns(cfg.Concurrency),
+			MaxConnWaitTimeout: cfg.Timeout,
 			// Below the 5 s keep-alive timeout of Node's http server, so a
 			// pooled connection is not reused just as the function closes it.
 			MaxIdleConnDuration:           4 * time.Second,
