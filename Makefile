@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-unit generate verify lint controlplane tools clean
+.PHONY: all build run test test-unit bench generate verify lint controlplane tools clean
 
 all: build
 
@@ -35,6 +35,12 @@ test: verify controlplane
 test-unit:
 	$(GO) test -race ./...
 
+## bench: Go benchmarks of the request path, then the queue-proxy against the
+## direct path under load (prints the tables kept in benchmarks/RESULTS.md)
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem ./queueproxy/
+	$(GO) run ./benchmarks/cmd/bench-queueproxy -sless bin/sless
+
 ## generate: deepcopy functions and the CRD, from the markers in apis/
 generate: $(TOOLS)/controller-gen
 	$(TOOLS)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./apis/... \
@@ -46,7 +52,7 @@ verify: $(TOOLS)/controller-gen
 
 ## lint: gofmt, go vet and staticcheck
 lint: $(TOOLS)/staticcheck
-	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); \
+	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted >&2; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...

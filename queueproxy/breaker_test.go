@@ -2,6 +2,8 @@ package queueproxy
 
 import (
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -80,6 +82,19 @@ func TestBreakerQueueBound(t *testing.T) {
 	}
 }
 
+// blockedWaiters counts goroutines parked in Breaker.wait: counted by
+// Waiting, a waiter may not yet be in the queue.
+func blockedWaiters() int {
+	buf := make([]byte, 1<<20)
+	n := 0
+	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "(*Breaker).wait") {
+			n++
+		}
+	}
+	return n
+}
+
 // TestBreakerFIFO releases one slot at a time and checks that waiters get
 // it in arrival order.
 func TestBreakerFIFO(t *testing.T) {
@@ -97,8 +112,8 @@ func TestBreakerFIFO(t *testing.T) {
 			}
 			order <- i
 		}()
-		for b.Waiting() != i+1 { // arrive one after the other
-			time.Sleep(100 * time.Microsecond)
+		for blockedWaiters() != i+1 { // one after the other into the queue
+			runtime.Gosched()
 		}
 	}
 	for want := range waiters {
