@@ -403,3 +403,38 @@ func TestStatsAndMetricsEndpoints(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedRequests sends bytes no HTTP client would and checks each
+// gets a 4xx, and the proxy keeps serving.
+func TestMalformedRequests(t *testing.T) {
+	h := startProxy(t, nil)
+	host := strings.TrimPrefix(h.url, "http://")
+	inputs := []string{
+		"GARBAGE\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999999999999999\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 64<<10) + "\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+		"\x00\x01\x02\xff\xfe\r\n\r\n",
+		"GET /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nshort", // body cut off
+	}
+	for i, in := range inputs {
+		conn, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := conn.Write([]byte(in)); err == nil && i == len(inputs)-1 {
+			_ = conn.(*net.TCPConn).CloseWrite()
+		}
+		reply, _ := io.ReadAll(io.LimitReader(conn, 4096))
+		conn.Close()
+		if !bytes.HasPrefix(reply, []byte("HTTP/1.1 4")) {
+			t.Errorf("input %d: reply %q, want a 4xx", i, reply)
+		}
+	}
+	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
+		t.Fatalf("after malformed input: %d, want 200", resp.StatusCode)
+	}
+}

@@ -1,0 +1,111 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/testfn"
+)
+
+const runMainEnv = "SLESS_TEST_RUN_MAIN"
+
+func TestMain(m *testing.M) {
+	testfn.RunIfChild()
+	if os.Getenv(runMainEnv) == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestQueueProxyCommandDrainsOnSIGTERM runs `sless queue-proxy` as a real
+// process in front of a real function, sends it SIGTERM with a request in
+// flight, and checks the request completes and the process exits 0.
+func TestQueueProxyCommandDrainsOnSIGTERM(t *testing.T) {
+	fn := testfn.Start(t)
+	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
+	cmd := exec.Command(os.Args[0], "queue-proxy", "--function", "drain", "--drain-seconds", "20")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1",
+		"SLESS_USER_PORT="+strconv.Itoa(fn.Port),
+		"SLESS_SERVING_PORT="+strconv.Itoa(serving),
+		"SLESS_ADMIN_PORT="+strconv.Itoa(admin))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	readyz := "http://127.0.0.1:" + strconv.Itoa(admin) + "/readyz"
+	waitStatus(t, readyz, http.StatusOK)
+
+	inFlight := make(chan int, 1)
+	go func() {
+		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(serving) + "/block?id=term")
+		if err != nil {
+			inFlight <- -1
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		inFlight <- resp.StatusCode
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; { // until the request reaches the function
+		resp, err := http.Get("http://" + fn.Addr() + "/max")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if string(b) == "1" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the request never reached the function")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, readyz, http.StatusServiceUnavailable)
+	if resp, err := http.Get("http://" + fn.Addr() + "/release?id=term"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+	}
+	if code := <-inFlight; code != http.StatusOK {
+		t.Errorf("request in flight at SIGTERM got %d, want 200", code)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("queue-proxy exited with %v, want 0", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("queue-proxy did not exit after draining")
+	}
+}
+
+func waitStatus(t *testing.T, url string, want int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never answered %d", url, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
