@@ -18,7 +18,7 @@ func BenchmarkBreaker(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := br.Acquire(deadline); err != nil {
+			if err := br.Acquire(deadline, nil); err != nil {
 				b.Error(err)
 				return
 			}
@@ -36,7 +36,7 @@ func BenchmarkBreakerContended(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := br.Acquire(deadline); err != nil {
+			if err := br.Acquire(deadline, nil); err != nil {
 				b.Error(err)
 				return
 			}
@@ -96,6 +96,6 @@ func benchProxy(b *testing.B, concurrency int) *Proxy {
 		b.Fatal(err)
 	}
 	p := NewProxy(cfg, NewStats(time.Now()), m, func() {})
-	p.client.Dial = func(string) (net.Conn, error) { return ln.Dial() }
+	p.client.dialer = func(string, time.Duration) (net.Conn, error) { return ln.Dial() }
 	return p
 }

@@ -13,6 +13,8 @@ var (
 	ErrQueueFull = errors.New("queue full")
 	// ErrQueueTimeout means the deadline passed while waiting: answer 504.
 	ErrQueueTimeout = errors.New("timed out waiting for a slot")
+	// ErrClientGone means the client hung up while waiting.
+	ErrClientGone = errors.New("client gone while waiting for a slot")
 )
 
 // Breaker admits at most capacity requests at once and lets at most
@@ -39,9 +41,9 @@ func NewBreaker(capacity, queueDepth int) *Breaker {
 	}
 }
 
-// Acquire takes a slot, waiting until deadline at most. Every nil return
-// must be paired with one Release.
-func (b *Breaker) Acquire(deadline time.Time) error {
+// Acquire takes a slot, waiting until deadline at most, or until gone is
+// closed (nil: never). Every nil return must be paired with one Release.
+func (b *Breaker) Acquire(deadline time.Time, gone <-chan struct{}) error {
 	if b.pending.Add(1) > b.maxPending {
 		b.pending.Add(-1)
 		return ErrQueueFull
@@ -50,11 +52,11 @@ func (b *Breaker) Acquire(deadline time.Time) error {
 	case b.slots <- struct{}{}:
 		return nil
 	default:
-		return b.wait(deadline)
+		return b.wait(deadline, gone)
 	}
 }
 
-func (b *Breaker) wait(deadline time.Time) error {
+func (b *Breaker) wait(deadline time.Time, gone <-chan struct{}) error {
 	d := time.Until(deadline)
 	if d <= 0 {
 		b.pending.Add(-1)
@@ -74,6 +76,10 @@ func (b *Breaker) wait(deadline time.Time) error {
 	case <-t.C:
 		b.pending.Add(-1)
 		return ErrQueueTimeout
+	case <-gone:
+		t.Stop()
+		b.pending.Add(-1)
+		return ErrClientGone
 	}
 }
 

@@ -22,7 +22,7 @@ func TestBreakerHammer(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			for range rounds {
-				err := b.Acquire(deadline)
+				err := b.Acquire(deadline, nil)
 				if errors.Is(err, ErrQueueFull) {
 					refused.Add(1)
 					continue
@@ -55,17 +55,17 @@ func TestBreakerHammer(t *testing.T) {
 func TestBreakerQueueBound(t *testing.T) {
 	b := NewBreaker(1, 2)
 	far := time.Now().Add(time.Minute)
-	if err := b.Acquire(far); err != nil {
+	if err := b.Acquire(far, nil); err != nil {
 		t.Fatal(err)
 	}
 	results := make(chan error, 2)
 	for range 2 {
-		go func() { results <- b.Acquire(far) }()
+		go func() { results <- b.Acquire(far, nil) }()
 	}
 	for b.Waiting() != 2 {
 		time.Sleep(time.Millisecond)
 	}
-	if err := b.Acquire(far); !errors.Is(err, ErrQueueFull) {
+	if err := b.Acquire(far, nil); !errors.Is(err, ErrQueueFull) {
 		t.Fatalf("Acquire with the queue full = %v, want ErrQueueFull", err)
 	}
 	b.Release()
@@ -101,13 +101,13 @@ func TestBreakerFIFO(t *testing.T) {
 	const waiters = 20
 	b := NewBreaker(1, waiters)
 	far := time.Now().Add(time.Minute)
-	if err := b.Acquire(far); err != nil {
+	if err := b.Acquire(far, nil); err != nil {
 		t.Fatal(err)
 	}
 	order := make(chan int, waiters)
 	for i := range waiters {
 		go func() {
-			if err := b.Acquire(far); err != nil {
+			if err := b.Acquire(far, nil); err != nil {
 				t.Error(err)
 			}
 			order <- i
@@ -127,20 +127,20 @@ func TestBreakerFIFO(t *testing.T) {
 
 func TestBreakerTimeout(t *testing.T) {
 	b := NewBreaker(1, 1)
-	if err := b.Acquire(time.Now().Add(time.Minute)); err != nil {
+	if err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.Acquire(time.Now().Add(20 * time.Millisecond)); !errors.Is(err, ErrQueueTimeout) {
+	if err := b.Acquire(time.Now().Add(20*time.Millisecond), nil); !errors.Is(err, ErrQueueTimeout) {
 		t.Fatalf("Acquire past its deadline = %v, want ErrQueueTimeout", err)
 	}
-	if err := b.Acquire(time.Now().Add(-time.Second)); !errors.Is(err, ErrQueueTimeout) {
+	if err := b.Acquire(time.Now().Add(-time.Second), nil); !errors.Is(err, ErrQueueTimeout) {
 		t.Fatalf("Acquire with a passed deadline = %v, want ErrQueueTimeout", err)
 	}
 	if b.Waiting() != 0 {
 		t.Errorf("timed-out waiters still counted: %d", b.Waiting())
 	}
 	b.Release()
-	if err := b.Acquire(time.Now().Add(time.Minute)); err != nil {
+	if err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
 		t.Fatalf("Acquire after the timeouts = %v", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // Proxy forwards requests to the user process through a breaker, keeping
 // the stats and metrics the autoscaler and Prometheus read.
 type Proxy struct {
-	client  *fasthttp.HostClient
+	client  *upstream
 	breaker *Breaker // nil when concurrency is unlimited
 	stats   *Stats
 	metrics *metrics
@@ -29,17 +29,10 @@ type Proxy struct {
 // refused is called whenever the user process refuses a connection.
 func NewProxy(cfg Config, stats *Stats, m *metrics, refused func()) *Proxy {
 	p := &Proxy{
-		client: &fasthttp.HostClient{
-			Addr:               net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)),
-			MaxConns:           maxUserConns(cfg.Concurrency),
-			MaxConnWaitTimeout: cfg.Timeout,
-			// Below the 5 s keep-alive timeout of Node's http server, so a
-			// pooled connection is not reused just as the function closes it.
-			MaxIdleConnDuration:           4 * time.Second,
-			NoDefaultUserAgentHeader:      true,
-			DisableHeaderNamesNormalizing: true,
-			DisablePathNormalizing:        true,
-		},
+		// Idle connections live 4 s, below the 5 s keep-alive timeout
+		// of Node's http server, so that the proxy does not reuse a
+		// connection the function is closing.
+		client:  newUpstream(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), 4*time.Second),
 		stats:   stats,
 		metrics: m,
 		timeout: cfg.Timeout,
@@ -52,14 +45,17 @@ func NewProxy(cfg Config, stats *Stats, m *metrics, refused func()) *Proxy {
 	return p
 }
 
-// maxUserConns bounds the connections to the user process: the breaker
-// already bounds them when concurrency is limited.
-func maxUserConns(concurrency int) int {
+// maxIdleConns bounds the idle connections kept to the user process.
+func maxIdleConns(concurrency int) int {
 	if concurrency > 0 {
 		return concurrency
 	}
-	return 10_000
+	return 1024
 }
+
+// StatusClientClosedRequest is recorded for requests whose client hung up
+// before the answer (nginx's 499); nobody receives it.
+const StatusClientClosedRequest = 499
 
 // ServeHTTP is the fasthttp handler of the serving port.
 func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
@@ -72,13 +68,20 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 }
 
 func (p *Proxy) serve(ctx *fasthttp.RequestCtx, deadline time.Time) int {
+	cc, _ := ctx.Conn().(*clientConn) // nil when hang-ups are not watched
 	if p.breaker != nil {
-		switch err := p.breaker.Acquire(deadline); err {
+		var gone <-chan struct{}
+		if cc != nil {
+			gone = cc.gone
+		}
+		switch err := p.breaker.Acquire(deadline, gone); err {
 		case nil:
 			defer p.breaker.Release()
 		case ErrQueueFull:
 			ctx.Response.Header.Set("Retry-After", "1")
 			return p.fail(ctx, fasthttp.StatusServiceUnavailable, p.errBody.queueFull)
+		case ErrClientGone:
+			return StatusClientClosedRequest
 		default:
 			return p.fail(ctx, fasthttp.StatusGatewayTimeout, p.errBody.timeout)
 		}
@@ -86,13 +89,19 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, deadline time.Time) int {
 	req := &ctx.Request
 	prepareRequest(req, ctx.RemoteAddr())
 	resp := &ctx.Response
-	if err := p.client.DoDeadline(req, resp, deadline); err != nil {
+	if err := p.client.do(req, resp, deadline, cc); err != nil {
 		resp.Reset()
+		if errors.Is(err, errClientGone) {
+			return StatusClientClosedRequest
+		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			p.refused()
 		}
 		return p.fail(ctx, upstreamErrorStatus(err), p.errBody.upstream(err))
 	}
+	// The function closing its connection is no reason to close the
+	// client's.
+	resp.Header.ResetConnectionClose()
 	stripHopByHop(&resp.Header)
 	return resp.StatusCode()
 }
@@ -124,7 +133,7 @@ func appendForwardedFor(req *fasthttp.Request, ip netip.Addr) {
 // upstreamErrorStatus maps a failed call to the user process to the
 // status the client gets.
 func upstreamErrorStatus(err error) int {
-	if errors.Is(err, fasthttp.ErrTimeout) || errors.Is(err, fasthttp.ErrNoFreeConns) {
+	if isTimeout(err) {
 		return fasthttp.StatusGatewayTimeout
 	}
 	return fasthttp.StatusBadGateway
@@ -140,16 +149,14 @@ func (p *Proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {
 // upstreamCause names, for the 502/504 body, why the user process failed.
 func upstreamCause(err error) string {
 	switch {
-	case errors.Is(err, fasthttp.ErrTimeout):
+	case isTimeout(err):
 		return "timeout"
-	case errors.Is(err, fasthttp.ErrNoFreeConns):
-		return "no free connection to the function"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused by the function"
+	case errors.Is(err, errNothingRead):
+		return errNothingRead.Error()
 	case errors.Is(err, syscall.ECONNRESET):
 		return "connection reset by the function"
-	case errors.Is(err, fasthttp.ErrConnectionClosed):
-		return "function closed the connection before responding"
 	}
 	return err.Error()
 }

@@ -27,6 +27,10 @@ import (
 // the instance is no longer ready.
 const DefaultQuietPeriod = time.Second
 
+// maxConnections bounds the client connections served at once, and so the
+// goroutines and the connections to the user process.
+const maxConnections = 10_000
+
 // Server is one queue-proxy: the proxy on the serving port and the admin
 // endpoints, with readiness probing and drain.
 type Server struct {
@@ -94,8 +98,15 @@ func (s *Server) Ready() bool {
 // no request has arrived for the quiet period and none is in flight, or
 // when the drain timeout passes.
 func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
+	hangups, err := newHangups(s.log)
+	if err != nil {
+		return err
+	}
+	defer hangups.close()
+	serving = hangups.listener(serving)
 	fs := &fasthttp.Server{
 		Handler:                      s.proxy.ServeHTTP,
+		Concurrency:                  maxConnections,
 		ErrorHandler:                 s.proxy.serveReadError,
 		MaxRequestBodySize:           int(s.cfg.MaxBodyBytes),
 		ReadTimeout:                  s.cfg.Timeout,
@@ -110,15 +121,17 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	}
 	hs := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 
-	probeCtx, stopProbe := context.WithCancel(context.Background())
-	defer stopProbe()
-	go s.prober.run(probeCtx)
+	bgCtx, stopBackground := context.WithCancel(context.Background())
+	defer stopBackground()
+	go s.prober.run(bgCtx)
+	go hangups.run(bgCtx)
+	defer s.proxy.client.close()
 
 	errc := make(chan error, 2)
 	go func() { errc <- fs.Serve(serving) }()
 	go func() { errc <- hs.Serve(admin) }()
 	s.log.Info("queue-proxy serving", "serving", serving.Addr().String(), "admin", admin.Addr().String(),
-		"user", s.proxy.client.Addr, "concurrency", s.cfg.Concurrency, "queueDepth", s.cfg.QueueDepth)
+		"user", s.proxy.client.addr, "concurrency", s.cfg.Concurrency, "queueDepth", s.cfg.QueueDepth)
 
 	select {
 	case err := <-errc:

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -436,5 +437,45 @@ func TestMalformedRequests(t *testing.T) {
 	}
 	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
 		t.Fatalf("after malformed input: %d, want 200", resp.StatusCode)
+	}
+}
+
+// TestClientHangUpFreesSlot: a client that hangs up leaves the queue at
+// once, and one whose request is at the function has the call aborted,
+// freeing the slot while the function still works.
+func TestClientHangUpFreesSlot(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("hang-ups are watched with epoll, on Linux only")
+	}
+	h := startProxy(t, func(c *Config) { c.Concurrency, c.QueueDepth = 1, 5 })
+	rawGet := func(path string) net.Conn {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write([]byte("GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		return conn
+	}
+	holder := rawGet("/block?id=hangup")
+	h.waitFor("holder in flight", func() bool { return h.srv.inFlight() == 1 })
+	waiter := rawGet("/echo")
+	h.waitFor("waiter queued", func() bool { return h.srv.queued() == 1 })
+
+	waiter.Close()
+	h.waitFor("waiter out of the queue", func() bool { return h.srv.queued() == 0 })
+	if h.srv.inFlight() != 1 {
+		t.Fatalf("in flight = %d, want the holder still there", h.srv.inFlight())
+	}
+	holder.Close()
+	h.waitFor("holder's slot freed", func() bool { return h.srv.inFlight() == 0 })
+
+	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
+		t.Errorf("next request: %d, want 200", resp.StatusCode)
+	}
+	_, body := h.get(h.admin, "/metrics")
+	if want := `sless_queueproxy_requests_total{code="499",function="fn",namespace="ns"} 2`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %q", want)
 	}
 }

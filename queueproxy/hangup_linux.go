@@ -1,0 +1,118 @@
+package queueproxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// hangups tells requests when their client hangs up. fasthttp does not
+// read a connection while its handler runs, so it cannot notice; instead
+// every accepted connection is registered once, for EPOLLRDHUP, with an
+// epoll instance that one goroutine waits on. The request path only reads
+// the connection's channel: no syscall, lock or goroutine per request.
+type hangups struct {
+	epfd  int
+	log   *slog.Logger
+	mu    sync.Mutex
+	conns map[uint64]*clientConn
+	next  uint64
+}
+
+func newHangups(log *slog.Logger) (*hangups, error) {
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	return &hangups{epfd: epfd, log: log, conns: map[uint64]*clientConn{}}, nil
+}
+
+// listener wraps ln so that its connections are watched.
+func (h *hangups) listener(ln net.Listener) net.Listener {
+	return &watchedListener{Listener: ln, h: h}
+}
+
+type watchedListener struct {
+	net.Listener
+	h *hangups
+}
+
+func (l *watchedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	cc := &clientConn{Conn: c, gone: make(chan struct{})}
+	if err := l.h.watch(cc); err != nil {
+		l.h.log.Warn("cannot watch connection for hang-ups", "err", err)
+	}
+	return cc, nil
+}
+
+func (h *hangups) watch(cc *clientConn) error {
+	sc, ok := cc.Conn.(syscall.Conn)
+	if !ok {
+		return errors.New("connection has no file descriptor")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	h.mu.Lock()
+	h.next++
+	id := h.next
+	h.conns[id] = cc
+	h.mu.Unlock()
+	var ctlErr error
+	err = raw.Control(func(fd uintptr) {
+		// Fd and Pad together are epoll_data: they carry the id.
+		ev := unix.EpollEvent{Events: unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(uint32(id)), Pad: int32(uint32(id >> 32))}
+		ctlErr = unix.EpollCtl(h.epfd, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		if ctlErr == nil {
+			cc.unwatch = func() {
+				h.mu.Lock()
+				delete(h.conns, id)
+				h.mu.Unlock()
+				_ = unix.EpollCtl(h.epfd, unix.EPOLL_CTL_DEL, int(fd), nil)
+			}
+		}
+	})
+	if err = errors.Join(err, ctlErr); err != nil {
+		h.mu.Lock()
+		delete(h.conns, id)
+		h.mu.Unlock()
+	}
+	return err
+}
+
+// run waits for hang-ups until ctx ends.
+func (h *hangups) run(ctx context.Context) {
+	events := make([]unix.EpollEvent, 64)
+	for ctx.Err() == nil {
+		n, err := unix.EpollWait(h.epfd, events, 200)
+		if err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			h.log.Error("epoll_wait", "err", err)
+			return
+		}
+		for _, ev := range events[:n] {
+			id := uint64(uint32(ev.Fd)) | uint64(uint32(ev.Pad))<<32
+			h.mu.Lock()
+			cc := h.conns[id]
+			h.mu.Unlock()
+			if cc != nil {
+				cc.hangUp()
+			}
+		}
+	}
+}
+
+func (h *hangups) close() error { return unix.Close(h.epfd) }
