@@ -19,7 +19,11 @@ type Proxy struct {
 	stats   *Stats
 	metrics *metrics
 	timeout time.Duration
+	maxBody int64
 	errBody errorBodies
+	// endStreamFn is endStream, bound once so that streaming a body does
+	// not allocate a closure.
+	endStreamFn func(*streamedBody)
 	// refused is called when the user process refuses a connection, so
 	// readiness drops at once rather than at the next probe.
 	refused func()
@@ -32,16 +36,18 @@ func NewProxy(cfg Config, stats *Stats, m *metrics, refused func()) *Proxy {
 		// Idle connections live 4 s, below the 5 s keep-alive timeout
 		// of Node's http server, so that the proxy does not reuse a
 		// connection the function is closing.
-		client:  newUpstream(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), 4*time.Second),
+		client:  newUpstream(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), 4*time.Second, cfg.MaxBodyBytes),
 		stats:   stats,
 		metrics: m,
 		timeout: cfg.Timeout,
+		maxBody: cfg.MaxBodyBytes,
 		errBody: newErrorBodies(cfg.Namespace, cfg.Function),
 		refused: refused,
 	}
 	if cfg.Concurrency > 0 {
 		p.breaker = NewBreaker(cfg.Concurrency, cfg.QueueDepth)
 	}
+	p.endStreamFn = p.endStream
 	return p
 }
 
@@ -61,13 +67,37 @@ const StatusClientClosedRequest = 499
 func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	p.stats.In(start)
-	code := p.serve(ctx, start.Add(p.timeout))
-	end := time.Now()
-	p.stats.Out(end)
-	p.metrics.observe(code, end.Sub(start))
+	code, body := p.serve(ctx, start)
+	if body != nil {
+		// The request ends when fasthttp has written the body and closed
+		// it, in endStream.
+		body.done, body.startedAt, body.code = p.endStreamFn, start, code
+		return
+	}
+	p.end(start, code)
 }
 
-func (p *Proxy) serve(ctx *fasthttp.RequestCtx, deadline time.Time) int {
+// end records a request that has left the proxy.
+func (p *Proxy) end(start time.Time, code int) {
+	now := time.Now()
+	p.stats.Out(now)
+	p.metrics.observe(code, now.Sub(start))
+}
+
+func (p *Proxy) endStream(b *streamedBody) {
+	if b.holdsSlot {
+		p.breaker.Release()
+	}
+	p.end(b.startedAt, b.code)
+}
+
+// serve answers the request and returns its status code, and the body
+// still streaming to the client, if any, which then holds the slot.
+func (p *Proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *streamedBody) {
+	if int64(ctx.Request.Header.ContentLength()) > p.maxBody {
+		return p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge), nil
+	}
+	deadline := start.Add(p.timeout)
 	cc, _ := ctx.Conn().(*clientConn) // nil when hang-ups are not watched
 	if p.breaker != nil {
 		var gone <-chan struct{}
@@ -76,34 +106,48 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, deadline time.Time) int {
 		}
 		switch err := p.breaker.Acquire(deadline, gone); err {
 		case nil:
-			defer p.breaker.Release()
 		case ErrQueueFull:
 			ctx.Response.Header.Set("Retry-After", "1")
-			return p.fail(ctx, fasthttp.StatusServiceUnavailable, p.errBody.queueFull)
+			return p.fail(ctx, fasthttp.StatusServiceUnavailable, p.errBody.queueFull), nil
 		case ErrClientGone:
-			return StatusClientClosedRequest
+			return StatusClientClosedRequest, nil
 		default:
-			return p.fail(ctx, fasthttp.StatusGatewayTimeout, p.errBody.timeout)
+			return p.fail(ctx, fasthttp.StatusGatewayTimeout, p.errBody.timeout), nil
 		}
 	}
+	code, body := p.forward(ctx, deadline, cc)
+	if body != nil {
+		body.holdsSlot = p.breaker != nil
+	} else if p.breaker != nil {
+		p.breaker.Release()
+	}
+	return code, body
+}
+
+func (p *Proxy) forward(ctx *fasthttp.RequestCtx, deadline time.Time, cc *clientConn) (int, *streamedBody) {
 	req := &ctx.Request
 	prepareRequest(req, ctx.RemoteAddr())
 	resp := &ctx.Response
-	if err := p.client.do(req, resp, deadline, cc); err != nil {
+	body, err := p.client.do(req, resp, deadline, cc)
+	if err != nil {
 		resp.Reset()
-		if errors.Is(err, errClientGone) {
-			return StatusClientClosedRequest
-		}
-		if errors.Is(err, syscall.ECONNREFUSED) {
+		switch {
+		case errors.Is(err, errClientGone):
+			return StatusClientClosedRequest, nil
+		case errors.Is(err, errBodyTooLarge):
+			return p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge), nil
+		case errors.Is(err, errBadBody):
+			return p.fail(ctx, fasthttp.StatusBadRequest, p.errBody.badRequest), nil
+		case errors.Is(err, syscall.ECONNREFUSED):
 			p.refused()
 		}
-		return p.fail(ctx, upstreamErrorStatus(err), p.errBody.upstream(err))
+		return p.fail(ctx, upstreamErrorStatus(err), p.errBody.upstream(err)), nil
 	}
 	// The function closing its connection is no reason to close the
 	// client's.
 	resp.Header.ResetConnectionClose()
 	stripHopByHop(&resp.Header)
-	return resp.StatusCode()
+	return resp.StatusCode(), body
 }
 
 // prepareRequest turns the client's request into the one for the user

@@ -105,8 +105,10 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	defer hangups.close()
 	serving = hangups.listener(serving)
 	fs := &fasthttp.Server{
-		Handler:                      s.proxy.ServeHTTP,
-		Concurrency:                  maxConnections,
+		Handler:        s.proxy.ServeHTTP,
+		Concurrency:    maxConnections,
+		ReadBufferSize: 16 << 10, // the longest request head
+
 		ErrorHandler:                 s.proxy.serveReadError,
 		MaxRequestBodySize:           int(s.cfg.MaxBodyBytes),
 		ReadTimeout:                  s.cfg.Timeout,
@@ -116,6 +118,7 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		NoDefaultContentType:         true,
 		NoDefaultDate:                true,
 		DisablePreParseMultipartForm: true,
+		StreamRequestBody:            true,
 		CloseOnShutdown:              true,
 		Logger:                       slogPrinter{s.log},
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -478,4 +479,66 @@ func TestClientHangUpFreesSlot(t *testing.T) {
 	if want := `sless_queueproxy_requests_total{code="499",function="fn",namespace="ns"} 2`; !strings.Contains(string(body), want) {
 		t.Errorf("/metrics lacks %q", want)
 	}
+}
+
+// TestStreaming sends bodies far larger than any buffer both ways, and
+// checks that a response still streaming holds its slot until it ends, or
+// until its client hangs up.
+func TestStreaming(t *testing.T) {
+	h := startProxy(t, func(c *Config) { c.Concurrency, c.MaxBodyBytes = 1, 64<<20 })
+	t.Run("request body", func(t *testing.T) {
+		const n = 32 << 20
+		body := make([]byte, n)
+		var sum int64
+		for i := range body {
+			body[i] = byte(i * 7)
+			sum += int64(body[i])
+		}
+		for _, chunked := range []bool{false, true} {
+			req, _ := http.NewRequest(http.MethodPost, h.url+"/count", bytes.NewReader(body))
+			if chunked {
+				req.Body, req.ContentLength = io.NopCloser(bytes.NewReader(body)), -1
+			}
+			resp, got := h.do(req)
+			if want := fmt.Sprintf("%d %d", n, sum); resp.StatusCode != 200 || string(got) != want {
+				t.Errorf("chunked=%v: %d %q, want 200 %q", chunked, resp.StatusCode, got, want)
+			}
+		}
+	})
+	t.Run("response holds the slot", func(t *testing.T) {
+		resp, err := h.client.Get(h.url + "/drip?id=s1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if _, err := io.ReadFull(resp.Body, make([]byte, 100<<10)); err != nil {
+			t.Fatal(err)
+		}
+		if h.srv.inFlight() != 1 {
+			t.Errorf("in flight while the body streams = %d, want 1", h.srv.inFlight())
+		}
+		h.get("http://"+h.fn.Addr(), "/release?id=s1")
+		rest, err := io.ReadAll(resp.Body)
+		if err != nil || len(rest) != 100<<10 {
+			t.Fatalf("rest of the body: %d bytes, %v", len(rest), err)
+		}
+		h.waitFor("slot released after the body", func() bool { return h.srv.inFlight() == 0 })
+	})
+	t.Run("client hangs up mid-body", func(t *testing.T) {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write([]byte("GET /drip?id=s2 HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(conn, make([]byte, 50<<10)); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		h.waitFor("slot released after the hang-up", func() bool { return h.srv.inFlight() == 0 })
+		if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
+			t.Errorf("next request: %d, want 200", resp.StatusCode)
+		}
+	})
 }

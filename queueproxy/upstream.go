@@ -4,8 +4,11 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http/httputil"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -19,29 +22,45 @@ var (
 	// errNothingRead means the connection closed before any byte of a
 	// response: on a reused connection, the function had closed it idle.
 	errNothingRead = errors.New("function closed the connection before responding")
+	// errBodyTooLarge means a chunked request body passed the limit while
+	// it was being forwarded.
+	errBodyTooLarge = errors.New("request body too large")
+	// errBadBody means the client's body could not be read: short, badly
+	// chunked, or the client stalled.
+	errBadBody = errors.New("malformed request body")
 )
+
+// bufferedBodyMax is the largest response body read into memory; larger
+// ones, and those of unknown length, are streamed to the client.
+const bufferedBodyMax = 64 << 10
 
 // longAgo is a deadline in the past, to abort blocked reads and writes.
 var longAgo = time.Unix(1, 0)
 
-// upstream is the HTTP/1.1 client to the user process. It is fasthttp's
-// request writer and response reader over keep-alive connections of its
-// own, so that a call can be aborted when its client hangs up, something
-// fasthttp's clients cannot do.
+// upstream is the HTTP/1.1 client to the user process. It writes requests
+// and reads responses with fasthttp's header code over keep-alive
+// connections of its own, so that a call can be aborted when its client
+// hangs up (fasthttp's clients cannot), bodies stream both ways, and it
+// knows exactly when nothing of an answer was read.
 type upstream struct {
 	addr        string
 	idle        chan *upConn // bounded pool of idle connections
 	idleTimeout time.Duration
+	maxBody     int64 // request body limit
 	dialer      func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
 // upConn is one connection to the user process.
 type upConn struct {
+	u         *upstream
 	conn      net.Conn
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
 	aborted   atomic.Bool
+	src       clientBody       // request body being forwarded
+	lr        io.LimitedReader // kept here to avoid an allocation per request
+	body      streamedBody     // the response body, when streamed
 }
 
 func (c *upConn) abort() {
@@ -49,69 +68,262 @@ func (c *upConn) abort() {
 	_ = c.conn.SetDeadline(longAgo)
 }
 
-func newUpstream(addr string, maxIdle int, idleTimeout time.Duration) *upstream {
-	return &upstream{addr: addr, idle: make(chan *upConn, maxIdle), idleTimeout: idleTimeout,
+func newUpstream(addr string, maxIdle int, idleTimeout time.Duration, maxBody int64) *upstream {
+	return &upstream{
+		addr: addr, idle: make(chan *upConn, maxIdle), idleTimeout: idleTimeout, maxBody: maxBody,
 		dialer: func(addr string, timeout time.Duration) (net.Conn, error) {
 			return net.DialTimeout("tcp", addr, timeout)
-		}}
+		},
+	}
 }
 
 // do sends req and reads resp before deadline. cc, when not nil, aborts
 // the call if its client hangs up. A request that may have reached the
-// function is never sent twice, except an idempotent one whose reused
-// connection turned out closed before anything was read.
-func (u *upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *clientConn) error {
+// function is never sent twice, except an idempotent one without a body
+// stream whose reused connection turned out closed before anything was
+// read.
+//
+// When the response body is streamed, do returns its body, which holds the
+// connection until the server has written the body and closed it; else nil.
+func (u *upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *clientConn) (*streamedBody, error) {
 	c, reused, err := u.get(deadline)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	err = u.roundTrip(c, req, resp, deadline, cc)
-	if reused && errors.Is(err, errNothingRead) && isIdempotent(req) {
+	body, err := u.roundTrip(c, req, resp, deadline, cc)
+	if reused && errors.Is(err, errNothingRead) && isIdempotent(req) && !req.IsBodyStream() {
 		if c, err = u.dial(deadline); err != nil {
-			return err
+			return nil, err
 		}
-		err = u.roundTrip(c, req, resp, deadline, cc)
+		body, err = u.roundTrip(c, req, resp, deadline, cc)
 	}
-	return err
+	return body, err
 }
 
-func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *clientConn) error {
+func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *clientConn) (*streamedBody, error) {
 	if cc != nil {
 		cc.attach(c)
-		defer cc.detach()
 	}
-	err := c.exchange(req, resp, deadline)
+	streamed, err := c.exchange(req, resp, deadline)
+	if err == nil && streamed {
+		c.body.cc = cc
+		return &c.body, nil // detached and released when the body closes
+	}
+	if cc != nil {
+		cc.detach()
+	}
 	if c.aborted.Load() {
 		_ = c.conn.Close()
-		return errClientGone
+		return nil, errClientGone
 	}
 	if err != nil || resp.ConnectionClose() {
 		_ = c.conn.Close()
-		return err
+		return nil, err
 	}
 	u.put(c)
-	return nil
+	return nil, nil
 }
 
-func (c *upConn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) error {
+func (c *upConn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (streamed bool, err error) {
 	if err := c.conn.SetDeadline(deadline); err != nil {
-		return err
+		return false, err
 	}
-	if err := req.Write(c.bw); err != nil {
-		return fmt.Errorf("write request: %w", err)
-	}
-	if err := c.bw.Flush(); err != nil {
-		return fmt.Errorf("write request: %w", err)
+	if err := c.writeRequest(req); err != nil {
+		return false, err
 	}
 	if _, err := c.br.Peek(1); err != nil {
 		if isTimeout(err) {
+			return false, err
+		}
+		return false, fmt.Errorf("%w: %w", errNothingRead, err)
+	}
+	if err := readResponseHeader(&resp.Header, c.br); err != nil {
+		return false, fmt.Errorf("read response: %w", err)
+	}
+	code := resp.StatusCode()
+	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified {
+		resp.SkipBody = true
+		return false, nil
+	}
+	if cl := resp.Header.ContentLength(); cl >= 0 && cl <= bufferedBodyMax {
+		if err := resp.ReadBody(c.br, 0); err != nil {
+			return false, fmt.Errorf("read response body: %w", err)
+		}
+		return false, nil
+	}
+	c.body.start(c, resp.Header.ContentLength(), !resp.ConnectionClose())
+	resp.SetBodyStream(&c.body, resp.Header.ContentLength())
+	return true, nil
+}
+
+// readResponseHeader reads the final response header, skipping interim
+// 1xx responses.
+func readResponseHeader(h *fasthttp.ResponseHeader, br *bufio.Reader) error {
+	for range 10 {
+		if err := h.Read(br); err != nil {
 			return err
 		}
-		return fmt.Errorf("%w: %w", errNothingRead, err)
+		if code := h.StatusCode(); code < 100 || code > 199 || code == fasthttp.StatusSwitchingProtocols {
+			return nil
+		}
 	}
-	resp.SkipBody = req.Header.IsHead()
-	if err := resp.Read(c.br); err != nil {
-		return fmt.Errorf("read response: %w", err)
+	return errors.New("too many interim responses")
+}
+
+// writeRequest writes req, streaming its body when the server left it
+// unread, chunked when its length is unknown, within the body limit.
+func (c *upConn) writeRequest(req *fasthttp.Request) error {
+	stream := req.BodyStream()
+	if stream == nil {
+		if err := req.Write(c.bw); err != nil {
+			return fmt.Errorf("write request: %w", err)
+		}
+		return c.flush()
+	}
+	if err := req.Header.Write(c.bw); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	c.src = clientBody{r: stream}
+	cl := int64(req.Header.ContentLength())
+	if cl >= 0 {
+		c.lr = io.LimitedReader{R: &c.src, N: cl}
+		n, err := c.bw.ReadFrom(&c.lr)
+		if c.src.err != nil || n < cl {
+			return fmt.Errorf("%w: %d of %d bytes: %v", errBadBody, n, cl, c.src.err)
+		}
+		if err != nil {
+			return fmt.Errorf("forward request body: %w", err)
+		}
+		return c.flush()
+	}
+	return c.writeChunked(&c.src)
+}
+
+// clientBody keeps the error of reading the client's body apart from those
+// of writing it to the function.
+type clientBody struct {
+	r   io.Reader
+	err error
+}
+
+func (b *clientBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && !errors.Is(err, io.EOF) {
+		b.err = err
+	}
+	return n, err
+}
+
+// writeChunked forwards a body of unknown length in chunks as it arrives.
+func (c *upConn) writeChunked(stream io.Reader) error {
+	var buf [16 << 10]byte
+	var sent int64
+	for {
+		n, err := stream.Read(buf[:])
+		if n > 0 {
+			if sent += int64(n); sent > c.u.maxBody {
+				return errBodyTooLarge
+			}
+			c.bw.WriteString(strconv.FormatInt(int64(n), 16))
+			c.bw.WriteString("\r\n")
+			c.bw.Write(buf[:n])
+			if _, werr := c.bw.WriteString("\r\n"); werr != nil {
+				return fmt.Errorf("forward request body: %w", werr)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			c.bw.WriteString("0\r\n\r\n")
+			return c.flush()
+		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", errBadBody, err)
+		}
+	}
+}
+
+func (c *upConn) flush() error {
+	if err := c.bw.Flush(); err != nil {
+		return fmt.Errorf("write request: %w", err)
+	}
+	return nil
+}
+
+// streamedBody is a response body passed to the client as it arrives
+// from the function. fasthttp closes it once written (or on failure); the
+// close returns the connection and calls done, which ends the request.
+type streamedBody struct {
+	c        *upConn
+	r        io.Reader
+	chunked  bool
+	reusable bool // the connection can carry another request after the body
+	finished bool // the whole body was read
+	cc       *clientConn
+	// done ends the request: slot, stats, metrics. Set by the proxy.
+	done func(*streamedBody)
+	// What done needs, kept here to avoid a closure per request.
+	startedAt time.Time
+	code      int
+	holdsSlot bool
+}
+
+func (b *streamedBody) start(c *upConn, contentLength int, keepAlive bool) {
+	*b = streamedBody{c: c, reusable: keepAlive}
+	switch {
+	case contentLength >= 0:
+		c.lr = io.LimitedReader{R: c.br, N: int64(contentLength)}
+		b.r = &c.lr
+	case contentLength == -1:
+		b.r, b.chunked = httputil.NewChunkedReader(c.br), true
+	default: // until the function closes the connection
+		b.r, b.reusable = c.br, false
+	}
+}
+
+func (b *streamedBody) Read(p []byte) (int, error) {
+	if b.finished {
+		return 0, io.EOF
+	}
+	n, err := b.r.Read(p)
+	if errors.Is(err, io.EOF) {
+		if b.chunked {
+			err = skipTrailers(b.c.br)
+		}
+		if err == nil || errors.Is(err, io.EOF) {
+			b.finished, err = true, io.EOF
+		}
+	}
+	return n, err
+}
+
+// skipTrailers reads the trailer fields after a chunked body, up to the
+// blank line, so that the connection can carry the next request.
+func skipTrailers(br *bufio.Reader) error {
+	for range 100 {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) <= 2 {
+			return nil
+		}
+	}
+	return errors.New("too many trailer fields")
+}
+
+// Close returns the connection to the pool when the body was read whole
+// and the function keeps it open, and ends the request.
+func (b *streamedBody) Close() error {
+	c := b.c
+	if b.cc != nil {
+		b.cc.detach()
+	}
+	if b.finished && b.reusable && !c.aborted.Load() {
+		c.u.put(c)
+	} else {
+		_ = c.conn.Close()
+	}
+	if b.done != nil {
+		b.done(b)
 	}
 	return nil
 }
@@ -121,6 +333,7 @@ func (u *upstream) get(deadline time.Time) (c *upConn, reused bool, err error) {
 		select {
 		case c := <-u.idle:
 			if time.Since(c.idleSince) < u.idleTimeout {
+				c.aborted.Store(false)
 				return c, true, nil
 			}
 			_ = c.conn.Close()
@@ -140,7 +353,7 @@ func (u *upstream) dial(deadline time.Time) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{conn: conn, br: bufio.NewReaderSize(conn, 4096), bw: bufio.NewWriterSize(conn, 4096)}, nil
+	return &upConn{u: u, conn: conn, br: bufio.NewReaderSize(conn, 4096), bw: bufio.NewWriterSize(conn, 4096)}, nil
 }
 
 func (u *upstream) put(c *upConn) {

@@ -7,6 +7,7 @@
 package testfn
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -61,6 +62,8 @@ func newHandler() http.Handler {
 	mux.HandleFunc("/sleep", h.track(h.sleep))
 	mux.HandleFunc("/block", h.track(h.block))
 	mux.HandleFunc("/release", h.release)
+	mux.HandleFunc("/count", h.count)
+	mux.HandleFunc("/drip", h.track(h.drip))
 	mux.HandleFunc("/max", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprint(w, h.maxInFlight.Swap(0))
 	})
@@ -117,6 +120,41 @@ func (h *handler) bytes(w http.ResponseWriter, r *http.Request) {
 		if _, err := w.Write(chunk); err != nil {
 			return
 		}
+	}
+}
+
+// count reads the body and answers its length and the sum of its bytes,
+// so that large bodies are checked without echoing them.
+func (h *handler) count(w http.ResponseWriter, r *http.Request) {
+	var n, sum int64
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := r.Body.Read(buf)
+		for _, b := range buf[:k] {
+			sum += int64(b)
+		}
+		n += int64(k)
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+	}
+	_, _ = fmt.Fprintf(w, "%d %d", n, sum)
+}
+
+// drip sends the first half of a body of unknown length, waits for
+// /release?id=, then sends the rest.
+func (h *handler) drip(w http.ResponseWriter, r *http.Request) {
+	part := bytes.Repeat([]byte("d"), 100<<10)
+	_, _ = w.Write(part)
+	http.NewResponseController(w).Flush()
+	select {
+	case <-h.gate(r.URL.Query().Get("id")):
+		_, _ = w.Write(part)
+	case <-r.Context().Done():
 	}
 }
 
