@@ -84,7 +84,7 @@ func BenchmarkProxyHandler(b *testing.B) {
 	}
 }
 
-func benchProxy(b *testing.B, concurrency int) *Proxy {
+func benchProxy(b *testing.B, concurrency int) *proxy {
 	ln := fasthttputil.NewInmemoryListener()
 	user := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("hello") }}
 	go func() { _ = user.Serve(ln) }()
@@ -95,7 +95,7 @@ func benchProxy(b *testing.B, concurrency int) *Proxy {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := NewProxy(cfg, NewStats(time.Now()), m, func() {})
+	p := newProxy(cfg, NewStats(time.Now()), m, func() {})
 	p.client.dialer = func(string, time.Duration) (net.Conn, error) { return ln.Dial() }
 	return p
 }

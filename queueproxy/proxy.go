@@ -11,9 +11,9 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Proxy forwards requests to the user process through a breaker, keeping
+// proxy forwards requests to the user process through a breaker, keeping
 // the stats and metrics the autoscaler and Prometheus read.
-type Proxy struct {
+type proxy struct {
 	client  *upstream
 	breaker *Breaker // nil when concurrency is unlimited
 	stats   *Stats
@@ -29,10 +29,10 @@ type Proxy struct {
 	refused func()
 }
 
-// NewProxy returns a proxy to the user process on 127.0.0.1:cfg.UserPort.
+// newProxy returns a proxy to the user process on 127.0.0.1:cfg.UserPort.
 // refused is called whenever the user process refuses a connection.
-func NewProxy(cfg Config, stats *Stats, m *metrics, refused func()) *Proxy {
-	p := &Proxy{
+func newProxy(cfg Config, stats *Stats, m *metrics, refused func()) *proxy {
+	p := &proxy{
 		// Idle connections live 4 s, below the 5 s keep-alive timeout
 		// of Node's http server, so that the proxy does not reuse a
 		// connection the function is closing.
@@ -64,7 +64,7 @@ func maxIdleConns(concurrency int) int {
 const StatusClientClosedRequest = 499
 
 // ServeHTTP is the fasthttp handler of the serving port.
-func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
+func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	p.stats.In(start)
 	code, body := p.serve(ctx, start)
@@ -78,13 +78,13 @@ func (p *Proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 }
 
 // end records a request that has left the proxy.
-func (p *Proxy) end(start time.Time, code int) {
+func (p *proxy) end(start time.Time, code int) {
 	now := time.Now()
 	p.stats.Out(now)
 	p.metrics.observe(code, now.Sub(start))
 }
 
-func (p *Proxy) endStream(b *streamedBody) {
+func (p *proxy) endStream(b *streamedBody) {
 	if b.holdsSlot {
 		p.breaker.Release()
 	}
@@ -93,7 +93,7 @@ func (p *Proxy) endStream(b *streamedBody) {
 
 // serve answers the request and returns its status code, and the body
 // still streaming to the client, if any, which then holds the slot.
-func (p *Proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *streamedBody) {
+func (p *proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *streamedBody) {
 	if int64(ctx.Request.Header.ContentLength()) > p.maxBody {
 		return p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge), nil
 	}
@@ -124,7 +124,7 @@ func (p *Proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *streamed
 	return code, body
 }
 
-func (p *Proxy) forward(ctx *fasthttp.RequestCtx, deadline time.Time, cc *clientConn) (int, *streamedBody) {
+func (p *proxy) forward(ctx *fasthttp.RequestCtx, deadline time.Time, cc *clientConn) (int, *streamedBody) {
 	req := &ctx.Request
 	prepareRequest(req, ctx.RemoteAddr())
 	resp := &ctx.Response
@@ -183,7 +183,7 @@ func upstreamErrorStatus(err error) int {
 	return fasthttp.StatusBadGateway
 }
 
-func (p *Proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {
+func (p *proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {
 	ctx.Response.SetStatusCode(code)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.Response.SetBodyRaw(body)
@@ -207,7 +207,7 @@ func upstreamCause(err error) string {
 
 // serveReadError answers a request that could not be read: too large a
 // body gets 413, anything else 400.
-func (p *Proxy) serveReadError(ctx *fasthttp.RequestCtx, err error) {
+func (p *proxy) serveReadError(ctx *fasthttp.RequestCtx, err error) {
 	code, body := fasthttp.StatusBadRequest, p.errBody.badRequest
 	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
 		code, body = fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge

@@ -36,7 +36,7 @@ const maxConnections = 10_000
 type Server struct {
 	cfg      Config
 	log      *slog.Logger
-	proxy    *Proxy
+	proxy    *proxy
 	stats    *Stats
 	registry *prometheus.Registry
 	prober   *prober
@@ -69,7 +69,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.prober = newProber(cfg.UserPort, log)
-	s.proxy = NewProxy(cfg, s.stats, m, s.prober.failed)
+	s.proxy = newProxy(cfg, s.stats, m, s.prober.failed)
 	return s, nil
 }
 

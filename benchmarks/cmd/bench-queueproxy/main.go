@@ -114,6 +114,9 @@ func run(ctx context.Context, slessBin string, duration, warmup time.Duration, r
 
 	var scenarios []float64
 	for _, s := range strings.Split(rateList, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
 		r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
 		if err != nil {
 			return fmt.Errorf("-rates: %w", err)
