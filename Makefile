@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-unit bench generate verify lint controlplane tools clean
+.PHONY: all build run test test-unit bench bench-knative generate verify lint controlplane tools clean
 
 all: build
 
@@ -40,6 +40,13 @@ test-unit:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./queueproxy/
 	$(GO) run ./benchmarks/cmd/bench-queueproxy -sless bin/sless
+
+## bench-knative: the load comparison with Knative's queue-proxy beside sless's
+bench-knative: build bin/knative/queue
+	$(GO) run ./benchmarks/cmd/bench-queueproxy -sless bin/sless -knative bin/knative/queue
+
+bin/knative/queue: hack/knative/go.mod
+	cd hack/knative && $(GO) build -o $(CURDIR)/$@ knative.dev/serving/cmd/queue
 
 ## generate: deepcopy functions and the CRD, from the markers in apis/
 generate: $(TOOLS)/controller-gen

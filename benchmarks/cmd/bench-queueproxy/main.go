@@ -1,10 +1,11 @@
 // Command bench-queueproxy measures what the queue-proxy costs on the
 // request path: the same function process is loaded directly and through a
 // real `sless queue-proxy` process, in one run, at fixed rates and at
-// maximum throughput, and the two are compared. It prints a Markdown table
-// for benchmarks/RESULTS.md.
+// maximum throughput, and the two are compared. Given -knative, Knative
+// Serving's queue-proxy (built by `make knative-queue`) is measured the same
+// way beside it. It prints a Markdown table for benchmarks/RESULTS.md.
 //
-//	go run ./benchmarks/cmd/bench-queueproxy -sless bin/sless
+//	go run ./benchmarks/cmd/bench-queueproxy -sless bin/sless [-knative bin/knative/queue]
 package main
 
 import (
@@ -43,6 +44,7 @@ func main() {
 		connections = flag.Int("connections", 64, "connections for every scenario")
 		concurrency = flag.Int("concurrency", 0, "SLESS_CONCURRENCY of the queue-proxy (0 = unlimited)")
 		procs       = flag.Int("qp-gomaxprocs", 0, "GOMAXPROCS of the queue-proxy (0 = Go's default)")
+		knative     = flag.String("knative", "", "Knative's queue-proxy binary, to measure beside sless's (it binds 8022, 9090, 9091)")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -50,7 +52,7 @@ func main() {
 	if *procs > 0 {
 		qpEnv = append(qpEnv, "GOMAXPROCS="+strconv.Itoa(*procs))
 	}
-	if err := run(ctx, *slessBin, *duration, *warmup, *rates, *connections, *concurrency); err != nil {
+	if err := run(ctx, *slessBin, *knative, *duration, *warmup, *rates, *connections, *concurrency); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-queueproxy:", err)
 		os.Exit(1)
 	}
@@ -72,12 +74,12 @@ func serveHello(port string) {
 	os.Exit(1)
 }
 
-func run(ctx context.Context, slessBin string, duration, warmup time.Duration, rateList string, conns, concurrency int) error {
-	ports, err := freePorts(3)
+func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time.Duration, rateList string, conns, concurrency int) error {
+	ports, err := freePorts(5)
 	if err != nil {
 		return err
 	}
-	userPort, servingPort, adminPort := ports[0], ports[1], ports[2]
+	userPort, servingPort, adminPort, knServingPort, knTLSPort := ports[0], ports[1], ports[2], ports[3], ports[4]
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -95,18 +97,43 @@ func run(ctx context.Context, slessBin string, duration, warmup time.Duration, r
 		"SLESS_DRAIN_SECONDS=1")
 	qp.Env = append(qp.Env, qpEnv...)
 	qp.Stderr = io.Discard
-	for _, c := range []*exec.Cmd{hello, qp} {
+	procs := []*exec.Cmd{hello, qp}
+	paths := []path{
+		{name: "direct", url: fmt.Sprintf("http://127.0.0.1:%d/", userPort)},
+		{name: "sless queue-proxy", url: fmt.Sprintf("http://127.0.0.1:%d/", servingPort), proc: qp},
+	}
+	if knativeBin != "" {
+		kn := exec.Command(knativeBin)
+		kn.Env = append(os.Environ(),
+			"CONTAINER_CONCURRENCY="+strconv.Itoa(concurrency),
+			"QUEUE_SERVING_PORT="+strconv.Itoa(knServingPort),
+			"QUEUE_SERVING_TLS_PORT="+strconv.Itoa(knTLSPort),
+			"USER_PORT="+strconv.Itoa(userPort),
+			"REVISION_TIMEOUT_SECONDS=300",
+			"SERVING_LOGGING_CONFIG=", "SERVING_LOGGING_LEVEL=error",
+			"SERVING_NAMESPACE=bench", "SERVING_CONFIGURATION=bench", "SERVING_REVISION=bench",
+			"SERVING_POD=bench", "SERVING_POD_IP=127.0.0.1")
+		kn.Env = append(kn.Env, qpEnv...)
+		kn.Stderr = io.Discard
+		procs = append(procs, kn)
+		paths = append(paths, path{name: "Knative queue-proxy", url: fmt.Sprintf("http://127.0.0.1:%d/", knServingPort), proc: kn})
+	}
+	for _, c := range procs {
 		if err := c.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", c.Path, err)
 		}
 		defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
 	}
-	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort)); err != nil {
+	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort), nil); err != nil {
 		return err
 	}
-
-	direct := fmt.Sprintf("http://127.0.0.1:%d/", userPort)
-	proxied := fmt.Sprintf("http://127.0.0.1:%d/", servingPort)
+	if knativeBin != "" {
+		// Knative answers its own readiness probe on the serving port.
+		probe := http.Header{"K-Network-Probe": {"queue"}}
+		if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/", knServingPort), probe); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("queue-proxy benchmark: %s, %d connections, %v per path after %v warm-up, concurrency %d, %d CPUs\n\n",
 		time.Now().UTC().Format(time.DateOnly), conns, duration, warmup, concurrency, runtime.NumCPU())
 	fmt.Println("| scenario | path | throughput (req/s) | p50 | p90 | p99 | errors | queue-proxy CPU per request |")
@@ -131,35 +158,56 @@ func run(ctx context.Context, slessBin string, duration, warmup time.Duration, r
 			name = fmt.Sprintf("%.0f req/s", rate)
 		}
 		o := loadgen.Options{Rate: rate, Connections: conns, Duration: duration, Warmup: warmup}
-		o.URL = direct
-		d, err := loadgen.Run(ctx, o)
-		if err != nil {
-			return err
+		var base loadgen.Result
+		for i, p := range paths {
+			r, cpu, err := p.measure(ctx, o)
+			if err != nil {
+				return err
+			}
+			row(name, p.name, r, cpu)
+			if i == 0 {
+				base = r
+				continue
+			}
+			summary = append(summary, fmt.Sprintf("- %s, %s: throughput ratio %.2f; added latency p50 %s, p90 %s, p99 %s",
+				name, p.name, r.Throughput/base.Throughput, diff(r.Latency.P50, base.Latency.P50),
+				diff(r.Latency.P90, base.Latency.P90), diff(r.Latency.P99, base.Latency.P99)))
 		}
-		row(name, "direct", d, "")
-		o.URL = proxied
-		cpu0, err := cpuTime(qp.Process.Pid)
-		if err != nil {
-			return err
-		}
-		p, err := loadgen.Run(ctx, o)
-		if err != nil {
-			return err
-		}
-		cpu1, err := cpuTime(qp.Process.Pid)
-		if err != nil {
-			return err
-		}
-		// Warm-up requests are in the CPU time too: count them in.
-		total := float64(p.Requests) * float64(duration+warmup) / float64(duration)
-		perReq := time.Duration(float64(cpu1-cpu0) / total)
-		row(name, "queue-proxy", p, fmt.Sprintf("%.1f µs", float64(perReq)/1e3))
-		summary = append(summary, fmt.Sprintf("- %s: throughput ratio %.2f; added latency p50 %s, p90 %s, p99 %s",
-			name, p.Throughput/d.Throughput, diff(p.Latency.P50, d.Latency.P50), diff(p.Latency.P90, d.Latency.P90), diff(p.Latency.P99, d.Latency.P99)))
 	}
 	fmt.Println()
 	fmt.Println(strings.Join(summary, "\n"))
 	return nil
+}
+
+// path is one way to the function: direct, or through a proxy process.
+type path struct {
+	name string
+	url  string
+	proc *exec.Cmd // the proxy, whose CPU time is measured; nil for direct
+}
+
+// measure runs the load against the path and returns the proxy's CPU time
+// per request, counting the warm-up requests in.
+func (p path) measure(ctx context.Context, o loadgen.Options) (loadgen.Result, string, error) {
+	o.URL = p.url
+	if p.proc == nil {
+		r, err := loadgen.Run(ctx, o)
+		return r, "", err
+	}
+	cpu0, err := cpuTime(p.proc.Process.Pid)
+	if err != nil {
+		return loadgen.Result{}, "", err
+	}
+	r, err := loadgen.Run(ctx, o)
+	if err != nil {
+		return r, "", err
+	}
+	cpu1, err := cpuTime(p.proc.Process.Pid)
+	if err != nil {
+		return r, "", err
+	}
+	total := float64(r.Requests) * float64(o.Duration+o.Warmup) / float64(o.Duration)
+	return r, fmt.Sprintf("%.1f µs", float64(cpu1-cpu0)/total/1e3), nil
 }
 
 func row(scenario, path string, r loadgen.Result, cpu string) {
@@ -171,10 +219,15 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) 
 
 func diff(a, b time.Duration) string { return fmt.Sprintf("%+.3f ms", float64(a-b)/1e6) }
 
-func waitReady(ctx context.Context, url string) error {
+func waitReady(ctx context.Context, url string, header http.Header) error {
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		req.Header = header
+		if resp, err := http.DefaultClient.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				return nil
@@ -186,7 +239,7 @@ func waitReady(ctx context.Context, url string) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return errors.New("queue-proxy did not become ready within 30s")
+	return fmt.Errorf("%s did not answer 200 within 30s", url)
 }
 
 func freePorts(n int) ([]int, error) {
