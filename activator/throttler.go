@@ -1,0 +1,245 @@
+// Package activator is the front door of every function: it routes
+// invocations, throttles them over the function's ready instances, and
+// holds them while a function scaled to zero starts.
+package activator
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+)
+
+// Errors returned by Throttler.Acquire.
+var (
+	// ErrBufferFull means the function's queue, or the activator's global
+	// buffer, is full: answer 503 with Retry-After.
+	ErrBufferFull = errors.New("activator buffer full")
+	// ErrCanceled means the caller's cancel channel closed while waiting
+	// (timeout or client gone).
+	ErrCanceled = errors.New("gave up waiting for an instance")
+)
+
+// Buffer bounds the requests waiting across all of an activator's
+// functions, so that a flood for one function at zero cannot exhaust the
+// activator's memory.
+type Buffer struct {
+	waiting atomic.Int64
+	max     int64
+}
+
+// NewBuffer returns a buffer for at most max waiting requests.
+func NewBuffer(max int) *Buffer { return &Buffer{max: int64(max)} }
+
+// Waiting is the number of requests waiting in all throttlers.
+func (b *Buffer) Waiting() int { return int(b.waiting.Load()) }
+
+// Instance is one ready instance of a function, as the throttler tracks
+// it: its address and the requests it is handling.
+type Instance struct {
+	Addr     string
+	inFlight int // guarded by the throttler's mutex
+	removed  bool
+}
+
+// Throttler admits a function's requests to its ready instances, at most
+// capacity at once on each (0: unlimited), choosing between two random
+// instances the one with fewer requests in flight. Requests that find no
+// free instance wait in a bounded FIFO queue and are handed an instance
+// directly when one frees up or appears, so nothing polls.
+//
+// One mutex guards the instances and the queue; the critical sections are
+// a few comparisons and pointer moves.
+type Throttler struct {
+	capacity   int
+	maxWaiting int
+	buffer     *Buffer
+	// poke is called when a request starts waiting while the function
+	// has no instance: once per activation, not once per request.
+	poke func()
+
+	mu        sync.Mutex
+	instances []*Instance
+	waiters   []*waiter // FIFO; the head is waiters[0]
+	poked     bool      // poke was called since the last instance left
+	rng       *rand.Rand
+}
+
+type waiter struct {
+	got chan *Instance // receives the instance; buffered, written once
+}
+
+// NewThrottler returns a throttler for a function whose instances each take
+// capacity requests at once (0: unlimited), with room for maxWaiting
+// requests in its queue and in buffer. poke, if not nil, is called when the
+// function needs an instance it does not have.
+func NewThrottler(capacity, maxWaiting int, buffer *Buffer, poke func()) *Throttler {
+	if poke == nil {
+		poke = func() {}
+	}
+	return &Throttler{
+		capacity: capacity, maxWaiting: maxWaiting, buffer: buffer, poke: poke,
+		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+	}
+}
+
+// Acquire returns an instance to send a request to, waiting until one is
+// free or cancel closes. Every instance returned must be given back with
+// Release.
+func (t *Throttler) Acquire(cancel <-chan struct{}) (*Instance, error) {
+	t.mu.Lock()
+	if len(t.waiters) == 0 {
+		if in := t.pick(); in != nil {
+			in.inFlight++
+			t.mu.Unlock()
+			return in, nil
+		}
+	}
+	if len(t.waiters) >= t.maxWaiting {
+		t.mu.Unlock()
+		return nil, ErrBufferFull
+	}
+	if t.buffer.waiting.Add(1) > t.buffer.max {
+		t.buffer.waiting.Add(-1)
+		t.mu.Unlock()
+		return nil, ErrBufferFull
+	}
+	w := &waiter{got: make(chan *Instance, 1)}
+	t.waiters = append(t.waiters, w)
+	pokeNow := len(t.instances) == 0 && !t.poked
+	t.poked = t.poked || pokeNow
+	t.mu.Unlock()
+	if pokeNow {
+		t.poke()
+	}
+
+	select {
+	case in := <-w.got:
+		return in, nil
+	case <-cancel:
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if i := t.waiterIndex(w); i >= 0 {
+		t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
+		t.buffer.waiting.Add(-1)
+		return nil, ErrCanceled
+	}
+	// Handed an instance while giving up: pass it on.
+	t.releaseLocked(<-w.got)
+	return nil, ErrCanceled
+}
+
+// Release gives back an instance returned by Acquire.
+func (t *Throttler) Release(in *Instance) {
+	t.mu.Lock()
+	t.releaseLocked(in)
+	t.mu.Unlock()
+}
+
+func (t *Throttler) releaseLocked(in *Instance) {
+	in.inFlight--
+	if !in.removed {
+		t.dispatchLocked()
+	}
+}
+
+// Update replaces the set of ready instances. Instances that stay keep
+// their counts and traffic; removed ones get no new requests; waiting
+// requests are handed to the new capacity at once.
+func (t *Throttler) Update(addrs []string) {
+	t.mu.Lock()
+	old := make(map[string]*Instance, len(t.instances))
+	for _, in := range t.instances {
+		old[in.Addr] = in
+	}
+	next := make([]*Instance, 0, len(addrs))
+	for _, a := range addrs {
+		in, ok := old[a]
+		if !ok {
+			in = &Instance{Addr: a}
+		}
+		delete(old, a)
+		next = append(next, in)
+	}
+	for _, in := range old {
+		in.removed = true
+	}
+	t.instances = next
+	// The last instance left: the next activation needs a poke, now if
+	// requests are already waiting.
+	pokeNow := len(next) == 0 && len(t.waiters) > 0
+	t.poked = pokeNow || len(next) > 0 && t.poked
+	t.dispatchLocked()
+	t.mu.Unlock()
+	if pokeNow {
+		t.poke()
+	}
+}
+
+// dispatchLocked hands free capacity to waiters, first come first served.
+func (t *Throttler) dispatchLocked() {
+	for len(t.waiters) > 0 {
+		in := t.pick()
+		if in == nil {
+			return
+		}
+		in.inFlight++
+		w := t.waiters[0]
+		t.waiters[0] = nil
+		t.waiters = t.waiters[1:]
+		t.buffer.waiting.Add(-1)
+		w.got <- in
+	}
+}
+
+// pick chooses between two random instances with room the one with fewer
+// requests in flight, or returns nil when none has room.
+func (t *Throttler) pick() *Instance {
+	n := len(t.instances)
+	if n == 0 {
+		return nil
+	}
+	a := t.instances[t.rng.IntN(n)]
+	b := t.instances[t.rng.IntN(n)]
+	if b.inFlight < a.inFlight {
+		a, b = b, a
+	}
+	if t.hasRoom(a) {
+		return a
+	}
+	// Both sampled are full (b has at least a's load): look at the rest.
+	for _, in := range t.instances {
+		if t.hasRoom(in) {
+			return in
+		}
+	}
+	return nil
+}
+
+func (t *Throttler) hasRoom(in *Instance) bool {
+	return t.capacity == 0 || in.inFlight < t.capacity
+}
+
+func (t *Throttler) waiterIndex(w *waiter) int {
+	for i, x := range t.waiters {
+		if x == w {
+			return i
+		}
+	}
+	return -1
+}
+
+// Waiting is the number of requests in the queue.
+func (t *Throttler) Waiting() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.waiters)
+}
+
+// Instances is the number of ready instances.
+func (t *Throttler) Instances() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.instances)
+}

@@ -1,0 +1,232 @@
+package activator
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func never() <-chan struct{} { return nil }
+
+// TestThrottlerCapacityNeverExceeded hammers three instances of capacity 2
+// from 64 goroutines and checks no instance ever holds more than 2, and
+// that the load spreads over all three.
+func TestThrottlerCapacityNeverExceeded(t *testing.T) {
+	const capacity, goroutines, rounds = 2, 64, 200
+	th := NewThrottler(capacity, goroutines, NewBuffer(goroutines), nil)
+	th.Update([]string{"a", "b", "c"})
+	var mu sync.Mutex
+	holding, peak, served := map[string]int{}, map[string]int{}, map[string]int{}
+	var wg sync.WaitGroup
+	for range goroutines {
+		wg.Go(func() {
+			for range rounds {
+				in, err := th.Acquire(never())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				holding[in.Addr]++
+				peak[in.Addr] = max(peak[in.Addr], holding[in.Addr])
+				served[in.Addr]++
+				mu.Unlock()
+				mu.Lock()
+				holding[in.Addr]--
+				mu.Unlock()
+				th.Release(in)
+			}
+		})
+	}
+	wg.Wait()
+	for _, a := range []string{"a", "b", "c"} {
+		if peak[a] > capacity {
+			t.Errorf("instance %s held %d requests at once, capacity %d", a, peak[a], capacity)
+		}
+		if share := float64(served[a]) / (goroutines * rounds); share < 0.2 {
+			t.Errorf("instance %s served %.0f%% of the requests, want a fair share", a, 100*share)
+		}
+	}
+	if th.Waiting() != 0 {
+		t.Errorf("%d still waiting", th.Waiting())
+	}
+}
+
+// TestThrottlerLeastLoaded: with no limit, power-of-two choices keeps the
+// instances' loads within a few requests of each other.
+func TestThrottlerLeastLoaded(t *testing.T) {
+	th := NewThrottler(0, 10, NewBuffer(10), nil)
+	th.Update([]string{"a", "b", "c", "d"})
+	load := map[string]int{}
+	for range 400 {
+		in, err := th.Acquire(never())
+		if err != nil {
+			t.Fatal(err)
+		}
+		load[in.Addr]++
+	}
+	lo, hi := 400, 0
+	for _, n := range load {
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	if len(load) != 4 || hi-lo > 4 {
+		t.Errorf("loads %v: want all four within 4 of each other", load)
+	}
+}
+
+func TestThrottlerQueueBounds(t *testing.T) {
+	buf := NewBuffer(3)
+	t1 := NewThrottler(1, 2, buf, nil)
+	t2 := NewThrottler(1, 5, buf, nil)
+	results := make(chan error, 4)
+	wait := func(th *Throttler) {
+		go func() {
+			_, err := th.Acquire(never())
+			results <- err
+		}()
+	}
+	wait(t1)
+	wait(t1)
+	waitUntil(t, func() bool { return t1.Waiting() == 2 })
+	if _, err := t1.Acquire(never()); !errors.Is(err, ErrBufferFull) {
+		t.Errorf("third waiter of a function with room for 2: %v, want ErrBufferFull", err)
+	}
+	wait(t2)
+	waitUntil(t, func() bool { return t2.Waiting() == 1 })
+	if _, err := t2.Acquire(never()); !errors.Is(err, ErrBufferFull) {
+		t.Errorf("fourth waiter with a global buffer of 3: %v, want ErrBufferFull", err)
+	}
+	if buf.Waiting() != 3 {
+		t.Errorf("buffer counts %d waiting, want 3", buf.Waiting())
+	}
+	t1.Update([]string{"a"})
+	t2.Update([]string{"b"})
+	if err := <-results; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-results; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestThrottlerCancel(t *testing.T) {
+	buf := NewBuffer(10)
+	th := NewThrottler(1, 10, buf, nil)
+	cancel := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		_, err := th.Acquire(cancel)
+		done <- err
+	}()
+	waitUntil(t, func() bool { return th.Waiting() == 1 })
+	close(cancel)
+	if err := <-done; !errors.Is(err, ErrCanceled) {
+		t.Fatalf("Acquire after cancel = %v, want ErrCanceled", err)
+	}
+	if th.Waiting() != 0 || buf.Waiting() != 0 {
+		t.Errorf("after cancel: %d waiting, buffer %d; want 0, 0", th.Waiting(), buf.Waiting())
+	}
+}
+
+// TestThrottlerScaleFromZero: requests that arrive with no instance poke
+// once, wait, and are handed the first instance in arrival order as its
+// capacity (one request) frees.
+func TestThrottlerScaleFromZero(t *testing.T) {
+	var pokes atomic.Int32
+	th := NewThrottler(1, 100, NewBuffer(100), func() { pokes.Add(1) })
+	const n = 10
+	order := make(chan int, n)
+	got := make(chan *Instance, n)
+	for i := range n {
+		go func() {
+			in, err := th.Acquire(never())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			order <- i
+			got <- in
+		}()
+		waitUntil(t, func() bool { return th.Waiting() == i+1 })
+	}
+	if pokes.Load() != 1 {
+		t.Fatalf("%d pokes for %d waiting requests, want 1", pokes.Load(), n)
+	}
+	th.Update([]string{"a"})
+	for want := range n {
+		if want > 0 { // each release lets the next one in
+			th.Release(<-got)
+		}
+		if i := <-order; i != want {
+			t.Fatalf("request %d got the instance in turn %d", i, want)
+		}
+	}
+
+	// Scale to zero and back: one more poke.
+	th.Release(<-got)
+	th.Update(nil)
+	go func() { _, _ = th.Acquire(never()) }()
+	waitUntil(t, func() bool { return pokes.Load() == 2 })
+	th.Update([]string{"b"})
+}
+
+func TestThrottlerRemovedInstanceGetsNoNewRequests(t *testing.T) {
+	th := NewThrottler(0, 10, NewBuffer(10), nil)
+	th.Update([]string{"a", "b"})
+	var held []*Instance
+	for range 10 {
+		in, _ := th.Acquire(never())
+		held = append(held, in)
+	}
+	th.Update([]string{"b", "c"})
+	for range 20 {
+		in, _ := th.Acquire(never())
+		if in.Addr == "a" {
+			t.Fatal("a request went to a removed instance")
+		}
+		defer th.Release(in)
+	}
+	for _, in := range held {
+		th.Release(in)
+	}
+	if th.Instances() != 2 {
+		t.Errorf("%d instances, want 2", th.Instances())
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached within 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func BenchmarkThrottler(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		b.Run(fmt.Sprintf("%d instances", n), func(b *testing.B) {
+			th := NewThrottler(1000, 10, NewBuffer(10), nil)
+			addrs := make([]string, n)
+			for i := range addrs {
+				addrs[i] = fmt.Sprint(i)
+			}
+			th.Update(addrs)
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					in, err := th.Acquire(never())
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					th.Release(in)
+				}
+			})
+		})
+	}
+}
