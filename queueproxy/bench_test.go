@@ -96,6 +96,6 @@ func benchProxy(b *testing.B, concurrency int) *proxy {
 		b.Fatal(err)
 	}
 	p := newProxy(cfg, NewStats(time.Now()), m, func() {})
-	p.client.dialer = func(string, time.Duration) (net.Conn, error) { return ln.Dial() }
+	p.client.Dial = func(string, time.Duration) (net.Conn, error) { return ln.Dial() }
 	return p
 }

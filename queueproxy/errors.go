@@ -1,6 +1,10 @@
 package queueproxy
 
-import "encoding/json"
+import (
+	"encoding/json"
+
+	"sless.dev/sless/internal/forward"
+)
 
 // errorBodies are the JSON bodies of the answers the queue-proxy gives
 // itself, built once so that overload costs no allocation.
@@ -20,7 +24,7 @@ func newErrorBodies(namespace, function string) errorBodies {
 }
 
 func (e errorBodies) upstream(err error) []byte {
-	return e.body("function failed: " + upstreamCause(err))
+	return e.body("function failed: " + forward.Cause(err))
 }
 
 func (e errorBodies) body(msg string) []byte {

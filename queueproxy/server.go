@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/forward"
 )
 
 // DefaultQuietPeriod is how long a draining queue-proxy waits without a new
@@ -98,12 +100,12 @@ func (s *Server) Ready() bool {
 // no request has arrived for the quiet period and none is in flight, or
 // when the drain timeout passes.
 func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
-	hangups, err := newHangups(s.log)
+	hangups, err := forward.NewHangups(s.log)
 	if err != nil {
 		return err
 	}
-	defer hangups.close()
-	serving = hangups.listener(serving)
+	defer hangups.Close()
+	serving = hangups.Listener(serving)
 	fs := &fasthttp.Server{
 		Handler:        s.proxy.ServeHTTP,
 		Concurrency:    maxConnections,
@@ -127,14 +129,14 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	bgCtx, stopBackground := context.WithCancel(context.Background())
 	defer stopBackground()
 	go s.prober.run(bgCtx)
-	go hangups.run(bgCtx)
-	defer s.proxy.client.close()
+	go hangups.Run(bgCtx)
+	defer s.proxy.client.CloseIdle()
 
 	errc := make(chan error, 2)
 	go func() { errc <- fs.Serve(serving) }()
 	go func() { errc <- hs.Serve(admin) }()
 	s.log.Info("queue-proxy serving", "serving", serving.Addr().String(), "admin", admin.Addr().String(),
-		"user", s.proxy.client.addr, "concurrency", s.cfg.Concurrency, "queueDepth", s.cfg.QueueDepth)
+		"user", s.proxy.client.Addr(), "concurrency", s.cfg.Concurrency, "queueDepth", s.cfg.QueueDepth)
 
 	select {
 	case err := <-errc:

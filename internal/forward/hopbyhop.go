@@ -1,4 +1,4 @@
-package queueproxy
+package forward
 
 import (
 	"bytes"
@@ -29,12 +29,12 @@ type headers interface {
 	AddBytesKV(key, value []byte)
 }
 
-// stripHopByHop removes the hop-by-hop headers from h. fasthttp's Del
+// StripHopByHop removes the hop-by-hop headers from h. fasthttp's Del
 // moves the last field into the deleted one's place, which would reorder
 // the values of a repeated field; when a field repeats, the fields are
 // rebuilt in order instead. Requests and responses without hop-by-hop
 // headers, the usual case, cost a few lookups and no allocation.
-func stripHopByHop(h headers) {
+func StripHopByHop(h headers) {
 	present := false
 	for _, k := range hopByHop {
 		if h.Peek(k) != nil {

@@ -1,4 +1,4 @@
-package queueproxy
+package forward
 
 import (
 	"bufio"
@@ -15,19 +15,19 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-// Errors of a call to the user process, beyond the network's own.
+// Errors of a call, beyond the network's own.
 var (
-	// errClientGone means the client hung up and the call was aborted.
-	errClientGone = errors.New("client closed the connection")
-	// errNothingRead means the connection closed before any byte of a
+	// ErrClientGone means the client hung up and the call was aborted.
+	ErrClientGone = errors.New("client closed the connection")
+	// ErrNothingRead means the connection closed before any byte of a
 	// response: on a reused connection, the function had closed it idle.
-	errNothingRead = errors.New("function closed the connection before responding")
-	// errBodyTooLarge means a chunked request body passed the limit while
+	ErrNothingRead = errors.New("function closed the connection before responding")
+	// ErrBodyTooLarge means a chunked request body passed the limit while
 	// it was being forwarded.
-	errBodyTooLarge = errors.New("request body too large")
-	// errBadBody means the client's body could not be read: short, badly
+	ErrBodyTooLarge = errors.New("request body too large")
+	// ErrBadBody means the client's body could not be read: short, badly
 	// chunked, or the client stalled.
-	errBadBody = errors.New("malformed request body")
+	ErrBadBody = errors.New("malformed request body")
 )
 
 // bufferedBodyMax is the largest response body read into memory; larger
@@ -37,22 +37,24 @@ const bufferedBodyMax = 64 << 10
 // longAgo is a deadline in the past, to abort blocked reads and writes.
 var longAgo = time.Unix(1, 0)
 
-// upstream is the HTTP/1.1 client to the user process. It writes requests
+// Client is an HTTP/1.1 client to one address (a function process or a
+// queue-proxy). It writes requests
 // and reads responses with fasthttp's header code over keep-alive
 // connections of its own, so that a call can be aborted when its client
 // hangs up (fasthttp's clients cannot), bodies stream both ways, and it
 // knows exactly when nothing of an answer was read.
-type upstream struct {
+type Client struct {
 	addr        string
-	idle        chan *upConn // bounded pool of idle connections
+	idle        chan *conn // bounded pool of idle connections
 	idleTimeout time.Duration
 	maxBody     int64 // request body limit
-	dialer      func(addr string, timeout time.Duration) (net.Conn, error)
+	// Dial opens a connection; tests replace it.
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
-// upConn is one connection to the user process.
-type upConn struct {
-	u         *upstream
+// conn is one connection to the next hop.
+type conn struct {
+	u         *Client
 	conn      net.Conn
 	br        *bufio.Reader
 	bw        *bufio.Writer
@@ -60,38 +62,41 @@ type upConn struct {
 	aborted   atomic.Bool
 	src       clientBody       // request body being forwarded
 	lr        io.LimitedReader // kept here to avoid an allocation per request
-	body      streamedBody     // the response body, when streamed
+	body      Body             // the response body, when streamed
 }
 
-func (c *upConn) abort() {
+func (c *conn) abort() {
 	c.aborted.Store(true)
 	_ = c.conn.SetDeadline(longAgo)
 }
 
-func newUpstream(addr string, maxIdle int, idleTimeout time.Duration, maxBody int64) *upstream {
-	return &upstream{
-		addr: addr, idle: make(chan *upConn, maxIdle), idleTimeout: idleTimeout, maxBody: maxBody,
-		dialer: func(addr string, timeout time.Duration) (net.Conn, error) {
+// NewClient returns a client to addr keeping at most maxIdle idle
+// connections for idleTimeout each, and forwarding request bodies of at
+// most maxBody bytes.
+func NewClient(addr string, maxIdle int, idleTimeout time.Duration, maxBody int64) *Client {
+	return &Client{
+		addr: addr, idle: make(chan *conn, maxIdle), idleTimeout: idleTimeout, maxBody: maxBody,
+		Dial: func(addr string, timeout time.Duration) (net.Conn, error) {
 			return net.DialTimeout("tcp", addr, timeout)
 		},
 	}
 }
 
-// do sends req and reads resp before deadline. cc, when not nil, aborts
+// Do sends req and reads resp before deadline. cc, when not nil, aborts
 // the call if its client hangs up. A request that may have reached the
 // function is never sent twice, except an idempotent one without a body
 // stream whose reused connection turned out closed before anything was
 // read.
 //
-// When the response body is streamed, do returns its body, which holds the
+// When the response body is streamed, Do returns its body, which holds the
 // connection until the server has written the body and closed it; else nil.
-func (u *upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *clientConn) (*streamedBody, error) {
+func (u *Client) Do(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *Conn) (*Body, error) {
 	c, reused, err := u.get(deadline)
 	if err != nil {
 		return nil, err
 	}
 	body, err := u.roundTrip(c, req, resp, deadline, cc)
-	if reused && errors.Is(err, errNothingRead) && isIdempotent(req) && !req.IsBodyStream() {
+	if reused && errors.Is(err, ErrNothingRead) && isIdempotent(req) && !req.IsBodyStream() {
 		if c, err = u.dial(deadline); err != nil {
 			return nil, err
 		}
@@ -100,7 +105,7 @@ func (u *upstream) do(req *fasthttp.Request, resp *fasthttp.Response, deadline t
 	return body, err
 }
 
-func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *clientConn) (*streamedBody, error) {
+func (u *Client) roundTrip(c *conn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *Conn) (*Body, error) {
 	if cc != nil {
 		cc.attach(c)
 	}
@@ -114,7 +119,7 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	}
 	if c.aborted.Load() {
 		_ = c.conn.Close()
-		return nil, errClientGone
+		return nil, ErrClientGone
 	}
 	if err != nil || resp.ConnectionClose() {
 		_ = c.conn.Close()
@@ -124,7 +129,7 @@ func (u *upstream) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Re
 	return nil, nil
 }
 
-func (c *upConn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (streamed bool, err error) {
+func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (streamed bool, err error) {
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		return false, err
 	}
@@ -132,10 +137,10 @@ func (c *upConn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadli
 		return false, err
 	}
 	if _, err := c.br.Peek(1); err != nil {
-		if isTimeout(err) {
+		if IsTimeout(err) {
 			return false, err
 		}
-		return false, fmt.Errorf("%w: %w", errNothingRead, err)
+		return false, fmt.Errorf("%w: %w", ErrNothingRead, err)
 	}
 	if err := readResponseHeader(&resp.Header, c.br); err != nil {
 		return false, fmt.Errorf("read response: %w", err)
@@ -172,7 +177,7 @@ func readResponseHeader(h *fasthttp.ResponseHeader, br *bufio.Reader) error {
 
 // writeRequest writes req, streaming its body when the server left it
 // unread, chunked when its length is unknown, within the body limit.
-func (c *upConn) writeRequest(req *fasthttp.Request) error {
+func (c *conn) writeRequest(req *fasthttp.Request) error {
 	stream := req.BodyStream()
 	if stream == nil {
 		if err := req.Write(c.bw); err != nil {
@@ -189,7 +194,7 @@ func (c *upConn) writeRequest(req *fasthttp.Request) error {
 		c.lr = io.LimitedReader{R: &c.src, N: cl}
 		n, err := c.bw.ReadFrom(&c.lr)
 		if c.src.err != nil || n < cl {
-			return fmt.Errorf("%w: %d of %d bytes: %v", errBadBody, n, cl, c.src.err)
+			return fmt.Errorf("%w: %d of %d bytes: %v", ErrBadBody, n, cl, c.src.err)
 		}
 		if err != nil {
 			return fmt.Errorf("forward request body: %w", err)
@@ -215,14 +220,14 @@ func (b *clientBody) Read(p []byte) (int, error) {
 }
 
 // writeChunked forwards a body of unknown length in chunks as it arrives.
-func (c *upConn) writeChunked(stream io.Reader) error {
+func (c *conn) writeChunked(stream io.Reader) error {
 	var buf [16 << 10]byte
 	var sent int64
 	for {
 		n, err := stream.Read(buf[:])
 		if n > 0 {
 			if sent += int64(n); sent > c.u.maxBody {
-				return errBodyTooLarge
+				return ErrBodyTooLarge
 			}
 			c.bw.WriteString(strconv.FormatInt(int64(n), 16))
 			c.bw.WriteString("\r\n")
@@ -236,38 +241,35 @@ func (c *upConn) writeChunked(stream io.Reader) error {
 			return c.flush()
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %w", errBadBody, err)
+			return fmt.Errorf("%w: %w", ErrBadBody, err)
 		}
 	}
 }
 
-func (c *upConn) flush() error {
+func (c *conn) flush() error {
 	if err := c.bw.Flush(); err != nil {
 		return fmt.Errorf("write request: %w", err)
 	}
 	return nil
 }
 
-// streamedBody is a response body passed to the client as it arrives
-// from the function. fasthttp closes it once written (or on failure); the
-// close returns the connection and calls done, which ends the request.
-type streamedBody struct {
-	c        *upConn
+// Body is a response body passed to the client as it arrives from the
+// function. fasthttp closes it once written (or on failure); the close
+// returns the connection and runs OnClose.
+type Body struct {
+	c        *conn
 	r        io.Reader
 	chunked  bool
 	reusable bool // the connection can carry another request after the body
 	finished bool // the whole body was read
-	cc       *clientConn
-	// done ends the request: slot, stats, metrics. Set by the proxy.
-	done func(*streamedBody)
-	// What done needs, kept here to avoid a closure per request.
-	startedAt time.Time
-	code      int
-	holdsSlot bool
+	cc       *Conn
+	// OnClose, when set, runs once the body is closed: the request has
+	// ended and its resources (a concurrency slot) can be released.
+	OnClose func()
 }
 
-func (b *streamedBody) start(c *upConn, contentLength int, keepAlive bool) {
-	*b = streamedBody{c: c, reusable: keepAlive}
+func (b *Body) start(c *conn, contentLength int, keepAlive bool) {
+	*b = Body{c: c, reusable: keepAlive}
 	switch {
 	case contentLength >= 0:
 		c.lr = io.LimitedReader{R: c.br, N: int64(contentLength)}
@@ -279,7 +281,7 @@ func (b *streamedBody) start(c *upConn, contentLength int, keepAlive bool) {
 	}
 }
 
-func (b *streamedBody) Read(p []byte) (int, error) {
+func (b *Body) Read(p []byte) (int, error) {
 	if b.finished {
 		return 0, io.EOF
 	}
@@ -312,7 +314,7 @@ func skipTrailers(br *bufio.Reader) error {
 
 // Close returns the connection to the pool when the body was read whole
 // and the function keeps it open, and ends the request.
-func (b *streamedBody) Close() error {
+func (b *Body) Close() error {
 	c := b.c
 	if b.cc != nil {
 		b.cc.detach()
@@ -322,13 +324,16 @@ func (b *streamedBody) Close() error {
 	} else {
 		_ = c.conn.Close()
 	}
-	if b.done != nil {
-		b.done(b)
+	if b.OnClose != nil {
+		b.OnClose()
 	}
 	return nil
 }
 
-func (u *upstream) get(deadline time.Time) (c *upConn, reused bool, err error) {
+// Addr is the address the client sends to.
+func (u *Client) Addr() string { return u.addr }
+
+func (u *Client) get(deadline time.Time) (c *conn, reused bool, err error) {
 	for {
 		select {
 		case c := <-u.idle:
@@ -344,19 +349,19 @@ func (u *upstream) get(deadline time.Time) (c *upConn, reused bool, err error) {
 	}
 }
 
-func (u *upstream) dial(deadline time.Time) (*upConn, error) {
+func (u *Client) dial(deadline time.Time) (*conn, error) {
 	left := time.Until(deadline)
 	if left <= 0 {
 		return nil, fmt.Errorf("dial %s: %w", u.addr, os.ErrDeadlineExceeded)
 	}
-	conn, err := u.dialer(u.addr, left)
+	nc, err := u.Dial(u.addr, left)
 	if err != nil {
 		return nil, err
 	}
-	return &upConn{u: u, conn: conn, br: bufio.NewReaderSize(conn, 4096), bw: bufio.NewWriterSize(conn, 4096)}, nil
+	return &conn{u: u, conn: nc, br: bufio.NewReaderSize(nc, 4096), bw: bufio.NewWriterSize(nc, 4096)}, nil
 }
 
-func (u *upstream) put(c *upConn) {
+func (u *Client) put(c *conn) {
 	c.idleSince = time.Now()
 	select {
 	case u.idle <- c:
@@ -365,8 +370,8 @@ func (u *upstream) put(c *upConn) {
 	}
 }
 
-// close closes the idle connections.
-func (u *upstream) close() {
+// CloseIdle closes the idle connections.
+func (u *Client) CloseIdle() {
 	for {
 		select {
 		case c := <-u.idle:
@@ -382,7 +387,7 @@ func isIdempotent(req *fasthttp.Request) bool {
 	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace()
 }
 
-func isTimeout(err error) bool {
+func IsTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }

@@ -1,4 +1,4 @@
-package queueproxy
+package forward
 
 import (
 	"context"
@@ -12,35 +12,35 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// hangups tells requests when their client hangs up. fasthttp does not
+// Hangups tells requests when their client hangs up. fasthttp does not
 // read a connection while its handler runs, so it cannot notice; instead
 // every accepted connection is registered once, for EPOLLRDHUP, with an
 // epoll instance that one goroutine waits on. The request path only reads
 // the connection's channel: no syscall, lock or goroutine per request.
-type hangups struct {
+type Hangups struct {
 	epfd  int
 	log   *slog.Logger
 	mu    sync.Mutex
-	conns map[uint64]*clientConn
+	conns map[uint64]*Conn
 	next  uint64
 }
 
-func newHangups(log *slog.Logger) (*hangups, error) {
+func NewHangups(log *slog.Logger) (*Hangups, error) {
 	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
-	return &hangups{epfd: epfd, log: log, conns: map[uint64]*clientConn{}}, nil
+	return &Hangups{epfd: epfd, log: log, conns: map[uint64]*Conn{}}, nil
 }
 
-// listener wraps ln so that its connections are watched.
-func (h *hangups) listener(ln net.Listener) net.Listener {
+// Listener wraps ln so that its connections are watched.
+func (h *Hangups) Listener(ln net.Listener) net.Listener {
 	return &watchedListener{Listener: ln, h: h}
 }
 
 type watchedListener struct {
 	net.Listener
-	h *hangups
+	h *Hangups
 }
 
 func (l *watchedListener) Accept() (net.Conn, error) {
@@ -48,14 +48,14 @@ func (l *watchedListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	cc := &clientConn{Conn: c, gone: make(chan struct{})}
+	cc := &Conn{Conn: c, gone: make(chan struct{})}
 	if err := l.h.watch(cc); err != nil {
 		l.h.log.Warn("cannot watch connection for hang-ups", "err", err)
 	}
 	return cc, nil
 }
 
-func (h *hangups) watch(cc *clientConn) error {
+func (h *Hangups) watch(cc *Conn) error {
 	sc, ok := cc.Conn.(syscall.Conn)
 	if !ok {
 		return errors.New("connection has no file descriptor")
@@ -91,8 +91,8 @@ func (h *hangups) watch(cc *clientConn) error {
 	return err
 }
 
-// run waits for hang-ups until ctx ends.
-func (h *hangups) run(ctx context.Context) {
+// Run waits for hang-ups until ctx ends.
+func (h *Hangups) Run(ctx context.Context) {
 	events := make([]unix.EpollEvent, 64)
 	for ctx.Err() == nil {
 		n, err := unix.EpollWait(h.epfd, events, 200)
@@ -115,4 +115,4 @@ func (h *hangups) run(ctx context.Context) {
 	}
 }
 
-func (h *hangups) close() error { return unix.Close(h.epfd) }
+func (h *Hangups) Close() error { return unix.Close(h.epfd) }

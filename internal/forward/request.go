@@ -1,0 +1,71 @@
+// Package forward carries HTTP requests from a fasthttp server to the next
+// hop (a queue-proxy, or a function process) and back: the request rewrite
+// every proxy owes (hop-by-hop headers, X-Forwarded-For), an HTTP/1.1
+// client whose calls can be aborted and whose bodies stream both ways, and
+// the watch that tells a request its client hung up.
+package forward
+
+import (
+	"errors"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"github.com/valyala/fasthttp"
+)
+
+// PrepareRequest turns the client's request into the one for the next hop,
+// in place: no copy, no allocation.
+func PrepareRequest(req *fasthttp.Request, remote net.Addr) {
+	StripHopByHop(&req.Header)
+	req.Header.ResetConnectionClose()
+	if tcp, ok := remote.(*net.TCPAddr); ok {
+		appendForwardedFor(req, tcp.AddrPort().Addr())
+	}
+}
+
+// PrepareResponse turns the next hop's response into the client's, in
+// place: hop-by-hop headers go, and the next hop closing its connection is
+// no reason to close the client's.
+func PrepareResponse(resp *fasthttp.Response) {
+	resp.Header.ResetConnectionClose()
+	StripHopByHop(&resp.Header)
+}
+
+// appendForwardedFor adds the client's address to X-Forwarded-For.
+func appendForwardedFor(req *fasthttp.Request, ip netip.Addr) {
+	var buf [256]byte
+	b := buf[:0]
+	if prior := req.Header.Peek("X-Forwarded-For"); len(prior) > 0 {
+		if len(prior) > len(buf)-64 {
+			b = make([]byte, 0, len(prior)+64)
+		}
+		b = append(append(b, prior...), ", "...)
+	}
+	b = ip.Unmap().AppendTo(b)
+	req.Header.SetBytesV("X-Forwarded-For", b)
+}
+
+// Status maps a failed call to the status the client gets: 504 for a
+// timeout, else 502.
+func Status(err error) int {
+	if IsTimeout(err) {
+		return fasthttp.StatusGatewayTimeout
+	}
+	return fasthttp.StatusBadGateway
+}
+
+// Cause names, for a 502 or 504 body, why the call failed.
+func Cause(err error) string {
+	switch {
+	case IsTimeout(err):
+		return "timeout"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused by the function"
+	case errors.Is(err, ErrNothingRead):
+		return ErrNothingRead.Error()
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset by the function"
+	}
+	return err.Error()
+}
