@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Errors returned by Throttler.Acquire.
@@ -15,9 +16,10 @@ var (
 	// ErrBufferFull means the function's queue, or the activator's global
 	// buffer, is full: answer 503 with Retry-After.
 	ErrBufferFull = errors.New("activator buffer full")
-	// ErrCanceled means the caller's cancel channel closed while waiting
-	// (timeout or client gone).
-	ErrCanceled = errors.New("gave up waiting for an instance")
+	// ErrTimeout means the request's time ran out while waiting: 504.
+	ErrTimeout = errors.New("timed out waiting for an instance")
+	// ErrCanceled means the client hung up while waiting.
+	ErrCanceled = errors.New("client gone while waiting for an instance")
 )
 
 // Buffer bounds the requests waiting across all of an activator's
@@ -83,30 +85,47 @@ func NewThrottler(capacity, maxWaiting int, buffer *Buffer, poke func()) *Thrott
 	}
 }
 
+// TryAcquire returns an instance with room, or nil when the request would
+// have to wait (none has room, or others are waiting already).
+func (t *Throttler) TryAcquire() *Instance {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.waiters) > 0 {
+		return nil
+	}
+	in := t.pick()
+	if in != nil {
+		in.inFlight++
+	}
+	return in
+}
+
 // Acquire returns an instance to send a request to, waiting until one is
-// free or cancel closes. Every instance returned must be given back with
-// Release.
-func (t *Throttler) Acquire(cancel <-chan struct{}) (*Instance, error) {
+// free, timeout fires or gone closes (nil channels never do). cold
+// reports that the request waited for a function with no instance. Every
+// instance returned must be given back with Release.
+func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (in *Instance, cold bool, err error) {
 	t.mu.Lock()
 	if len(t.waiters) == 0 {
 		if in := t.pick(); in != nil {
 			in.inFlight++
 			t.mu.Unlock()
-			return in, nil
+			return in, false, nil
 		}
 	}
 	if len(t.waiters) >= t.maxWaiting {
 		t.mu.Unlock()
-		return nil, ErrBufferFull
+		return nil, false, ErrBufferFull
 	}
 	if t.buffer.waiting.Add(1) > t.buffer.max {
 		t.buffer.waiting.Add(-1)
 		t.mu.Unlock()
-		return nil, ErrBufferFull
+		return nil, false, ErrBufferFull
 	}
 	w := &waiter{got: make(chan *Instance, 1)}
 	t.waiters = append(t.waiters, w)
-	pokeNow := len(t.instances) == 0 && !t.poked
+	cold = len(t.instances) == 0
+	pokeNow := cold && !t.poked
 	t.poked = t.poked || pokeNow
 	t.mu.Unlock()
 	if pokeNow {
@@ -115,19 +134,22 @@ func (t *Throttler) Acquire(cancel <-chan struct{}) (*Instance, error) {
 
 	select {
 	case in := <-w.got:
-		return in, nil
-	case <-cancel:
+		return in, cold, nil
+	case <-timeout:
+		err = ErrTimeout
+	case <-gone:
+		err = ErrCanceled
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if i := t.waiterIndex(w); i >= 0 {
 		t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
 		t.buffer.waiting.Add(-1)
-		return nil, ErrCanceled
+		return nil, cold, err
 	}
 	// Handed an instance while giving up: pass it on.
 	t.releaseLocked(<-w.got)
-	return nil, ErrCanceled
+	return nil, cold, err
 }
 
 // Release gives back an instance returned by Acquire.
@@ -144,6 +166,24 @@ func (t *Throttler) releaseLocked(in *Instance) {
 	}
 }
 
+// Refused takes an instance that refused a connection out of rotation
+// until an Update lists it again: it is gone or going, and its endpoint
+// update is on its way. Requests in flight on it finish there.
+func (t *Throttler) Refused(in *Instance) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if in.removed {
+		return
+	}
+	in.removed = true
+	for i, x := range t.instances {
+		if x == in {
+			t.instances = append(t.instances[:i:i], t.instances[i+1:]...)
+			break
+		}
+	}
+}
+
 // Update replaces the set of ready instances. Instances that stay keep
 // their counts and traffic; removed ones get no new requests; waiting
 // requests are handed to the new capacity at once.
@@ -153,6 +193,7 @@ func (t *Throttler) Update(addrs []string) {
 	for _, in := range t.instances {
 		old[in.Addr] = in
 	}
+	// An instance taken out by Refused comes back as a new one.
 	next := make([]*Instance, 0, len(addrs))
 	for _, a := range addrs {
 		in, ok := old[a]
@@ -242,4 +283,15 @@ func (t *Throttler) Instances() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.instances)
+}
+
+// addrs lists the addresses of the ready instances.
+func (t *Throttler) addrs() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]string, len(t.instances))
+	for i, in := range t.instances {
+		out[i] = in.Addr
+	}
+	return out
 }

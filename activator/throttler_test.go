@@ -24,7 +24,7 @@ func TestThrottlerCapacityNeverExceeded(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			for range rounds {
-				in, err := th.Acquire(never())
+				in, _, err := th.Acquire(nil, never())
 				if err != nil {
 					t.Error(err)
 					return
@@ -62,7 +62,7 @@ func TestThrottlerLeastLoaded(t *testing.T) {
 	th.Update([]string{"a", "b", "c", "d"})
 	load := map[string]int{}
 	for range 400 {
-		in, err := th.Acquire(never())
+		in, _, err := th.Acquire(nil, never())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,19 +84,19 @@ func TestThrottlerQueueBounds(t *testing.T) {
 	results := make(chan error, 4)
 	wait := func(th *Throttler) {
 		go func() {
-			_, err := th.Acquire(never())
+			_, _, err := th.Acquire(nil, never())
 			results <- err
 		}()
 	}
 	wait(t1)
 	wait(t1)
 	waitUntil(t, func() bool { return t1.Waiting() == 2 })
-	if _, err := t1.Acquire(never()); !errors.Is(err, ErrBufferFull) {
+	if _, _, err := t1.Acquire(nil, never()); !errors.Is(err, ErrBufferFull) {
 		t.Errorf("third waiter of a function with room for 2: %v, want ErrBufferFull", err)
 	}
 	wait(t2)
 	waitUntil(t, func() bool { return t2.Waiting() == 1 })
-	if _, err := t2.Acquire(never()); !errors.Is(err, ErrBufferFull) {
+	if _, _, err := t2.Acquire(nil, never()); !errors.Is(err, ErrBufferFull) {
 		t.Errorf("fourth waiter with a global buffer of 3: %v, want ErrBufferFull", err)
 	}
 	if buf.Waiting() != 3 {
@@ -115,19 +115,29 @@ func TestThrottlerQueueBounds(t *testing.T) {
 func TestThrottlerCancel(t *testing.T) {
 	buf := NewBuffer(10)
 	th := NewThrottler(1, 10, buf, nil)
-	cancel := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		_, err := th.Acquire(cancel)
-		done <- err
-	}()
-	waitUntil(t, func() bool { return th.Waiting() == 1 })
-	close(cancel)
+	// The timeout is a channel the test fires itself: no clock, no sleep.
+	timeout, gone := make(chan time.Time), make(chan struct{})
+	done := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, cold, err := th.Acquire(timeout, gone)
+			if !cold {
+				t.Error("a request waiting for a function without instances is not cold")
+			}
+			done <- err
+		}()
+	}
+	waitUntil(t, func() bool { return th.Waiting() == 2 })
+	timeout <- time.Now()
+	if err := <-done; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("Acquire after its timeout = %v, want ErrTimeout", err)
+	}
+	close(gone)
 	if err := <-done; !errors.Is(err, ErrCanceled) {
-		t.Fatalf("Acquire after cancel = %v, want ErrCanceled", err)
+		t.Fatalf("Acquire after the client left = %v, want ErrCanceled", err)
 	}
 	if th.Waiting() != 0 || buf.Waiting() != 0 {
-		t.Errorf("after cancel: %d waiting, buffer %d; want 0, 0", th.Waiting(), buf.Waiting())
+		t.Errorf("after giving up: %d waiting, buffer %d; want 0, 0", th.Waiting(), buf.Waiting())
 	}
 }
 
@@ -142,7 +152,7 @@ func TestThrottlerScaleFromZero(t *testing.T) {
 	got := make(chan *Instance, n)
 	for i := range n {
 		go func() {
-			in, err := th.Acquire(never())
+			in, _, err := th.Acquire(nil, never())
 			if err != nil {
 				t.Error(err)
 				return
@@ -168,7 +178,7 @@ func TestThrottlerScaleFromZero(t *testing.T) {
 	// Scale to zero and back: one more poke.
 	th.Release(<-got)
 	th.Update(nil)
-	go func() { _, _ = th.Acquire(never()) }()
+	go func() { _, _, _ = th.Acquire(nil, never()) }()
 	waitUntil(t, func() bool { return pokes.Load() == 2 })
 	th.Update([]string{"b"})
 }
@@ -178,12 +188,12 @@ func TestThrottlerRemovedInstanceGetsNoNewRequests(t *testing.T) {
 	th.Update([]string{"a", "b"})
 	var held []*Instance
 	for range 10 {
-		in, _ := th.Acquire(never())
+		in, _, _ := th.Acquire(nil, never())
 		held = append(held, in)
 	}
 	th.Update([]string{"b", "c"})
 	for range 20 {
-		in, _ := th.Acquire(never())
+		in, _, _ := th.Acquire(nil, never())
 		if in.Addr == "a" {
 			t.Fatal("a request went to a removed instance")
 		}
@@ -219,7 +229,7 @@ func BenchmarkThrottler(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					in, err := th.Acquire(never())
+					in, _, err := th.Acquire(nil, never())
 					if err != nil {
 						b.Error(err)
 						return

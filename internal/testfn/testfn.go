@@ -58,6 +58,7 @@ func newHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("/echo", h.echo)
+	mux.HandleFunc("/", h.echo)
 	mux.HandleFunc("/bytes", h.bytes)
 	mux.HandleFunc("/sleep", h.track(h.sleep))
 	mux.HandleFunc("/block", h.track(h.block))

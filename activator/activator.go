@@ -1,0 +1,259 @@
+package activator
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/forward"
+)
+
+// Config is the activator's configuration.
+type Config struct {
+	// Domain enables host routing: <name>.<namespace>.<Domain>.
+	Domain string
+	// MaxBodyBytes bounds request bodies (413 beyond).
+	MaxBodyBytes int64
+	// QueueDepth bounds the requests waiting per function.
+	QueueDepth int
+	// MaxBuffered bounds the requests waiting across all functions.
+	MaxBuffered int
+	// MaxAttempts bounds the instances one request is sent to, when
+	// connections are refused before anything was written.
+	MaxAttempts int
+}
+
+// Defaults for the zero values of Config.
+const (
+	DefaultMaxBodyBytes = 10 << 20
+	DefaultQueueDepth   = 1000
+	DefaultMaxBuffered  = 10_000
+	DefaultMaxAttempts  = 3
+)
+
+// Poker wakes the autoscaler for a function that has requests waiting and
+// no instance: a push, so that scale from zero starts at once. The local
+// platform calls its autoscaler in process; on Kubernetes it is a network
+// call.
+type Poker interface {
+	Poke(namespace, name string)
+}
+
+// Activator routes invocations to functions' instances, throttling and
+// buffering them. Functions and their ready instances are pushed to it
+// (SetFunction, SetEndpoints) by the local platform or the Kubernetes
+// watchers; it never polls.
+type Activator struct {
+	cfg     Config
+	log     *slog.Logger
+	poker   Poker
+	routes  routes
+	buffer  *Buffer
+	clients sync.Map // instance address → *forward.Client
+	reqID   atomic.Uint64
+	idBase  string
+}
+
+// New returns an activator with no functions.
+func New(cfg Config, poker Poker, log *slog.Logger) *Activator {
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.QueueDepth == 0 {
+		cfg.QueueDepth = DefaultQueueDepth
+	}
+	if cfg.MaxBuffered == 0 {
+		cfg.MaxBuffered = DefaultMaxBuffered
+	}
+	if cfg.MaxAttempts == 0 {
+		cfg.MaxAttempts = DefaultMaxAttempts
+	}
+	return &Activator{
+		cfg: cfg, log: log, poker: poker, buffer: NewBuffer(cfg.MaxBuffered),
+		idBase: strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
+	}
+}
+
+// SetFunction adds a function or changes it. A change of concurrency
+// starts a new throttler; requests in flight finish on the old one.
+func (a *Activator) SetFunction(fn Function) {
+	a.routes.update(func(t *routeTables) {
+		key := fn.Namespace + "/" + fn.Name
+		if old := t.byPath[key]; old != nil && old.fn.Concurrency == fn.Concurrency {
+			old.fn = fn // published with the new tables
+			return
+		}
+		poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
+		rt := &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke)}
+		if old := t.byPath[key]; old != nil {
+			rt.throttler.Update(old.throttler.addrs())
+		}
+		t.byPath[key] = rt
+		t.byHost[fn.Name+"."+fn.Namespace] = rt
+	})
+}
+
+// RemoveFunction forgets a function; requests waiting for it time out.
+func (a *Activator) RemoveFunction(namespace, name string) {
+	a.routes.update(func(t *routeTables) {
+		delete(t.byPath, namespace+"/"+name)
+		delete(t.byHost, name+"."+namespace)
+	})
+}
+
+// SetEndpoints sets the ready instances of a function: the addresses of
+// their queue-proxies. Waiting requests are forwarded at once.
+func (a *Activator) SetEndpoints(namespace, name string, addrs []string) {
+	rt := a.routes.get(namespace, name)
+	if rt == nil {
+		return
+	}
+	for _, addr := range addrs {
+		if _, ok := a.clients.Load(addr); !ok {
+			a.clients.LoadOrStore(addr, forward.NewClient(addr, 256, 30*time.Second, a.cfg.MaxBodyBytes))
+		}
+	}
+	rt.throttler.Update(addrs)
+}
+
+// Buffered is the number of requests waiting for an instance, per function
+// with any waiting, for the autoscaler.
+func (a *Activator) Buffered() map[string]int {
+	out := map[string]int{}
+	for key, rt := range a.routes.load().byPath {
+		if n := rt.throttler.Waiting(); n > 0 {
+			out[key] = n
+		}
+	}
+	return out
+}
+
+// ServeHTTP is the fasthttp handler of the invocation port.
+func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
+	start := time.Now()
+	rt, rest, ok := a.routes.match(ctx.Request.Header.RequestURI(), ctx.Host(), a.cfg.Domain)
+	if !ok || rt == nil || !rt.fn.HTTP {
+		a.fail(ctx, fasthttp.StatusNotFound, "unknown function", rt)
+		return
+	}
+	if int64(ctx.Request.Header.ContentLength()) > a.cfg.MaxBodyBytes {
+		a.fail(ctx, fasthttp.StatusRequestEntityTooLarge, "request body too large", rt)
+		return
+	}
+	req := &ctx.Request
+	if rest != nil {
+		req.SetRequestURIBytes(rest)
+	}
+	a.ensureRequestID(req)
+	forward.PrepareRequest(req, ctx.RemoteAddr())
+	a.serve(ctx, rt, start.Add(rt.fn.Timeout))
+}
+
+func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Time) {
+	cc, _ := ctx.Conn().(*forward.Conn)
+	var gone <-chan struct{}
+	if cc != nil {
+		gone = cc.Gone()
+	}
+	for attempt := 1; ; attempt++ {
+		in, err := a.acquire(rt, deadline, gone)
+		switch {
+		case errors.Is(err, ErrBufferFull):
+			ctx.Response.Header.Set("Retry-After", "1")
+			a.fail(ctx, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function", rt)
+			return
+		case errors.Is(err, ErrTimeout):
+			a.fail(ctx, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance", rt)
+			return
+		case err != nil: // the client left
+			return
+		}
+		client := a.client(in.Addr)
+		body, err := client.Do(&ctx.Request, &ctx.Response, deadline, cc)
+		if err == nil {
+			forward.PrepareResponse(&ctx.Response)
+			if body != nil {
+				body.OnClose = func() { rt.throttler.Release(in) }
+				return
+			}
+			rt.throttler.Release(in)
+			return
+		}
+		if notSent(err) {
+			rt.throttler.Refused(in)
+		}
+		rt.throttler.Release(in)
+		ctx.Response.Reset()
+		if notSent(err) && attempt < a.cfg.MaxAttempts && time.Now().Before(deadline) {
+			continue // nothing reached that instance: another may take it
+		}
+		if !errors.Is(err, forward.ErrClientGone) {
+			a.fail(ctx, forward.Status(err), "function failed: "+forward.Cause(err), rt)
+		}
+		return
+	}
+}
+
+// acquire takes an instance, waiting (with a timer only then) until the
+// deadline.
+func (a *Activator) acquire(rt *route, deadline time.Time, gone <-chan struct{}) (*Instance, error) {
+	if in := rt.throttler.TryAcquire(); in != nil {
+		return in, nil
+	}
+	d := time.Until(deadline)
+	if d <= 0 {
+		return nil, ErrTimeout
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	in, _, err := rt.throttler.Acquire(t.C, gone)
+	return in, err
+}
+
+// notSent reports whether a failed call surely did not reach the
+// function: the connection was refused.
+func notSent(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func (a *Activator) client(addr string) *forward.Client {
+	if c, ok := a.clients.Load(addr); ok {
+		return c.(*forward.Client)
+	}
+	c, _ := a.clients.LoadOrStore(addr, forward.NewClient(addr, 256, 30*time.Second, a.cfg.MaxBodyBytes))
+	return c.(*forward.Client)
+}
+
+// ensureRequestID gives the request an X-Request-Id when it has none, so
+// that the function and the records can be matched.
+func (a *Activator) ensureRequestID(req *fasthttp.Request) {
+	if len(req.Header.Peek("X-Request-Id")) > 0 {
+		return
+	}
+	var buf [48]byte
+	b := append(buf[:0], a.idBase...)
+	b = strconv.AppendUint(b, a.reqID.Add(1), 36)
+	req.Header.SetBytesV("X-Request-Id", b)
+}
+
+func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *route) {
+	body := map[string]string{"error": msg}
+	if rt != nil {
+		body["namespace"], body["function"] = rt.fn.Namespace, rt.fn.Name
+	} else {
+		body["path"] = string(ctx.Path())
+	}
+	b, _ := json.Marshal(body)
+	ctx.Response.Reset()
+	ctx.Response.SetStatusCode(code)
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.Response.SetBodyRaw(b)
+}

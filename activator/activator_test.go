@@ -1,0 +1,242 @@
+package activator
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/queueproxy"
+)
+
+func TestMain(m *testing.M) {
+	testfn.RunIfChild()
+	os.Exit(m.Run())
+}
+
+type countingPoker struct{ n atomic.Int32 }
+
+func (p *countingPoker) Poke(string, string) { p.n.Add(1) }
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// serveActivator runs a on a loopback port, watching hang-ups, and returns
+// its base URL.
+func serveActivator(t *testing.T, a *Activator) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := forward.NewHangups(quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go h.Run(ctx)
+	srv := &fasthttp.Server{Handler: a.ServeHTTP, StreamRequestBody: true, NoDefaultServerHeader: true,
+		NoDefaultContentType: true, NoDefaultDate: true}
+	go func() { _ = srv.Serve(h.Listener(ln)) }()
+	t.Cleanup(func() { _ = srv.Shutdown(); cancel(); _ = h.Close() })
+	return "http://" + ln.Addr().String()
+}
+
+// startInstance runs a real function process behind a real queue-proxy and
+// returns the queue-proxy's address once it is ready.
+func startInstance(t *testing.T) string {
+	t.Helper()
+	fn := testfn.Start(t)
+	srv, err := queueproxy.New(queueproxy.Config{Namespace: "ns", Function: "fn", UserPort: fn.Port,
+		Timeout: 30 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: time.Second}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.QuietPeriod = 10 * time.Millisecond
+	serving, _ := net.Listen("tcp", "127.0.0.1:0")
+	admin, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, serving, admin) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(10 * time.Second); !srv.Ready(); {
+		if time.Now().After(deadline) {
+			t.Fatal("instance not ready within 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return serving.Addr().String()
+}
+
+var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 600}}
+
+func get(t *testing.T, url string, header ...string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		if header[i] == "Host" {
+			req.Host = header[i+1]
+		} else {
+			req.Header.Set(header[i], header[i+1])
+		}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+func TestRouting(t *testing.T) {
+	a := New(Config{Domain: "fn.example.test"}, &countingPoker{}, quiet)
+	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(Function{Namespace: "ns", Name: "cron-only", Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
+	base := serveActivator(t, a)
+
+	tests := []struct {
+		name, path, host string
+		wantCode         int
+		wantURI          string // as the function sees it
+	}{
+		{"path", "/fn/ns/hello/echo?x=1&y=%2F", "", 200, "/echo?x=1&y=%2F"},
+		{"path without rest", "/fn/ns/hello", "", 200, "/"},
+		{"path with query only", "/fn/ns/hello?q=1", "", 200, "/?q=1"},
+		{"host", "/echo?h=1", "hello.ns.fn.example.test", 200, "/echo?h=1"},
+		{"host with port", "/echo", "hello.ns.fn.example.test:8080", 200, "/echo"},
+		{"unknown function", "/fn/ns/nobody/echo", "", 404, ""},
+		{"unknown namespace", "/fn/other/hello", "", 404, ""},
+		{"no http trigger", "/fn/ns/cron-only/echo", "", 404, ""},
+		{"not a function route", "/echo", "", 404, ""},
+		{"other domain", "/echo", "hello.ns.elsewhere.test", 404, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body := get(t, base+tt.path, "Host", tt.host)
+			if code != tt.wantCode {
+				t.Fatalf("%s: %d %s, want %d", tt.path, code, body, tt.wantCode)
+			}
+			if code != 200 {
+				if !strings.Contains(string(body), `"error":"unknown function"`) {
+					t.Errorf("404 body %s does not say unknown function", body)
+				}
+				return
+			}
+			var e testfn.Echo
+			if err := json.Unmarshal(body, &e); err != nil {
+				t.Fatalf("echo %s: %v", body, err)
+			}
+			if e.URI != tt.wantURI {
+				t.Errorf("function saw %q, want %q", e.URI, tt.wantURI)
+			}
+			if len(e.Headers["X-Request-Id"]) != 1 || e.Headers["X-Request-Id"][0] == "" {
+				t.Errorf("function got no X-Request-Id: %v", e.Headers)
+			}
+		})
+	}
+	t.Run("request id kept", func(t *testing.T) {
+		_, body := get(t, base+"/fn/ns/hello/echo", "X-Request-Id", "mine-1")
+		var e testfn.Echo
+		_ = json.Unmarshal(body, &e)
+		if got := e.Headers["X-Request-Id"]; len(got) != 1 || got[0] != "mine-1" {
+			t.Errorf("X-Request-Id = %v, want the client's", got)
+		}
+	})
+}
+
+// TestScaleFromZero sends 500 concurrent requests to a function with no
+// instance, starts one after they all wait, and checks every request is
+// answered 200 and the autoscaler was poked once.
+func TestScaleFromZero(t *testing.T) {
+	const requests = 500
+	poker := &countingPoker{}
+	a := New(Config{}, poker, quiet)
+	a.SetFunction(Function{Namespace: "ns", Name: "cold", HTTP: true, Timeout: 30 * time.Second})
+	base := serveActivator(t, a)
+
+	codes := make(chan int, requests)
+	var wg sync.WaitGroup
+	for range requests {
+		wg.Go(func() {
+			resp, err := client.Get(base + "/fn/ns/cold/echo")
+			if err != nil {
+				codes <- -1
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+	waitUntil(t, func() bool { return a.Buffered()["ns/cold"] == requests })
+	if n := poker.n.Load(); n != 1 {
+		t.Fatalf("%d pokes for one activation, want 1", n)
+	}
+	a.SetEndpoints("ns", "cold", []string{startInstance(t)})
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		if code != 200 {
+			t.Fatalf("a request got %d, want 200", code)
+		}
+	}
+	if poker.n.Load() != 1 {
+		t.Errorf("%d pokes, want 1", poker.n.Load())
+	}
+}
+
+func TestBufferFull(t *testing.T) {
+	a := New(Config{QueueDepth: 2}, &countingPoker{}, quiet)
+	a.SetFunction(Function{Namespace: "ns", Name: "busy", HTTP: true, Timeout: 2 * time.Second})
+	base := serveActivator(t, a)
+	for range 2 {
+		go func() { _, _ = client.Get(base + "/fn/ns/busy/echo") }()
+	}
+	waitUntil(t, func() bool { return a.Buffered()["ns/busy"] == 2 })
+	code, body := get(t, base+"/fn/ns/busy/echo")
+	if code != 503 || !strings.Contains(string(body), "too many requests waiting") {
+		t.Errorf("third request: %d %s, want 503", code, body)
+	}
+}
+
+func TestWaitTimeout(t *testing.T) {
+	a := New(Config{}, &countingPoker{}, quiet)
+	a.SetFunction(Function{Namespace: "ns", Name: "slow", HTTP: true, Timeout: time.Second})
+	base := serveActivator(t, a)
+	code, body := get(t, base+"/fn/ns/slow/echo")
+	if code != 504 || !strings.Contains(string(body), "timed out waiting") {
+		t.Errorf("request to a function that never starts: %d %s, want 504", code, body)
+	}
+}
+
+// TestRefusedInstanceIsRetried lists a dead address beside a live one:
+// requests sent to the dead one are refused before anything was written
+// and go to the live one.
+func TestRefusedInstanceIsRetried(t *testing.T) {
+	dead := net.JoinHostPort("127.0.0.1", "1") // nothing listens on port 1
+	a := New(Config{}, &countingPoker{}, quiet)
+	a.SetFunction(Function{Namespace: "ns", Name: "half", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "half", []string{dead, startInstance(t)})
+	base := serveActivator(t, a)
+	for range 50 {
+		if code, body := get(t, base+"/fn/ns/half/echo"); code != 200 {
+			t.Fatalf("got %d %s, want 200 from the live instance", code, body)
+		}
+	}
+}
