@@ -28,6 +28,9 @@ type Config struct {
 	// MaxAttempts bounds the instances one request is sent to, when
 	// connections are refused before anything was written.
 	MaxAttempts int
+	// Dial, when set, replaces the TCP dialer to instances (tests map
+	// names to loopback with it).
+	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
 
 // Defaults for the zero values of Config.
@@ -59,6 +62,9 @@ type Activator struct {
 	clients sync.Map // instance address → *forward.Client
 	reqID   atomic.Uint64
 	idBase  string
+
+	pendingMu sync.Mutex
+	pending   map[string][]string // endpoints of functions not set yet
 }
 
 // New returns an activator with no functions.
@@ -98,6 +104,13 @@ func (a *Activator) SetFunction(fn Function) {
 		t.byPath[key] = rt
 		t.byHost[fn.Name+"."+fn.Namespace] = rt
 	})
+	a.pendingMu.Lock()
+	addrs, ok := a.pending[fn.Namespace+"/"+fn.Name]
+	delete(a.pending, fn.Namespace+"/"+fn.Name)
+	a.pendingMu.Unlock()
+	if ok {
+		a.SetEndpoints(fn.Namespace, fn.Name, addrs)
+	}
 }
 
 // RemoveFunction forgets a function; requests waiting for it time out.
@@ -109,16 +122,26 @@ func (a *Activator) RemoveFunction(namespace, name string) {
 }
 
 // SetEndpoints sets the ready instances of a function: the addresses of
-// their queue-proxies. Waiting requests are forwarded at once.
+// their queue-proxies. Waiting requests are forwarded at once. Endpoints
+// of a function not set yet are kept until it is (watches race).
 func (a *Activator) SetEndpoints(namespace, name string, addrs []string) {
+	a.pendingMu.Lock() // with SetFunction's, so that no update falls between
 	rt := a.routes.get(namespace, name)
 	if rt == nil {
+		if a.pending == nil {
+			a.pending = map[string][]string{}
+		}
+		if len(addrs) == 0 {
+			delete(a.pending, namespace+"/"+name)
+		} else {
+			a.pending[namespace+"/"+name] = addrs
+		}
+		a.pendingMu.Unlock()
 		return
 	}
+	a.pendingMu.Unlock()
 	for _, addr := range addrs {
-		if _, ok := a.clients.Load(addr); !ok {
-			a.clients.LoadOrStore(addr, forward.NewClient(addr, 256, 30*time.Second, a.cfg.MaxBodyBytes))
-		}
+		a.client(addr)
 	}
 	rt.throttler.Update(addrs)
 }
@@ -228,8 +251,12 @@ func (a *Activator) client(addr string) *forward.Client {
 	if c, ok := a.clients.Load(addr); ok {
 		return c.(*forward.Client)
 	}
-	c, _ := a.clients.LoadOrStore(addr, forward.NewClient(addr, 256, 30*time.Second, a.cfg.MaxBodyBytes))
-	return c.(*forward.Client)
+	c := forward.NewClient(addr, 256, 30*time.Second, a.cfg.MaxBodyBytes)
+	if a.cfg.Dial != nil {
+		c.Dial = a.cfg.Dial
+	}
+	actual, _ := a.clients.LoadOrStore(addr, c)
+	return actual.(*forward.Client)
 }
 
 // ensureRequestID gives the request an X-Request-Id when it has none, so

@@ -18,7 +18,7 @@ import (
 
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
-	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/internal/testinstance"
 )
 
 func TestMain(m *testing.M) {
@@ -53,31 +53,7 @@ func serveActivator(t *testing.T, a *Activator) string {
 	return "http://" + ln.Addr().String()
 }
 
-// startInstance runs a real function process behind a real queue-proxy and
-// returns the queue-proxy's address once it is ready.
-func startInstance(t *testing.T) string {
-	t.Helper()
-	fn := testfn.Start(t)
-	srv, err := queueproxy.New(queueproxy.Config{Namespace: "ns", Function: "fn", UserPort: fn.Port,
-		Timeout: 30 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: time.Second}, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.QuietPeriod = 10 * time.Millisecond
-	serving, _ := net.Listen("tcp", "127.0.0.1:0")
-	admin, _ := net.Listen("tcp", "127.0.0.1:0")
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx, serving, admin) }()
-	t.Cleanup(func() { cancel(); <-done })
-	for deadline := time.Now().Add(10 * time.Second); !srv.Ready(); {
-		if time.Now().After(deadline) {
-			t.Fatal("instance not ready within 10s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-	return serving.Addr().String()
-}
+func startInstance(t *testing.T) string { return testinstance.Start(t).Addr }
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 600}}
 

@@ -1,0 +1,118 @@
+// Package endpointslices tells the activator which instances of each
+// function are ready on Kubernetes, by watching the EndpointSlices of the
+// functions' Services (label sless.dev/function).
+package endpointslices
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listers "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+)
+
+// FunctionLabel marks the Services, and so the EndpointSlices, of functions.
+const FunctionLabel = "sless.dev/function"
+
+// Sink receives the ready instances of a function.
+type Sink interface {
+	SetEndpoints(namespace, name string, addrs []string)
+}
+
+// Watcher pushes each function's ready endpoints to a Sink as the
+// EndpointSlices change: an endpoint counts when it is ready and not
+// terminating, so an instance being drained gets no new requests.
+type Watcher struct {
+	client kubernetes.Interface
+	sink   Sink
+	log    *slog.Logger
+	lister listers.EndpointSliceLister
+}
+
+// New returns a watcher using cfg to reach the API server.
+func New(cfg *rest.Config, sink Sink, log *slog.Logger) (*Watcher, error) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("endpointslices: %w", err)
+	}
+	return &Watcher{client: client, sink: sink, log: log}, nil
+}
+
+// Run watches until ctx ends. It returns once the watch is set up and the
+// initial state has been pushed, or with an error; the watch goes on in
+// the background until ctx ends.
+func (w *Watcher) Run(ctx context.Context) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = FunctionLabel }))
+	inf := factory.Discovery().V1().EndpointSlices()
+	w.lister = inf.Lister()
+	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    w.changed,
+		UpdateFunc: func(_, obj any) { w.changed(obj) },
+		DeleteFunc: w.changed,
+	})
+	if err != nil {
+		return fmt.Errorf("endpointslices: %w", err)
+	}
+	factory.Start(ctx.Done())
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("endpointslices: %v did not sync", typ)
+		}
+	}
+	return nil
+}
+
+func (w *Watcher) changed(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	slice, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return
+	}
+	name := slice.Labels[FunctionLabel]
+	if name == "" {
+		return
+	}
+	all, err := w.lister.EndpointSlices(slice.Namespace).List(labels.SelectorFromSet(labels.Set{FunctionLabel: name}))
+	if err != nil {
+		w.log.Error("list endpoint slices", "namespace", slice.Namespace, "function", name, "err", err)
+		return
+	}
+	w.sink.SetEndpoints(slice.Namespace, name, readyAddrs(all))
+}
+
+// readyAddrs lists host:port of every endpoint that is ready and not
+// terminating, once each, in a stable order.
+func readyAddrs(all []*discoveryv1.EndpointSlice) []string {
+	var addrs []string
+	for _, s := range all {
+		if len(s.Ports) == 0 || s.Ports[0].Port == nil {
+			continue
+		}
+		port := strconv.Itoa(int(*s.Ports[0].Port))
+		for _, e := range s.Endpoints {
+			c := e.Conditions
+			// A nil ready condition means ready (the API's convention).
+			if (c.Ready != nil && !*c.Ready) || (c.Terminating != nil && *c.Terminating) {
+				continue
+			}
+			for _, a := range e.Addresses {
+				addrs = append(addrs, net.JoinHostPort(a, port))
+			}
+		}
+	}
+	slices.Sort(addrs)
+	return slices.Compact(addrs)
+}

@@ -1,0 +1,178 @@
+package endpointslices_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"sless.dev/sless/activator"
+	"sless.dev/sless/activator/endpointslices"
+	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/internal/testinstance"
+)
+
+func TestMain(m *testing.M) {
+	testfn.RunIfChild()
+	os.Exit(m.Run())
+}
+
+type nopPoker struct{}
+
+func (nopPoker) Poke(string, string) {}
+
+// TestEndpointSlicesRouteTraffic runs the watcher against a real API server
+// with EndpointSlices pointing at real queue-proxies: the activator sends
+// to ready endpoints only, and buffers when none is left. The API server
+// refuses loopback IPs in EndpointSlices, so the slices name the instances
+// by names under .test, which resolve nowhere, and the activator's dialer
+// maps them to 127.0.0.1.
+func TestEndpointSlicesRouteTraffic(t *testing.T) {
+	cfg := controlplane.Start(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a := activator.New(activator.Config{Dial: loopbackDial}, nopPoker{}, quiet)
+	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
+	w, err := endpointslices.New(cfg, a, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := serve(t, a)
+
+	one, two := testinstance.Start(t), testinstance.Start(t)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	slices := kube.DiscoveryV1().EndpointSlices("default")
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "hello-abc", Labels: map[string]string{endpointslices.FunctionLabel: "hello"}},
+		AddressType: discoveryv1.AddressTypeFQDN,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(port(t, one.Addr)))}},
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"one.sless.test"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
+	}
+	slice, err = slices.Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the first instance to serve", func() bool { return get(base) == 200 })
+
+	// The second instance, in a slice of its own, is terminating: it must
+	// get nothing new. Then the first one stops being ready and the
+	// function has no instance: requests wait.
+	second := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "hello-def", Labels: map[string]string{endpointslices.FunctionLabel: "hello"}},
+		AddressType: discoveryv1.AddressTypeFQDN,
+		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To(int32(port(t, two.Addr)))}},
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"two.sless.test"},
+			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}}},
+	}
+	if _, err := slices.Create(ctx, second, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	slice.Endpoints[0].Conditions.Ready = ptr.To(false)
+	if _, err := slices.Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the function to have no ready instance", func() bool {
+		done := make(chan int, 1)
+		go func() { done <- get(base) }()
+		select {
+		case <-done:
+			return false // still served
+		case <-time.After(200 * time.Millisecond):
+			return a.Buffered()["default/hello"] > 0
+		}
+	})
+
+	// Making the second ready serves the waiting requests.
+	second.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(true)}
+	if _, err := slices.Update(ctx, second, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "waiting requests served", func() bool { return a.Buffered()["default/hello"] == 0 })
+	if code := get(base); code != 200 {
+		t.Errorf("after the second became ready: %d, want 200", code)
+	}
+
+	// Deleting every slice leaves nothing: new requests buffer again.
+	for _, name := range []string{"hello-abc", "hello-def"} {
+		if err := slices.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "requests to buffer after the slices are gone", func() bool {
+		go get(base)
+		time.Sleep(50 * time.Millisecond)
+		return a.Buffered()["default/hello"] > 0
+	})
+}
+
+// loopbackDial sends <anything>.sless.test:<port> to 127.0.0.1:<port> and
+// refuses every other address, so no test traffic can leave the machine.
+func loopbackDial(addr string, timeout time.Duration) (net.Conn, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || !strings.HasSuffix(host, ".sless.test") {
+		return nil, fmt.Errorf("test dialer: %q is not a test instance", addr)
+	}
+	return net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", port), timeout)
+}
+
+func port(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := strconv.Atoi(p)
+	return n
+}
+
+func serve(t *testing.T, a *activator.Activator) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: a.ServeHTTP}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return "http://" + ln.Addr().String() + "/fn/default/hello/echo"
+}
+
+var client = &http.Client{Timeout: 30 * time.Second}
+
+func get(url string) int {
+	resp, err := client.Get(url)
+	if err != nil {
+		return -1
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

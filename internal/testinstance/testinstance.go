@@ -1,0 +1,57 @@
+// Package testinstance runs a function instance for tests of the layers
+// above it: a real function process (internal/testfn) behind a real
+// queue-proxy. Test packages using it call testfn.RunIfChild in TestMain.
+package testinstance
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/queueproxy"
+)
+
+// Instance is a running instance.
+type Instance struct {
+	// Addr is the queue-proxy's serving address.
+	Addr string
+	// Function is the function process.
+	Function *testfn.Process
+}
+
+// Start runs an instance, waits until its queue-proxy is ready and stops it
+// when the test ends.
+func Start(t testing.TB) *Instance {
+	t.Helper()
+	fn := testfn.Start(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := queueproxy.New(queueproxy.Config{Namespace: "test", Function: "fn", UserPort: fn.Port,
+		Timeout: 30 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: time.Second}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.QuietPeriod = 10 * time.Millisecond
+	serving, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, serving, admin) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(10 * time.Second); !srv.Ready(); {
+		if time.Now().After(deadline) {
+			t.Fatal("instance not ready within 10s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return &Instance{Addr: serving.Addr().String(), Function: fn}
+}
