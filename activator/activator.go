@@ -3,6 +3,7 @@ package activator
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strconv"
@@ -10,9 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/invocation"
 )
 
 // Config is the activator's configuration.
@@ -49,6 +52,12 @@ type Poker interface {
 	Poke(namespace, name string)
 }
 
+// InvocationSink takes the record of every invocation. Add must not block:
+// the request path calls it.
+type InvocationSink interface {
+	Add(invocation.Record)
+}
+
 // Activator routes invocations to functions' instances, throttling and
 // buffering them. Functions and their ready instances are pushed to it
 // (SetFunction, SetEndpoints) by the local platform or the Kubernetes
@@ -57,6 +66,8 @@ type Activator struct {
 	cfg     Config
 	log     *slog.Logger
 	poker   Poker
+	sink    InvocationSink
+	metrics *metrics
 	routes  routes
 	buffer  *Buffer
 	clients sync.Map // instance address → *forward.Client
@@ -67,8 +78,9 @@ type Activator struct {
 	pending   map[string][]string // endpoints of functions not set yet
 }
 
-// New returns an activator with no functions.
-func New(cfg Config, poker Poker, log *slog.Logger) *Activator {
+// New returns an activator with no functions, recording invocations in
+// sink and registering its metrics with reg.
+func New(cfg Config, poker Poker, sink InvocationSink, reg prometheus.Registerer, log *slog.Logger) (*Activator, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -81,10 +93,16 @@ func New(cfg Config, poker Poker, log *slog.Logger) *Activator {
 	if cfg.MaxAttempts == 0 {
 		cfg.MaxAttempts = DefaultMaxAttempts
 	}
-	return &Activator{
-		cfg: cfg, log: log, poker: poker, buffer: NewBuffer(cfg.MaxBuffered),
+	a := &Activator{
+		cfg: cfg, log: log, poker: poker, sink: sink, buffer: NewBuffer(cfg.MaxBuffered),
 		idBase: strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
 	}
+	m, err := newMetrics(reg, a)
+	if err != nil {
+		return nil, fmt.Errorf("activator metrics: %w", err)
+	}
+	a.metrics = m
+	return a, nil
 }
 
 // SetFunction adds a function or changes it. A change of concurrency
@@ -97,7 +115,8 @@ func (a *Activator) SetFunction(fn Function) {
 			return
 		}
 		poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
-		rt := &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke)}
+		rt := &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke),
+			metrics: a.metrics.forFunction(fn.Namespace, fn.Name)}
 		if old := t.byPath[key]; old != nil {
 			rt.throttler.Update(old.throttler.addrs())
 		}
@@ -166,8 +185,10 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		a.fail(ctx, fasthttp.StatusNotFound, "unknown function", rt)
 		return
 	}
-	if int64(ctx.Request.Header.ContentLength()) > a.cfg.MaxBodyBytes {
+	bytesIn := ctx.Request.Header.ContentLength()
+	if int64(bytesIn) > a.cfg.MaxBodyBytes {
 		a.fail(ctx, fasthttp.StatusRequestEntityTooLarge, "request body too large", rt)
+		a.finish(ctx, rt, start, result{code: fasthttp.StatusRequestEntityTooLarge})
 		return
 	}
 	req := &ctx.Request
@@ -176,38 +197,72 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	}
 	a.ensureRequestID(req)
 	forward.PrepareRequest(req, ctx.RemoteAddr())
-	a.serve(ctx, rt, start.Add(rt.fn.Timeout))
+	res := a.serve(ctx, rt, start.Add(rt.fn.Timeout))
+	if res.body == nil {
+		if res.in != nil {
+			rt.throttler.Release(res.in)
+		}
+		a.finish(ctx, rt, start, res)
+		return
+	}
+	// A streamed body ends the request when fasthttp closes it: the one
+	// closure of a response over 64 KiB.
+	res.body.OnClose = func() {
+		rt.throttler.Release(res.in)
+		a.finish(ctx, rt, start, res)
+	}
 }
 
-func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Time) {
+// result is how a request went.
+type result struct {
+	code int
+	in   *Instance     // to release, when one was taken
+	body *forward.Body // the response body still streaming, if any
+	cold bool          // waited for a function with no instance
+	wait time.Duration // how long it waited for an instance
+}
+
+// finish records a request that has ended.
+func (a *Activator) finish(ctx *fasthttp.RequestCtx, rt *route, start time.Time, res result) {
+	d := time.Since(start)
+	rt.metrics.observe(res.code, d, res.cold, res.wait)
+	a.sink.Add(invocation.Record{
+		Namespace: rt.fn.Namespace, Function: rt.fn.Name, Trigger: "http", Status: res.code,
+		Start: start, Duration: d, ColdStart: res.cold, ColdStartWait: res.wait,
+		BytesIn: max(ctx.Request.Header.ContentLength(), -1), BytesOut: max(ctx.Response.Header.ContentLength(), -1),
+	})
+}
+
+func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Time) result {
 	cc, _ := ctx.Conn().(*forward.Conn)
 	var gone <-chan struct{}
 	if cc != nil {
 		gone = cc.Gone()
 	}
+	var res result
 	for attempt := 1; ; attempt++ {
-		in, err := a.acquire(rt, deadline, gone)
+		waitStart := time.Now()
+		in, cold, err := a.acquire(rt, deadline, gone)
+		if cold {
+			res.cold, res.wait = true, time.Since(waitStart)
+		}
 		switch {
 		case errors.Is(err, ErrBufferFull):
 			ctx.Response.Header.Set("Retry-After", "1")
-			a.fail(ctx, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function", rt)
-			return
+			res.code = a.fail(ctx, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function", rt)
+			return res
 		case errors.Is(err, ErrTimeout):
-			a.fail(ctx, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance", rt)
-			return
+			res.code = a.fail(ctx, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance", rt)
+			return res
 		case err != nil: // the client left
-			return
+			res.code = statusClientClosedRequest
+			return res
 		}
-		client := a.client(in.Addr)
-		body, err := client.Do(&ctx.Request, &ctx.Response, deadline, cc)
+		body, err := a.client(in.Addr).Do(&ctx.Request, &ctx.Response, deadline, cc)
 		if err == nil {
 			forward.PrepareResponse(&ctx.Response)
-			if body != nil {
-				body.OnClose = func() { rt.throttler.Release(in) }
-				return
-			}
-			rt.throttler.Release(in)
-			return
+			res.code, res.in, res.body = ctx.Response.StatusCode(), in, body
+			return res
 		}
 		if notSent(err) {
 			rt.throttler.Refused(in)
@@ -217,27 +272,32 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 		if notSent(err) && attempt < a.cfg.MaxAttempts && time.Now().Before(deadline) {
 			continue // nothing reached that instance: another may take it
 		}
-		if !errors.Is(err, forward.ErrClientGone) {
-			a.fail(ctx, forward.Status(err), "function failed: "+forward.Cause(err), rt)
+		if errors.Is(err, forward.ErrClientGone) {
+			res.code = statusClientClosedRequest
+			return res
 		}
-		return
+		res.code = a.fail(ctx, forward.Status(err), "function failed: "+forward.Cause(err), rt)
+		return res
 	}
 }
 
+// statusClientClosedRequest is recorded for requests whose client hung up
+// (nginx's 499); nobody receives it.
+const statusClientClosedRequest = 499
+
 // acquire takes an instance, waiting (with a timer only then) until the
-// deadline.
-func (a *Activator) acquire(rt *route, deadline time.Time, gone <-chan struct{}) (*Instance, error) {
+// deadline. cold reports a wait for a function with no instance.
+func (a *Activator) acquire(rt *route, deadline time.Time, gone <-chan struct{}) (in *Instance, cold bool, err error) {
 	if in := rt.throttler.TryAcquire(); in != nil {
-		return in, nil
+		return in, false, nil
 	}
 	d := time.Until(deadline)
 	if d <= 0 {
-		return nil, ErrTimeout
+		return nil, false, ErrTimeout
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	in, _, err := rt.throttler.Acquire(t.C, gone)
-	return in, err
+	return rt.throttler.Acquire(t.C, gone)
 }
 
 // notSent reports whether a failed call surely did not reach the
@@ -271,7 +331,7 @@ func (a *Activator) ensureRequestID(req *fasthttp.Request) {
 	req.Header.SetBytesV("X-Request-Id", b)
 }
 
-func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *route) {
+func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *route) int {
 	body := map[string]string{"error": msg}
 	if rt != nil {
 		body["namespace"], body["function"] = rt.fn.Namespace, rt.fn.Name
@@ -283,4 +343,5 @@ func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *rou
 	ctx.Response.SetStatusCode(code)
 	ctx.Response.Header.SetContentType("application/json")
 	ctx.Response.SetBodyRaw(b)
+	return code
 }

@@ -16,9 +16,13 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/invocation"
 )
 
 func TestMain(m *testing.M) {
@@ -31,6 +35,17 @@ type countingPoker struct{ n atomic.Int32 }
 func (p *countingPoker) Poke(string, string) { p.n.Add(1) }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// newActivator returns an activator recording into a ring, with metrics in
+// a registry of its own; both are reachable through the test helpers.
+func newActivator(t *testing.T, cfg Config, poker Poker) *Activator {
+	t.Helper()
+	a, err := New(cfg, poker, invocation.NewRing(1000), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
 
 // serveActivator runs a on a loopback port, watching hang-ups, and returns
 // its base URL.
@@ -80,7 +95,7 @@ func get(t *testing.T, url string, header ...string) (int, []byte) {
 }
 
 func TestRouting(t *testing.T) {
-	a := New(Config{Domain: "fn.example.test"}, &countingPoker{}, quiet)
+	a := newActivator(t, Config{Domain: "fn.example.test"}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
 	a.SetFunction(Function{Namespace: "ns", Name: "cron-only", Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
@@ -142,7 +157,7 @@ func TestRouting(t *testing.T) {
 func TestScaleFromZero(t *testing.T) {
 	const requests = 500
 	poker := &countingPoker{}
-	a := New(Config{}, poker, quiet)
+	a := newActivator(t, Config{}, poker)
 	a.SetFunction(Function{Namespace: "ns", Name: "cold", HTTP: true, Timeout: 30 * time.Second})
 	base := serveActivator(t, a)
 
@@ -175,10 +190,25 @@ func TestScaleFromZero(t *testing.T) {
 	if poker.n.Load() != 1 {
 		t.Errorf("%d pokes, want 1", poker.n.Load())
 	}
+	records, total := a.sink.(*invocation.Ring).Recent(requests)
+	if total != requests {
+		t.Fatalf("%d invocation records, want %d", total, requests)
+	}
+	for _, r := range records {
+		if !r.ColdStart || r.ColdStartWait <= 0 || r.Status != 200 || r.Trigger != "http" || r.Function != "cold" {
+			t.Fatalf("record %+v, want a 200 cold start of cold over http", r)
+		}
+	}
+	if n := testutil.ToFloat64(a.metrics.coldStarts.WithLabelValues("ns", "cold")); n != requests {
+		t.Errorf("sless_cold_starts_total = %v, want %d", n, requests)
+	}
+	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "cold", "200")); n != requests {
+		t.Errorf("sless_activator_requests_total{code=200} = %v, want %d", n, requests)
+	}
 }
 
 func TestBufferFull(t *testing.T) {
-	a := New(Config{QueueDepth: 2}, &countingPoker{}, quiet)
+	a := newActivator(t, Config{QueueDepth: 2}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "busy", HTTP: true, Timeout: 2 * time.Second})
 	base := serveActivator(t, a)
 	for range 2 {
@@ -192,7 +222,7 @@ func TestBufferFull(t *testing.T) {
 }
 
 func TestWaitTimeout(t *testing.T) {
-	a := New(Config{}, &countingPoker{}, quiet)
+	a := newActivator(t, Config{}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "slow", HTTP: true, Timeout: time.Second})
 	base := serveActivator(t, a)
 	code, body := get(t, base+"/fn/ns/slow/echo")
@@ -206,7 +236,7 @@ func TestWaitTimeout(t *testing.T) {
 // and go to the live one.
 func TestRefusedInstanceIsRetried(t *testing.T) {
 	dead := net.JoinHostPort("127.0.0.1", "1") // nothing listens on port 1
-	a := New(Config{}, &countingPoker{}, quiet)
+	a := newActivator(t, Config{}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "half", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "half", []string{dead, startInstance(t)})
 	base := serveActivator(t, a)

@@ -23,6 +23,7 @@ type Function struct {
 type route struct {
 	fn        Function
 	throttler *Throttler
+	metrics   *routeMetrics
 }
 
 // routes maps requests to functions. Reads take no lock: the tables are

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/invocation"
 )
 
 func TestMain(m *testing.M) {
@@ -44,7 +46,10 @@ func (nopPoker) Poke(string, string) {}
 func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	cfg := controlplane.Start(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a := activator.New(activator.Config{Dial: loopbackDial}, nopPoker{}, quiet)
+	a, err := activator.New(activator.Config{Dial: loopbackDial}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
 	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
 	w, err := endpointslices.New(cfg, a, quiet)
 	if err != nil {

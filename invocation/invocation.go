@@ -1,0 +1,63 @@
+// Package invocation holds the record every invocation leaves behind, and
+// the in-memory ring that keeps the latest ones when no database is
+// configured.
+package invocation
+
+import (
+	"sync"
+	"time"
+)
+
+// Record is one invocation of a function.
+type Record struct {
+	Namespace string `json:"namespace"`
+	Function  string `json:"function"`
+	// Trigger is the kind of trigger that invoked: http, cron or rabbitmq.
+	Trigger string `json:"trigger"`
+	// Status is the HTTP status code answered (499: the client left).
+	Status int       `json:"status"`
+	Start  time.Time `json:"start"`
+	// Duration is from arrival to answer, waiting included.
+	Duration time.Duration `json:"durationNs"`
+	// ColdStart is set when the invocation waited for a function with no
+	// instance; ColdStartWait is how long it waited.
+	ColdStart     bool          `json:"coldStart"`
+	ColdStartWait time.Duration `json:"coldStartWaitNs,omitempty"`
+	// BytesIn and BytesOut are the body sizes, when known (-1: streamed).
+	BytesIn  int `json:"bytesIn"`
+	BytesOut int `json:"bytesOut"`
+}
+
+// Ring keeps the latest records in a fixed amount of memory: adding never
+// blocks on anything but a short critical section, and the oldest record
+// makes room for the newest.
+type Ring struct {
+	mu    sync.Mutex
+	buf   []Record
+	next  int
+	total uint64
+}
+
+// NewRing returns a ring holding up to size records.
+func NewRing(size int) *Ring { return &Ring{buf: make([]Record, max(size, 1))} }
+
+// Add keeps r.
+func (g *Ring) Add(r Record) {
+	g.mu.Lock()
+	g.buf[g.next] = r
+	g.next = (g.next + 1) % len(g.buf)
+	g.total++
+	g.mu.Unlock()
+}
+
+// Recent returns up to n records, newest first, and the number ever added.
+func (g *Ring) Recent(n int) ([]Record, uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	n = min(n, len(g.buf), int(min(g.total, uint64(len(g.buf)))))
+	out := make([]Record, 0, n)
+	for i := range n {
+		out = append(out, g.buf[(g.next-1-i+2*len(g.buf))%len(g.buf)])
+	}
+	return out, g.total
+}
