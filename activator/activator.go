@@ -1,11 +1,13 @@
 package activator
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -163,6 +165,26 @@ func (a *Activator) SetEndpoints(namespace, name string, addrs []string) {
 		a.client(addr)
 	}
 	rt.throttler.Update(addrs)
+}
+
+// FunctionState is a function as the activator serves it.
+type FunctionState struct {
+	Function
+	Instances int `json:"instances"`
+	Waiting   int `json:"waiting"`
+}
+
+// Functions lists the functions served, sorted by namespace and name.
+func (a *Activator) Functions() []FunctionState {
+	t := a.routes.load()
+	out := make([]FunctionState, 0, len(t.byPath))
+	for _, rt := range t.byPath {
+		out = append(out, FunctionState{Function: rt.fn, Instances: rt.throttler.Instances(), Waiting: rt.throttler.Waiting()})
+	}
+	slices.SortFunc(out, func(x, y FunctionState) int {
+		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
+	})
+	return out
 }
 
 // Buffered is the number of requests waiting for an instance, per function

@@ -9,14 +9,15 @@ import (
 
 // Function is what the activator knows of one function.
 type Function struct {
-	Namespace, Name string
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
 	// HTTP is false for functions without an HTTP trigger: they are not
 	// served, as if unknown.
-	HTTP bool
+	HTTP bool `json:"http"`
 	// Concurrency is the per-instance limit (0: unlimited).
-	Concurrency int
+	Concurrency int `json:"concurrency"`
 	// Timeout bounds a request, waiting included.
-	Timeout time.Duration
+	Timeout time.Duration `json:"timeoutNs"`
 }
 
 // route is a function with its throttler, as the request path sees it.

@@ -1,4 +1,4 @@
-package endpointslices_test
+package kubewatch_test
 
 import (
 	"context"
@@ -17,11 +17,14 @@ import (
 	"github.com/valyala/fasthttp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/activator"
-	"sless.dev/sless/activator/endpointslices"
+	"sless.dev/sless/activator/kubewatch"
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
@@ -51,7 +54,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
-	w, err := endpointslices.New(cfg, a, quiet)
+	w, err := kubewatch.NewEndpoints(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +69,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	slices := kube.DiscoveryV1().EndpointSlices("default")
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "hello-abc", Labels: map[string]string{endpointslices.FunctionLabel: "hello"}},
+		ObjectMeta:  metav1.ObjectMeta{Name: "hello-abc", Labels: map[string]string{kubewatch.FunctionLabel: "hello"}},
 		AddressType: discoveryv1.AddressTypeFQDN,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(port(t, one.Addr)))}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"one.sless.test"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
@@ -81,7 +84,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	// get nothing new. Then the first one stops being ready and the
 	// function has no instance: requests wait.
 	second := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "hello-def", Labels: map[string]string{endpointslices.FunctionLabel: "hello"}},
+		ObjectMeta:  metav1.ObjectMeta{Name: "hello-def", Labels: map[string]string{kubewatch.FunctionLabel: "hello"}},
 		AddressType: discoveryv1.AddressTypeFQDN,
 		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To(int32(port(t, two.Addr)))}},
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"two.sless.test"},
@@ -160,10 +163,10 @@ func serve(t *testing.T, a *activator.Activator) string {
 	return "http://" + ln.Addr().String() + "/fn/default/hello/echo"
 }
 
-var client = &http.Client{Timeout: 30 * time.Second}
+var httpClient = &http.Client{Timeout: 30 * time.Second}
 
 func get(url string) int {
-	resp, err := client.Get(url)
+	resp, err := httpClient.Get(url)
 	if err != nil {
 		return -1
 	}
@@ -180,4 +183,61 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestFunctionsAreServed: the activator serves the valid Functions of the
+// cluster as they come, change and go.
+func TestFunctionsAreServed(t *testing.T) {
+	cfg := controlplane.Start(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := activator.New(activator.Config{}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	existing := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "early", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x"}}
+	if err := c.Create(ctx, existing); err != nil {
+		t.Fatal(err)
+	}
+	w, err := kubewatch.NewFunctions(cfg, a, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if fns := a.Functions(); len(fns) != 1 || fns[0].Name != "early" || !fns[0].HTTP || fns[0].Timeout != 300*time.Second {
+		t.Fatalf("after the initial sync the activator serves %+v, want early with its defaults", fns)
+	}
+
+	cron := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "nightly", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x", Concurrency: 4,
+			Triggers: []v1alpha1.Trigger{{Name: "tick", Cron: &v1alpha1.CronTrigger{Schedule: "@hourly"}}}}}
+	invalid := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "bad-cron", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x",
+			Triggers: []v1alpha1.Trigger{{Name: "tick", Cron: &v1alpha1.CronTrigger{Schedule: "61 * * * *"}}}}}
+	for _, fn := range []*v1alpha1.Function{cron, invalid} {
+		if err := c.Create(ctx, fn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "nightly to be known", func() bool { return len(a.Functions()) == 2 })
+	fns := a.Functions()
+	if fns[1].Name != "nightly" || fns[1].HTTP || fns[1].Concurrency != 4 {
+		t.Errorf("nightly served as %+v, want no HTTP and concurrency 4", fns[1])
+	}
+	if err := c.Delete(ctx, existing); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "early to be gone", func() bool { fns := a.Functions(); return len(fns) == 1 && fns[0].Name == "nightly" })
 }

@@ -1,7 +1,7 @@
-// Package endpointslices tells the activator which instances of each
-// function are ready on Kubernetes, by watching the EndpointSlices of the
-// functions' Services (label sless.dev/function).
-package endpointslices
+// Package kubewatch feeds the activator from Kubernetes: the Functions it
+// serves, and which instances of each are ready, from the EndpointSlices
+// of the functions' Services (label sless.dev/function).
+package kubewatch
 
 import (
 	"context"
@@ -24,34 +24,34 @@ import (
 // FunctionLabel marks the Services, and so the EndpointSlices, of functions.
 const FunctionLabel = "sless.dev/function"
 
-// Sink receives the ready instances of a function.
-type Sink interface {
+// EndpointSink receives the ready instances of a function.
+type EndpointSink interface {
 	SetEndpoints(namespace, name string, addrs []string)
 }
 
-// Watcher pushes each function's ready endpoints to a Sink as the
+// Endpoints pushes each function's ready endpoints to a Sink as the
 // EndpointSlices change: an endpoint counts when it is ready and not
 // terminating, so an instance being drained gets no new requests.
-type Watcher struct {
+type Endpoints struct {
 	client kubernetes.Interface
-	sink   Sink
+	sink   EndpointSink
 	log    *slog.Logger
 	lister listers.EndpointSliceLister
 }
 
-// New returns a watcher using cfg to reach the API server.
-func New(cfg *rest.Config, sink Sink, log *slog.Logger) (*Watcher, error) {
+// NewEndpoints returns a watcher using cfg to reach the API server.
+func NewEndpoints(cfg *rest.Config, sink EndpointSink, log *slog.Logger) (*Endpoints, error) {
 	client, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("endpointslices: %w", err)
 	}
-	return &Watcher{client: client, sink: sink, log: log}, nil
+	return &Endpoints{client: client, sink: sink, log: log}, nil
 }
 
 // Run watches until ctx ends. It returns once the watch is set up and the
 // initial state has been pushed, or with an error; the watch goes on in
 // the background until ctx ends.
-func (w *Watcher) Run(ctx context.Context) error {
+func (w *Endpoints) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = FunctionLabel }))
 	inf := factory.Discovery().V1().EndpointSlices()
@@ -73,7 +73,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-func (w *Watcher) changed(obj any) {
+func (w *Endpoints) changed(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = d.Obj
 	}
