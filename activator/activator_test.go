@@ -246,3 +246,59 @@ func TestRefusedInstanceIsRetried(t *testing.T) {
 		}
 	}
 }
+
+// TestServer runs the activator's two ports: invocations on one; health,
+// metrics and the token-guarded admin API on the other; and drain.
+func TestServer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	ring := invocation.NewRing(100)
+	a, err := New(Config{}, &countingPoker{}, ring, reg, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
+	srv := &Server{Activator: a, Registry: reg, Records: ring, Token: "s3cret", DrainTimeout: 5 * time.Second, Log: quiet}
+	serving, _ := net.Listen("tcp", "127.0.0.1:0")
+	admin, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, serving, admin) }()
+	base, adminURL := "http://"+serving.Addr().String(), "http://"+admin.Addr().String()
+	waitUntil(t, func() bool { code, _ := get(t, adminURL+"/healthz"); return code == 200 })
+
+	for range 3 {
+		if code, body := get(t, base+"/fn/ns/hello/echo"); code != 200 {
+			t.Fatalf("invocation: %d %s", code, body)
+		}
+	}
+	if code, _ := get(t, base+"/metrics"); code != 404 {
+		t.Errorf("/metrics on the invocation port: %d, want 404 (no admin routes there)", code)
+	}
+	if code, _ := get(t, adminURL+"/v1/functions"); code != 401 {
+		t.Errorf("/v1/functions without the token: %d, want 401", code)
+	}
+	code, body := get(t, adminURL+"/v1/invocations?limit=2", "Authorization", "Bearer s3cret")
+	var inv struct {
+		Invocations []invocation.Record
+		Total       int
+	}
+	if err := json.Unmarshal(body, &inv); code != 200 || err != nil || len(inv.Invocations) != 2 || inv.Total != 3 {
+		t.Errorf("/v1/invocations: %d %s", code, body)
+	}
+	code, body = get(t, adminURL+"/v1/functions", "Authorization", "Bearer s3cret")
+	if code != 200 || !strings.Contains(string(body), `"name":"hello","http":true`) || !strings.Contains(string(body), `"instances":1`) {
+		t.Errorf("/v1/functions: %d %s", code, body)
+	}
+	_, body = get(t, adminURL+"/metrics")
+	if want := `sless_activator_requests_total{code="200",function="hello",namespace="ns"} 3`; !strings.Contains(string(body), want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
+	if code, _ := get(t, adminURL+"/readyz"); code != 200 {
+		t.Errorf("/readyz = %d, want 200", code)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run after drain = %v", err)
+	}
+}

@@ -27,7 +27,7 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 		newVersionCommand(),
 		notImplemented("dev", "Run the platform locally on a directory of Function manifests", 7),
 		notImplemented("controller", "Reconcile Functions into Deployments, Services and ScaledObjects", 6),
-		notImplemented("activator", "Serve invocations: route, throttle, buffer at zero, balance", 4),
+		newActivatorCommand(),
 		notImplemented("autoscaler", "Decide and apply replicas for every Function", 5),
 		newQueueProxyCommand(),
 	)

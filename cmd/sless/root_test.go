@@ -37,9 +37,9 @@ func TestHelpListsSubcommands(t *testing.T) {
 }
 
 func TestNotImplementedFails(t *testing.T) {
-	_, err := run("activator")
+	_, err := run("autoscaler")
 	if !errors.Is(err, errNotImplemented) {
-		t.Fatalf("sless activator = %v, want errNotImplemented", err)
+		t.Fatalf("sless autoscaler = %v, want errNotImplemented", err)
 	}
 }
 

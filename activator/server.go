@@ -1,0 +1,149 @@
+package activator
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/invocation"
+)
+
+// Server runs an activator on its two ports: invocations on one, health,
+// metrics and the admin API on the other, never mixed.
+type Server struct {
+	Activator *Activator
+	// Registry is served on /metrics.
+	Registry *prometheus.Registry
+	// Records is served on /v1/invocations.
+	Records *invocation.Ring
+	// Token, when set, is the bearer token the /v1/ API requires.
+	Token string
+	// DrainTimeout bounds the drain at shutdown.
+	DrainTimeout time.Duration
+	Log          *slog.Logger
+
+	draining atomic.Bool
+}
+
+// Run serves until ctx ends, then turns /readyz to 503 and drains: requests
+// in flight finish, up to DrainTimeout.
+func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
+	hangups, err := forward.NewHangups(s.Log)
+	if err != nil {
+		return err
+	}
+	defer hangups.Close()
+	fs := &fasthttp.Server{
+		Handler:                      s.Activator.ServeHTTP,
+		Concurrency:                  100_000,
+		ReadBufferSize:               16 << 10,
+		MaxRequestBodySize:           int(s.Activator.cfg.MaxBodyBytes),
+		StreamRequestBody:            true,
+		IdleTimeout:                  90 * time.Second,
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		NoDefaultDate:                true,
+		DisablePreParseMultipartForm: true,
+		CloseOnShutdown:              true,
+		ErrorHandler:                 s.readError,
+	}
+	hs := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
+	bg, stop := context.WithCancel(context.Background())
+	defer stop()
+	go hangups.Run(bg)
+
+	errc := make(chan error, 2)
+	go func() { errc <- fs.Serve(hangups.Listener(serving)) }()
+	go func() { errc <- hs.Serve(admin) }()
+	s.Log.Info("activator serving", "invocations", serving.Addr().String(), "admin", admin.Addr().String())
+	select {
+	case err := <-errc:
+		_ = fs.Shutdown()
+		_ = hs.Close()
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	drainCtx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
+	defer cancel()
+	if err := fs.ShutdownWithContext(drainCtx); err != nil {
+		s.Log.Warn("drain timed out with requests in flight", "err", err)
+	}
+	return hs.Close()
+}
+
+// readError answers a request that could not be read.
+func (s *Server) readError(ctx *fasthttp.RequestCtx, err error) {
+	code, msg := fasthttp.StatusBadRequest, "malformed request"
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		code, msg = fasthttp.StatusRequestEntityTooLarge, "request body too large"
+	}
+	s.Activator.fail(ctx, code, msg, nil)
+}
+
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if s.draining.Load() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /v1/functions", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
+	}))
+	mux.Handle("GET /v1/invocations", s.authorized(func(w http.ResponseWriter, r *http.Request) {
+		limit := 100
+		if v := r.URL.Query().Get("limit"); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > 10_000 {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit must be a whole number from 1 to 10000"})
+				return
+			}
+			limit = n
+		}
+		records, total := s.Records.Recent(limit)
+		writeJSON(w, http.StatusOK, map[string]any{"invocations": records, "total": total})
+	}))
+	return mux
+}
+
+// authorized requires the bearer token, when one is configured.
+func (s *Server) authorized(h http.HandlerFunc) http.Handler {
+	if s.Token == "" {
+		return h
+	}
+	want := []byte("Bearer " + s.Token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sless"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a bearer token is required"})
+			return
+		}
+		h(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

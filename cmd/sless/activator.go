@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"sless.dev/sless/activator"
+	"sless.dev/sless/activator/kubewatch"
+	"sless.dev/sless/invocation"
+)
+
+func newActivatorCommand() *cobra.Command {
+	var (
+		listen, admin, domain, autoscaler string
+		cfg                               activator.Config
+		drain                             time.Duration
+		records                           int
+	)
+	cmd := &cobra.Command{
+		Use:   "activator",
+		Short: "Serve invocations on Kubernetes: route, throttle, buffer at zero, balance",
+		Long: `activator is the front door of every function on Kubernetes. It learns the
+Functions and their ready instances by watching the API server (the cluster's
+in-cluster config, or KUBECONFIG), serves invocations on --listen and its
+health, metrics and admin API on --admin. SLESS_ADMIN_TOKEN, when set, is the
+bearer token the admin API requires.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			restCfg, err := ctrlconfig.GetConfig()
+			if err != nil {
+				return fmt.Errorf("kubernetes configuration: %w", err)
+			}
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			ring := invocation.NewRing(records)
+			var poker activator.Poker = logPoker{log}
+			if autoscaler != "" {
+				p := &activator.HTTPPoker{URL: autoscaler, Log: log}
+				go p.Run(ctx)
+				poker = p
+			}
+			a, err := activator.New(cfg, poker, ring, reg, log)
+			if err != nil {
+				return err
+			}
+			fns, err := kubewatch.NewFunctions(restCfg, a, log)
+			if err != nil {
+				return err
+			}
+			eps, err := kubewatch.NewEndpoints(restCfg, a, log)
+			if err != nil {
+				return err
+			}
+			if err := fns.Run(ctx); err != nil {
+				return err
+			}
+			if err := eps.Run(ctx); err != nil {
+				return err
+			}
+			servingLn, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("--listen: %w", err)
+			}
+			adminLn, err := net.Listen("tcp", admin)
+			if err != nil {
+				return fmt.Errorf("--admin: %w", err)
+			}
+			srv := &activator.Server{Activator: a, Registry: reg, Records: ring,
+				Token: os.Getenv("SLESS_ADMIN_TOKEN"), DrainTimeout: drain, Log: log}
+			return srv.Run(ctx, servingLn, adminLn)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&listen, "listen", ":8080", "address of the invocation port")
+	f.StringVar(&admin, "admin", ":9090", "address of the health, metrics and admin port")
+	f.StringVar(&domain, "domain", "", "serve <name>.<namespace>.<domain> too (host routing off when empty)")
+	f.StringVar(&autoscaler, "autoscaler-poke-url", "", "where to POST pokes for functions at zero (logged when empty)")
+	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", activator.DefaultMaxBodyBytes, "largest request body (413 beyond)")
+	f.IntVar(&cfg.QueueDepth, "queue-depth", activator.DefaultQueueDepth, "requests that may wait per function")
+	f.IntVar(&cfg.MaxBuffered, "max-buffered", activator.DefaultMaxBuffered, "requests that may wait across all functions")
+	f.DurationVar(&drain, "drain", 30*time.Second, "longest drain at shutdown")
+	f.IntVar(&records, "records", 10_000, "invocation records kept in memory")
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		cfg.Domain = domain
+		if cfg.MaxBodyBytes < 1 || cfg.QueueDepth < 1 || cfg.MaxBuffered < 1 || records < 1 {
+			return fmt.Errorf("--max-body-bytes, --queue-depth, --max-buffered and --records must be positive")
+		}
+		return nil
+	}
+	return cmd
+}
+
+// logPoker logs the pokes it cannot deliver, until an autoscaler is
+// configured.
+type logPoker struct{ log *slog.Logger }
+
+func (p logPoker) Poke(namespace, name string) {
+	p.log.Info("function needs an instance", "namespace", namespace, "function", name)
+}
