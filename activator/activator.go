@@ -110,10 +110,13 @@ func New(cfg Config, poker Poker, sink InvocationSink, reg prometheus.Registerer
 // SetFunction adds a function or changes it. A change of concurrency
 // starts a new throttler; requests in flight finish on the old one.
 func (a *Activator) SetFunction(fn Function) {
-	a.routes.update(func(t *routeTables) {
+	a.routes.update(func(t *routes) {
 		key := fn.Namespace + "/" + fn.Name
 		if old := t.byPath[key]; old != nil && old.fn.Concurrency == fn.Concurrency {
-			old.fn = fn // published with the new tables
+			// Same throttler, new settings: a new route, so that
+			// requests reading the old one see a consistent Function.
+			t.byPath[key] = &route{fn: fn, throttler: old.throttler, metrics: old.metrics}
+			t.byHost[fn.Name+"."+fn.Namespace] = t.byPath[key]
 			return
 		}
 		poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
@@ -136,7 +139,7 @@ func (a *Activator) SetFunction(fn Function) {
 
 // RemoveFunction forgets a function; requests waiting for it time out.
 func (a *Activator) RemoveFunction(namespace, name string) {
-	a.routes.update(func(t *routeTables) {
+	a.routes.update(func(t *routes) {
 		delete(t.byPath, namespace+"/"+name)
 		delete(t.byHost, name+"."+namespace)
 	})
@@ -176,9 +179,9 @@ type FunctionState struct {
 
 // Functions lists the functions served, sorted by namespace and name.
 func (a *Activator) Functions() []FunctionState {
-	t := a.routes.load()
-	out := make([]FunctionState, 0, len(t.byPath))
-	for _, rt := range t.byPath {
+	rts := a.routes.all()
+	out := make([]FunctionState, 0, len(rts))
+	for _, rt := range rts {
 		out = append(out, FunctionState{Function: rt.fn, Instances: rt.throttler.Instances(), Waiting: rt.throttler.Waiting()})
 	}
 	slices.SortFunc(out, func(x, y FunctionState) int {
@@ -191,9 +194,9 @@ func (a *Activator) Functions() []FunctionState {
 // with any waiting, for the autoscaler.
 func (a *Activator) Buffered() map[string]int {
 	out := map[string]int{}
-	for key, rt := range a.routes.load().byPath {
+	for _, rt := range a.routes.all() {
 		if n := rt.throttler.Waiting(); n > 0 {
-			out[key] = n
+			out[rt.fn.Namespace+"/"+rt.fn.Name] = n
 		}
 	}
 	return out

@@ -52,11 +52,27 @@ func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 	return m, nil
 }
 
+// commonCodes are the status codes whose counters each function caches;
+// codeSlot maps a code to its cache slot (0: not cached). The table is
+// shared, so an idle function costs a few hundred bytes, not one slot per
+// possible code.
+var (
+	commonCodes = [...]int{200, 201, 202, 204, 206, 301, 302, 304, 307, 308, 400, 401, 403, 404, 405, 408,
+		409, 413, 422, 429, 499, 500, 501, 502, 503, 504}
+	codeSlot [600]uint8
+)
+
+func init() {
+	for i, c := range commonCodes {
+		codeSlot[c] = uint8(i + 1)
+	}
+}
+
 // routeMetrics are one function's series, resolved once so that the
 // request path takes no lock.
 type routeMetrics struct {
 	requests     *prometheus.CounterVec
-	byCode       [600]atomic.Value // prometheus.Counter
+	byCode       [len(commonCodes) + 1]atomic.Pointer[prometheus.Counter]
 	duration     prometheus.Observer
 	coldStarts   prometheus.Counter
 	coldDuration prometheus.Observer
@@ -78,16 +94,21 @@ func (r *routeMetrics) observe(code int, d time.Duration, cold bool, wait time.D
 		r.coldStarts.Inc()
 		r.coldDuration.Observe(wait.Seconds())
 	}
-	if code < 100 || code >= len(r.byCode) {
+	slot := 0
+	if code >= 0 && code < len(codeSlot) {
+		slot = int(codeSlot[code])
+	}
+	if slot == 0 {
 		r.requests.WithLabelValues(strconv.Itoa(code)).Inc()
 		return
 	}
-	c, _ := r.byCode[code].Load().(prometheus.Counter)
+	c := r.byCode[slot].Load()
 	if c == nil {
-		c = r.requests.WithLabelValues(strconv.Itoa(code))
-		r.byCode[code].Store(c)
+		counter := r.requests.WithLabelValues(strconv.Itoa(code))
+		c = &counter
+		r.byCode[slot].Store(c)
 	}
-	c.Inc()
+	(*c).Inc()
 }
 
 var bufferedDesc = prometheus.NewDesc("sless_activator_buffered_requests",
@@ -100,7 +121,7 @@ type bufferedCollector struct{ a *Activator }
 func (c bufferedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- bufferedDesc }
 
 func (c bufferedCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, rt := range c.a.routes.load().byPath {
+	for _, rt := range c.a.routes.all() {
 		ch <- prometheus.MustNewConstMetric(bufferedDesc, prometheus.GaugeValue,
 			float64(rt.throttler.Waiting()), rt.fn.Namespace, rt.fn.Name)
 	}

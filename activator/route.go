@@ -3,7 +3,6 @@ package activator
 import (
 	"bytes"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -27,43 +26,40 @@ type route struct {
 	metrics   *routeMetrics
 }
 
-// routes maps requests to functions. Reads take no lock: the tables are
-// replaced whole on change, which is rare next to requests.
+// routes maps requests to functions. Lookups take the read lock: a few
+// nanoseconds, no allocation, and writes (functions changing) cost O(1)
+// even when a watch lists ten thousand functions at start.
 type routes struct {
-	mu     sync.Mutex // serialises writers
-	tables atomic.Pointer[routeTables]
-}
-
-type routeTables struct {
+	mu     sync.RWMutex
 	byPath map[string]*route // "namespace/name"
 	byHost map[string]*route // "name.namespace"
 }
 
-func (r *routes) load() *routeTables {
-	if t := r.tables.Load(); t != nil {
-		return t
-	}
-	return &routeTables{}
-}
-
-// update applies change to a copy of the tables and publishes it.
-func (r *routes) update(change func(t *routeTables)) {
+// update applies change under the write lock.
+func (r *routes) update(change func(r *routes)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	old := r.load()
-	t := &routeTables{byPath: make(map[string]*route, len(old.byPath)+1), byHost: make(map[string]*route, len(old.byHost)+1)}
-	for k, v := range old.byPath {
-		t.byPath[k] = v
+	if r.byPath == nil {
+		r.byPath, r.byHost = map[string]*route{}, map[string]*route{}
 	}
-	for k, v := range old.byHost {
-		t.byHost[k] = v
-	}
-	change(t)
-	r.tables.Store(t)
+	change(r)
 }
 
 func (r *routes) get(namespace, name string) *route {
-	return r.load().byPath[namespace+"/"+name]
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.byPath[namespace+"/"+name]
+}
+
+// all returns every route.
+func (r *routes) all() []*route {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]*route, 0, len(r.byPath))
+	for _, rt := range r.byPath {
+		out = append(out, rt)
+	}
+	return out
 }
 
 // match finds the function a request is for, from its path
@@ -73,7 +69,6 @@ func (r *routes) get(namespace, name string) *route {
 // function sees it byte for byte. No allocation but for a request to a
 // function's root: map lookups with converted byte slices do not copy.
 func (r *routes) match(path, host []byte, domain string) (rt *route, rest []byte, ok bool) {
-	t := r.load()
 	if p, found := bytes.CutPrefix(path, []byte("/fn/")); found {
 		// p is <namespace>/<name>[/<rest>][?<query>]
 		end := bytes.IndexByte(p, '?')
@@ -89,7 +84,10 @@ func (r *routes) match(path, host []byte, domain string) (rt *route, rest []byte
 			// does the activator build a new request URI.
 			rest = append([]byte("/"), rest...)
 		}
-		return t.byPath[string(p[:keyLen])], rest, true
+		r.mu.RLock()
+		rt = r.byPath[string(p[:keyLen])]
+		r.mu.RUnlock()
+		return rt, rest, true
 	}
 	if domain == "" {
 		return nil, nil, false
@@ -99,5 +97,8 @@ func (r *routes) match(path, host []byte, domain string) (rt *route, rest []byte
 	if !found || len(prefix) < 2 || prefix[len(prefix)-1] != '.' {
 		return nil, nil, false
 	}
-	return t.byHost[string(prefix[:len(prefix)-1])], path, true
+	r.mu.RLock()
+	rt = r.byHost[string(prefix[:len(prefix)-1])]
+	r.mu.RUnlock()
+	return rt, path, true
 }
