@@ -35,15 +35,15 @@ test: verify controlplane
 test-unit:
 	$(GO) test -race ./...
 
-## bench: Go benchmarks of the request path, then the queue-proxy against the
-## direct path under load (prints the tables kept in benchmarks/RESULTS.md)
+## bench: Go benchmarks of the request path, then the queue-proxy and the
+## activator against the direct path under load (the tables in benchmarks/RESULTS.md)
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./queueproxy/
-	$(GO) run ./benchmarks/cmd/bench-queueproxy -sless bin/sless
+	$(GO) test -run '^$$' -bench . -benchmem ./queueproxy/ ./activator/
+	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue
-	$(GO) run ./benchmarks/cmd/bench-queueproxy -sless bin/sless -knative bin/knative/queue
+	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless -knative bin/knative/queue
 
 bin/knative/queue: hack/knative/go.mod
 	cd hack/knative && $(GO) build -o $(CURDIR)/$@ knative.dev/serving/cmd/queue

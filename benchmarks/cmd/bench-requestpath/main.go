@@ -1,11 +1,12 @@
-// Command bench-queueproxy measures what the queue-proxy costs on the
-// request path: the same function process is loaded directly and through a
-// real `sless queue-proxy` process, in one run, at fixed rates and at
-// maximum throughput, and the two are compared. Given -knative, Knative
+// Command bench-requestpath measures what sless costs on the request path:
+// the same function process is loaded directly, through a real `sless
+// queue-proxy` process, and through an activator process in front of that
+// queue-proxy, in one run, at fixed rates and at maximum throughput, and
+// each is compared with the direct path. Given -knative, Knative
 // Serving's queue-proxy (built by `make knative-queue`) is measured the same
 // way beside it. It prints a Markdown table for benchmarks/RESULTS.md.
 //
-//	go run ./benchmarks/cmd/bench-queueproxy -sless bin/sless [-knative bin/knative/queue]
+//	go run ./benchmarks/cmd/bench-requestpath -sless bin/sless [-knative bin/knative/queue]
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -25,7 +27,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sless.dev/sless/activator"
 	"sless.dev/sless/benchmarks/loadgen"
+	"sless.dev/sless/invocation"
 )
 
 // qpEnv is added to the queue-proxy's environment.
@@ -34,6 +40,10 @@ var qpEnv []string
 func main() {
 	if port := os.Getenv("BENCH_HELLO_PORT"); port != "" {
 		serveHello(port)
+		return
+	}
+	if ports := os.Getenv("BENCH_ACTIVATOR"); ports != "" {
+		serveActivator(ports)
 		return
 	}
 	var (
@@ -53,7 +63,7 @@ func main() {
 		qpEnv = append(qpEnv, "GOMAXPROCS="+strconv.Itoa(*procs))
 	}
 	if err := run(ctx, *slessBin, *knative, *duration, *warmup, *rates, *connections, *concurrency); err != nil {
-		fmt.Fprintln(os.Stderr, "bench-queueproxy:", err)
+		fmt.Fprintln(os.Stderr, "bench-requestpath:", err)
 		os.Exit(1)
 	}
 }
@@ -74,12 +84,42 @@ func serveHello(port string) {
 	os.Exit(1)
 }
 
+// serveActivator is the activator process: "serving,admin,instance"
+// ports, one function bench/bench whose one instance is the queue-proxy.
+func serveActivator(ports string) {
+	p := strings.Split(ports, ",")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	reg := prometheus.NewRegistry()
+	ring := invocation.NewRing(10_000)
+	a, err := activator.New(activator.Config{}, nopPoker{}, ring, reg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	a.SetFunction(activator.Function{Namespace: "bench", Name: "bench", HTTP: true, Timeout: time.Minute})
+	a.SetEndpoints("bench", "bench", []string{"127.0.0.1:" + p[2]})
+	serving, err1 := net.Listen("tcp", "127.0.0.1:"+p[0])
+	admin, err2 := net.Listen("tcp", "127.0.0.1:"+p[1])
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv := &activator.Server{Activator: a, Registry: reg, Records: ring, DrainTimeout: time.Second, Log: log}
+	fmt.Fprintln(os.Stderr, srv.Run(context.Background(), serving, admin))
+	os.Exit(1)
+}
+
+type nopPoker struct{}
+
+func (nopPoker) Poke(string, string) {}
+
 func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time.Duration, rateList string, conns, concurrency int) error {
-	ports, err := freePorts(5)
+	ports, err := freePorts(7)
 	if err != nil {
 		return err
 	}
 	userPort, servingPort, adminPort, knServingPort, knTLSPort := ports[0], ports[1], ports[2], ports[3], ports[4]
+	actPort, actAdminPort := ports[5], ports[6]
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -97,10 +137,15 @@ func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time
 		"SLESS_DRAIN_SECONDS=1")
 	qp.Env = append(qp.Env, qpEnv...)
 	qp.Stderr = io.Discard
-	procs := []*exec.Cmd{hello, qp}
+	act := exec.Command(self)
+	act.Env = append(os.Environ(), fmt.Sprintf("BENCH_ACTIVATOR=%d,%d,%d", actPort, actAdminPort, servingPort))
+	act.Env = append(act.Env, qpEnv...)
+	act.Stderr = os.Stderr
+	procs := []*exec.Cmd{hello, qp, act}
 	paths := []path{
 		{name: "direct", url: fmt.Sprintf("http://127.0.0.1:%d/", userPort)},
 		{name: "sless queue-proxy", url: fmt.Sprintf("http://127.0.0.1:%d/", servingPort), proc: qp},
+		{name: "sless activator + queue-proxy", url: fmt.Sprintf("http://127.0.0.1:%d/fn/bench/bench/", actPort), proc: act, also: qp},
 	}
 	if knativeBin != "" {
 		kn := exec.Command(knativeBin)
@@ -124,8 +169,10 @@ func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time
 		}
 		defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
 	}
-	if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort), nil); err != nil {
-		return err
+	for _, url := range []string{fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort), fmt.Sprintf("http://127.0.0.1:%d/readyz", actAdminPort)} {
+		if err := waitReady(ctx, url, nil); err != nil {
+			return err
+		}
 	}
 	if knativeBin != "" {
 		// Knative answers its own readiness probe on the serving port.
@@ -134,9 +181,9 @@ func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time
 			return err
 		}
 	}
-	fmt.Printf("queue-proxy benchmark: %s, %d connections, %v per path after %v warm-up, concurrency %d, %d CPUs\n\n",
+	fmt.Printf("request-path benchmark: %s, %d connections, %v per path after %v warm-up, concurrency %d, %d CPUs\n\n",
 		time.Now().UTC().Format(time.DateOnly), conns, duration, warmup, concurrency, runtime.NumCPU())
-	fmt.Println("| scenario | path | throughput (req/s) | p50 | p90 | p99 | errors | queue-proxy CPU per request |")
+	fmt.Println("| scenario | path | throughput (req/s) | p50 | p90 | p99 | errors | proxies' CPU per request |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
 
 	var scenarios []float64
@@ -184,6 +231,7 @@ type path struct {
 	name string
 	url  string
 	proc *exec.Cmd // the proxy, whose CPU time is measured; nil for direct
+	also *exec.Cmd // a second proxy on the path, whose CPU time is added
 }
 
 // measure runs the load against the path and returns the proxy's CPU time
@@ -194,7 +242,7 @@ func (p path) measure(ctx context.Context, o loadgen.Options) (loadgen.Result, s
 		r, err := loadgen.Run(ctx, o)
 		return r, "", err
 	}
-	cpu0, err := cpuTime(p.proc.Process.Pid)
+	cpu0, err := p.cpuTime()
 	if err != nil {
 		return loadgen.Result{}, "", err
 	}
@@ -202,12 +250,22 @@ func (p path) measure(ctx context.Context, o loadgen.Options) (loadgen.Result, s
 	if err != nil {
 		return r, "", err
 	}
-	cpu1, err := cpuTime(p.proc.Process.Pid)
+	cpu1, err := p.cpuTime()
 	if err != nil {
 		return r, "", err
 	}
 	total := float64(r.Requests) * float64(o.Duration+o.Warmup) / float64(o.Duration)
 	return r, fmt.Sprintf("%.1f µs", float64(cpu1-cpu0)/total/1e3), nil
+}
+
+// cpuTime is the CPU time of the path's proxies.
+func (p path) cpuTime() (time.Duration, error) {
+	t, err := cpuTime(p.proc.Process.Pid)
+	if err != nil || p.also == nil {
+		return t, err
+	}
+	t2, err := cpuTime(p.also.Process.Pid)
+	return t + t2, err
 }
 
 func row(scenario, path string, r loadgen.Result, cpu string) {
