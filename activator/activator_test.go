@@ -302,3 +302,47 @@ func TestServer(t *testing.T) {
 		t.Errorf("Run after drain = %v", err)
 	}
 }
+
+// TestInstanceStopsMidLoad stops one of two instances while requests flow:
+// those in flight on it finish (it drains), and those that find its port
+// closed are refused before anything was written and go to the other. No
+// request fails.
+func TestInstanceStopsMidLoad(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 20 * time.Second})
+	one, two := testinstance.Start(t), testinstance.Start(t)
+	a.SetEndpoints("ns", "pair", []string{one.Addr, two.Addr})
+	base := serveActivator(t, a)
+
+	const workers, each = 16, 60
+	codes := make(chan int, workers*each)
+	var wg sync.WaitGroup
+	var sent atomic.Int32
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				resp, err := client.Get(base + "/fn/ns/pair/sleep?ms=2")
+				sent.Add(1)
+				if err != nil {
+					codes <- -1
+					continue
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				codes <- resp.StatusCode
+			}
+		})
+	}
+	waitUntil(t, func() bool { return sent.Load() > workers*each/4 })
+	one.Stop() // the endpoint source has not noticed: the activator still lists it
+	wg.Wait()
+	close(codes)
+	for code := range codes {
+		if code != 200 {
+			t.Fatalf("a request got %d, want every one 200", code)
+		}
+	}
+	if fns := a.Functions(); fns[0].Instances != 1 {
+		t.Errorf("%d instances in rotation, want 1: the stopped one refused and left", fns[0].Instances)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,7 +22,13 @@ type Instance struct {
 	Addr string
 	// Function is the function process.
 	Function *testfn.Process
+
+	stop func()
 }
+
+// Stop drains and stops the queue-proxy: from then on its port refuses
+// connections, as a stopped instance's does.
+func (i *Instance) Stop() { i.stop() }
 
 // Start runs an instance, waits until its queue-proxy is ready and stops it
 // when the test ends.
@@ -46,12 +53,20 @@ func Start(t testing.TB) *Instance {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, serving, admin) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var stopped error
+	var once sync.Once
+	stop := func() { once.Do(func() { cancel(); stopped = <-done }) }
+	t.Cleanup(func() {
+		stop()
+		if stopped != nil {
+			t.Errorf("queue-proxy: %v", stopped)
+		}
+	})
 	for deadline := time.Now().Add(10 * time.Second); !srv.Ready(); {
 		if time.Now().After(deadline) {
 			t.Fatal("instance not ready within 10s")
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return &Instance{Addr: serving.Addr().String(), Function: fn}
+	return &Instance{Addr: serving.Addr().String(), Function: fn, stop: stop}
 }
