@@ -334,7 +334,13 @@ func TestInstanceStopsMidLoad(t *testing.T) {
 		})
 	}
 	waitUntil(t, func() bool { return sent.Load() > workers*each/4 })
-	one.Stop() // the endpoint source has not noticed: the activator still lists it
+	one.Stop() // drains, then closes its port; the activator still lists it
+	for range 50 {
+		code, body := get(t, base+"/fn/ns/pair/echo")
+		if code != 200 {
+			t.Fatalf("after the stop: %d %s, want 200", code, body)
+		}
+	}
 	wg.Wait()
 	close(codes)
 	for code := range codes {
