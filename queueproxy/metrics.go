@@ -1,24 +1,18 @@
 package queueproxy
 
 import (
-	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-)
 
-// durationBuckets spans a fast function behind a fast proxy (0.5 ms) to the
-// longest timeout.
-var durationBuckets = []float64{
-	.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 3600,
-}
+	"sless.dev/sless/internal/httpmetrics"
+)
 
 // metrics are the queue-proxy's Prometheus series. Counters per status
 // code are resolved once and cached, so the request path takes no lock.
 type metrics struct {
 	requests *prometheus.CounterVec
-	byCode   [600]atomic.Value // prometheus.Counter, filled on first use
+	byCode   *httpmetrics.CodeCounters
 	duration prometheus.Histogram
 }
 
@@ -36,7 +30,7 @@ func newMetrics(reg prometheus.Registerer, namespace, function string, inFlight,
 			Name:        "sless_queueproxy_request_duration_seconds",
 			Help:        "Time from a request's arrival at the queue-proxy to its answer, queue wait included.",
 			ConstLabels: labels,
-			Buckets:     durationBuckets,
+			Buckets:     httpmetrics.DurationBuckets,
 		}),
 	}
 	collectors := []prometheus.Collector{
@@ -57,6 +51,7 @@ func newMetrics(reg prometheus.Registerer, namespace, function string, inFlight,
 			return nil, err
 		}
 	}
+	m.byCode = httpmetrics.NewCodeCounters(m.requests)
 	return m, nil
 }
 
@@ -68,14 +63,5 @@ func (m *metrics) observe(code int, d time.Duration) {
 // count adds one answer with code, for requests the proxy never timed
 // (refused while being read).
 func (m *metrics) count(code int) {
-	if code < 100 || code >= len(m.byCode) {
-		m.requests.WithLabelValues(strconv.Itoa(code)).Inc()
-		return
-	}
-	c, _ := m.byCode[code].Load().(prometheus.Counter)
-	if c == nil {
-		c = m.requests.WithLabelValues(strconv.Itoa(code))
-		m.byCode[code].Store(c)
-	}
-	c.Inc()
+	m.byCode.Inc(code)
 }

@@ -17,10 +17,8 @@ import (
 	"github.com/valyala/fasthttp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/activator/kubewatch"
@@ -196,14 +194,7 @@ func TestFunctionsAreServed(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := controlplane.Client(t, cfg)
 	existing := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "early", Namespace: "default"},
 		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x"}}
 	if err := c.Create(ctx, existing); err != nil {

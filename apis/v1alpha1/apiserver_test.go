@@ -16,9 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -31,18 +29,7 @@ import (
 // accepts, how it defaults, what it refuses, and what kubectl is served.
 func TestAPIServer(t *testing.T) {
 	cfg := controlplane.Start(t)
-	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{
-		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, v1alpha1.AddToScheme, kedav1alpha1.AddToScheme,
-	} {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := controlplane.Client(t, cfg, apiextensionsv1.AddToScheme, kedav1alpha1.AddToScheme)
 	t.Run("defaults match Go defaulting", func(t *testing.T) { testDefaults(t, c) })
 	t.Run("invalid functions are refused", func(t *testing.T) { testRejects(t, c) })
 	t.Run("printer columns and short name", func(t *testing.T) { testPrinting(t, c, cfg) })

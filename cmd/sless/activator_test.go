@@ -14,10 +14,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
@@ -40,14 +38,7 @@ func TestActivatorCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	scheme := runtime.NewScheme()
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := controlplane.Client(t, cfg)
 	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "hi", Namespace: "default"},
 		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeNode, Image: "x", TimeoutSeconds: 1}}
 	if err := c.Create(context.Background(), fn); err != nil {

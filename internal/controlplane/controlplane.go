@@ -17,8 +17,13 @@ import (
 	"strings"
 	"testing"
 
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"sless.dev/sless/apis/v1alpha1"
 )
 
 // kedaModule is the module whose config/crd/bases holds KEDA's CRDs; its
@@ -114,4 +119,21 @@ func moduleDir(root, module string) (string, error) {
 		return "", fmt.Errorf("module %s is not downloaded (run go mod download)", module)
 	}
 	return dir, nil
+}
+
+// Client returns a controller-runtime client of the control plane that
+// knows Kubernetes' own types, the sless types, and those added by adds.
+func Client(t testing.TB, cfg *rest.Config, adds ...func(*kruntime.Scheme) error) client.Client {
+	t.Helper()
+	scheme := kruntime.NewScheme()
+	for _, add := range append([]func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme}, adds...) {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -22,17 +22,23 @@ import (
 	"time"
 )
 
-const portEnv = "SLESS_TESTFN_PORT"
+// childEnv marks the test binary run as the function process; its
+// listener, opened by the parent so that no other process can take the
+// port in between, is file descriptor 3.
+const childEnv = "SLESS_TESTFN_CHILD"
 
 // RunIfChild serves as the function process and exits when the test binary
 // was started by Start; otherwise it returns at once.
 func RunIfChild() {
-	port := os.Getenv(portEnv)
-	if port == "" {
+	if os.Getenv(childEnv) == "" {
 		return
 	}
-	srv := &http.Server{Addr: "127.0.0.1:" + port, Handler: newHandler()}
-	fmt.Fprintln(os.Stderr, srv.ListenAndServe())
+	ln, err := net.FileListener(os.NewFile(3, "listener"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "testfn:", err)
+		os.Exit(1)
+	}
+	fmt.Fprintln(os.Stderr, (&http.Server{Handler: newHandler()}).Serve(ln))
 	os.Exit(1)
 }
 
@@ -203,10 +209,11 @@ type Process struct {
 }
 
 // Start runs the function process on a free loopback port and stops it
-// when the test ends. It does not wait for the process to listen.
+// when the test ends. The port listens before Start returns; the process
+// may not serve yet.
 func Start(t testing.TB) *Process {
 	t.Helper()
-	p := &Process{Port: FreePort(t), t: t}
+	p := &Process{t: t}
 	p.Restart()
 	t.Cleanup(p.Kill)
 	return p
@@ -216,10 +223,24 @@ func Start(t testing.TB) *Process {
 func (p *Process) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)) }
 
 // Restart starts the process again on the same port (after Kill or exit).
+// The listener is opened here and handed to the process, which then holds
+// the only copy: once it dies, connections are refused.
 func (p *Process) Restart() {
 	p.t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)))
+	if err != nil {
+		p.t.Fatalf("function process listener: %v", err)
+	}
+	p.Port = ln.Addr().(*net.TCPAddr).Port
+	f, err := ln.(*net.TCPListener).File()
+	ln.Close()
+	if err != nil {
+		p.t.Fatalf("function process listener: %v", err)
+	}
+	defer f.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), portEnv+"="+strconv.Itoa(p.Port))
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.ExtraFiles = []*os.File{f}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		p.t.Fatalf("start function process: %v", err)
