@@ -115,6 +115,13 @@ func (d *Decider) Decide(now time.Time, ready int32) Decision {
 	s := d.spec
 	stable := d.average(now, s.StableWindow)
 	panicLoad := d.average(now, s.StableWindow*PanicWindowPercent/100)
+	if ready == 0 {
+		// From zero the demand is concrete (requests waiting in the
+		// activator), and averaging it with the idle seconds before
+		// would start one instance for a burst that needs ten.
+		latest := d.average(now, time.Second)
+		stable, panicLoad = max(stable, latest), max(panicLoad, latest)
+	}
 	dStable := int32(math.Ceil(stable / s.Target))
 	dPanic := int32(math.Ceil(panicLoad / s.Target))
 
@@ -129,7 +136,7 @@ func (d *Decider) Decide(now time.Time, ready int32) Decision {
 
 	overThreshold := float64(dPanic)/base >= PanicThreshold
 	switch {
-	case !d.panicking && overThreshold && ready > 0:
+	case !d.panicking && overThreshold:
 		d.panicking, d.panicSince, d.maxPanicPods = true, now, ready
 	case d.panicking && overThreshold:
 		d.panicSince = now // stay until a whole stable window below
@@ -141,6 +148,10 @@ func (d *Decider) Decide(now time.Time, ready int32) Decision {
 	if d.panicking {
 		desired = max(dPanic, d.maxPanicPods, ready) // never down in panic
 		d.maxPanicPods = desired
+	} else if desired < ready {
+		// Scaling down, keep what the last seconds' load needs: the
+		// stable average lags behind a load that has just grown.
+		desired = max(desired, min(dPanic, ready))
 	}
 	// Zero only after a whole idle stable window plus the grace period.
 	if desired == 0 && ready > 0 && now.Sub(d.lastActive) < s.StableWindow+s.ScaleToZeroGrace {
