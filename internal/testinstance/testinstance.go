@@ -18,8 +18,8 @@ import (
 
 // Instance is a running instance.
 type Instance struct {
-	// Addr is the queue-proxy's serving address.
-	Addr string
+	// Addr is the queue-proxy's serving address; AdminAddr its admin one.
+	Addr, AdminAddr string
 	// Function is the function process.
 	Function *testfn.Process
 
@@ -68,5 +68,5 @@ func Start(t testing.TB) *Instance {
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	return &Instance{Addr: serving.Addr().String(), Function: fn, stop: stop}
+	return &Instance{Addr: serving.Addr().String(), AdminAddr: admin.Addr().String(), Function: fn, stop: stop}
 }

@@ -1,0 +1,69 @@
+package autoscaler_test
+
+import (
+	"context"
+	"testing"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/internal/controlplane"
+)
+
+// TestKubernetesScaler changes a Deployment's replicas through the scale
+// subresource of a real API server, and writes nothing when they match.
+func TestKubernetesScaler(t *testing.T) {
+	cfg := controlplane.Start(t)
+	c := controlplane.Client(t, cfg)
+	ctx := context.Background()
+	labels := map[string]string{"sless.dev/function": "fn"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "fn", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(1)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "function", Image: "x"}}},
+			},
+		},
+	}
+	if err := c.Create(ctx, dep); err != nil {
+		t.Fatal(err)
+	}
+	s := &autoscaler.KubernetesScaler{Client: c}
+	had, err := s.Scale(ctx, "default", "fn", 5)
+	if err != nil || had != 1 {
+		t.Fatalf("Scale to 5 = %d, %v; want it to report 1 before", had, err)
+	}
+	var got appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKeyFromObject(dep), &got); err != nil {
+		t.Fatal(err)
+	}
+	if *got.Spec.Replicas != 5 {
+		t.Errorf("spec.replicas = %d, want 5", *got.Spec.Replicas)
+	}
+	version := got.ResourceVersion
+	if had, err := s.Scale(ctx, "default", "fn", 5); err != nil || had != 5 {
+		t.Fatalf("Scale to 5 again = %d, %v", had, err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(dep), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != version {
+		t.Errorf("scaling to the same replicas wrote the Deployment (version %s → %s)", version, got.ResourceVersion)
+	}
+	if _, err := s.Scale(ctx, "default", "absent", 1); err == nil {
+		t.Error("scaling a missing Deployment succeeded")
+	}
+	if _, err := s.Scale(ctx, "default", "fn", 0); err != nil {
+		t.Fatalf("scale to zero: %v", err)
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(dep), &got); err != nil || *got.Spec.Replicas != 0 {
+		t.Errorf("after scale to zero: %v replicas, %v", got.Spec.Replicas, err)
+	}
+}
