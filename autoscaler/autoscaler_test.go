@@ -1,0 +1,119 @@
+package autoscaler_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/testinstance"
+)
+
+// TestAutoscalerLoop runs the whole loop on real parts: load held on a
+// real instance is scraped from its queue-proxy, decided on, and written to
+// a Deployment in a real API server; a poke at zero asks for an instance at
+// once; idle, the function goes to zero after window and grace. Time is
+// passed to Step, so the test does not wait for the windows.
+func TestAutoscalerLoop(t *testing.T) {
+	cfg := controlplane.Start(t)
+	c := controlplane.Client(t, cfg)
+	ctx := context.Background()
+	createDeployment(t, c, "loop", 1)
+	in := testinstance.Start(t)
+
+	a := autoscaler.New(autoscaler.NewScraper(time.Second), &autoscaler.KubernetesScaler{Client: c},
+		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	now := time.Now()
+	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "loop", Spec: autoscaler.Spec{
+		Min: 0, Max: 10, Initial: 1, Target: 1, StableWindow: 6 * time.Second, ScaleToZeroGrace: 2 * time.Second}})
+	a.SetInstances("default", "loop", []string{in.AdminAddr})
+
+	// Three requests held at the one instance: three instances wanted.
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if resp, err := http.Get("http://" + in.Addr + "/block?id=loop"); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	step := func(n int) {
+		for range n {
+			time.Sleep(20 * time.Millisecond) // an interval for /stats to average over
+			now = now.Add(time.Second)
+			a.Step(ctx, now)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); replicas(t, c, "loop") != 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("replicas %d with 3 requests in flight, want 3", replicas(t, c, "loop"))
+		}
+		step(1)
+	}
+	release(t, in)
+	wg.Wait()
+
+	// Idle: zero once the stable window and the grace have passed.
+	step(6 + 2 + 2)
+	if got := replicas(t, c, "loop"); got != 0 {
+		t.Fatalf("replicas %d after an idle window and grace, want 0", got)
+	}
+
+	// At zero, a poke with a request waiting asks for an instance at once.
+	a.SetInstances("default", "loop", nil)
+	now = now.Add(time.Second)
+	a.Poke(ctx, now, "default", "loop", 1)
+	if got := replicas(t, c, "loop"); got != 1 {
+		t.Errorf("replicas %d after a poke at zero, want 1", got)
+	}
+}
+
+func createDeployment(t *testing.T, c client.Client, name string, replicas int32) {
+	t.Helper()
+	labels := map[string]string{"sless.dev/function": name}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(replicas),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "function", Image: "x"}}},
+			},
+		},
+	}
+	if err := c.Create(context.Background(), dep); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func replicas(t *testing.T, c client.Client, name string) int32 {
+	t.Helper()
+	var dep appsv1.Deployment
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: name}, &dep); err != nil {
+		t.Fatal(err)
+	}
+	return *dep.Spec.Replicas
+}
+
+func release(t *testing.T, in *testinstance.Instance) {
+	t.Helper()
+	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(in.Function.Port) + "/release?id=loop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}
