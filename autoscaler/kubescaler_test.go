@@ -5,9 +5,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/autoscaler"
@@ -20,21 +18,8 @@ func TestKubernetesScaler(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	ctx := context.Background()
-	labels := map[string]string{"sless.dev/function": "fn"}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "fn", Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(1)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "function", Image: "x"}}},
-			},
-		},
-	}
-	if err := c.Create(ctx, dep); err != nil {
-		t.Fatal(err)
-	}
+	createDeployment(t, c, "fn", 1)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "fn", Namespace: "default"}}
 	s := &autoscaler.KubernetesScaler{Client: c}
 	had, err := s.Scale(ctx, "default", "fn", 5)
 	if err != nil || had != 1 {
