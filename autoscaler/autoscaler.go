@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DecideEvery is the tick of decisions; load is observed every second.
@@ -41,6 +43,7 @@ type Autoscaler struct {
 	scraper *Scraper
 	writer  ReplicaWriter
 	log     *slog.Logger
+	metrics *metrics
 
 	mu    sync.Mutex
 	fns   map[string]*state
@@ -57,10 +60,14 @@ type state struct {
 	mu       sync.Mutex
 }
 
-// New returns an autoscaler reading instances with scraper and writing
-// replicas with writer.
-func New(scraper *Scraper, writer ReplicaWriter, log *slog.Logger) *Autoscaler {
-	return &Autoscaler{scraper: scraper, writer: writer, log: log, fns: map[string]*state{}}
+// New returns an autoscaler reading instances with scraper, writing
+// replicas with writer and registering its metrics with reg.
+func New(scraper *Scraper, writer ReplicaWriter, reg prometheus.Registerer, log *slog.Logger) (*Autoscaler, error) {
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Autoscaler{scraper: scraper, writer: writer, log: log, metrics: m, fns: map[string]*state{}}, nil
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
@@ -85,6 +92,7 @@ func (a *Autoscaler) RemoveFunction(namespace, name string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.fns, key(namespace, name))
+	a.metrics.forget(namespace, name)
 }
 
 func (a *Autoscaler) get(namespace, name string) *state {
@@ -186,6 +194,7 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	st.desired = desired
 	fn := st.fn
 	st.mu.Unlock()
+	a.metrics.decided(fn.Namespace, fn.Name, desired, ready, d.Panic)
 	had, err := a.writer.Scale(ctx, fn.Namespace, fn.Name, desired)
 	if err != nil {
 		a.log.Error("scale", "namespace", fn.Namespace, "function", fn.Name, "desired", desired, "err", err)

@@ -5,11 +5,14 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,8 +36,12 @@ func TestAutoscalerLoop(t *testing.T) {
 	createDeployment(t, c, "loop", 1)
 	in := testinstance.Start(t)
 
-	a := autoscaler.New(autoscaler.NewScraper(time.Second), &autoscaler.KubernetesScaler{Client: c},
-		slog.New(slog.NewTextHandler(io.Discard, nil)))
+	reg := prometheus.NewRegistry()
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), &autoscaler.KubernetesScaler{Client: c},
+		reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
 	now := time.Now()
 	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "loop", Spec: autoscaler.Spec{
 		Min: 0, Max: 10, Initial: 1, Target: 1, StableWindow: 6 * time.Second, ScaleToZeroGrace: 2 * time.Second}})
@@ -63,6 +70,9 @@ func TestAutoscalerLoop(t *testing.T) {
 		}
 		step(1)
 	}
+	if got := gauge(t, reg, "sless_autoscaler_desired_replicas"); got != 3 {
+		t.Errorf("sless_autoscaler_desired_replicas = %v, want 3", got)
+	}
 	release(t, in)
 	wg.Wait()
 
@@ -72,15 +82,45 @@ func TestAutoscalerLoop(t *testing.T) {
 		t.Fatalf("replicas %d after an idle window and grace, want 0", got)
 	}
 
-	// At zero, a poke with a request waiting asks for an instance at once.
+	// At zero, a poke from an activator (over HTTP, as on Kubernetes)
+	// asks for an instance at once.
 	a.SetInstances("default", "loop", nil)
-	now = now.Add(time.Second)
-	a.Poke(ctx, now, "default", "loop", 1)
+	srv := httptest.NewServer(a.Handler())
+	defer srv.Close()
+	for body, want := range map[string]int{
+		`{"namespace":"default","name":"nobody"}`: 404,
+		`{"namespace":"default","nme":"loop"}`:    400,
+		`{"namespace":"default","name":"loop"}`:   204,
+	} {
+		resp, err := http.Post(srv.URL+"/v1/poke", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("poke %s: %d, want %d", body, resp.StatusCode, want)
+		}
+	}
 	if got := replicas(t, c, "loop"); got != 1 {
 		t.Errorf("replicas %d after a poke at zero, want 1", got)
 	}
 }
 
+// gauge returns the value of the one gauge of the named family in reg.
+func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no single %s in the registry", name)
+	return 0
+}
 func createDeployment(t *testing.T, c client.Client, name string, replicas int32) {
 	t.Helper()
 	labels := map[string]string{"sless.dev/function": name}

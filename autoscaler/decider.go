@@ -122,8 +122,8 @@ func (d *Decider) Decide(now time.Time, ready int32) Decision {
 		latest := d.average(now, time.Second)
 		stable, panicLoad = max(stable, latest), max(panicLoad, latest)
 	}
-	dStable := int32(math.Ceil(stable / s.Target))
-	dPanic := int32(math.Ceil(panicLoad / s.Target))
+	dStable := instancesFor(stable, s.Target)
+	dPanic := instancesFor(panicLoad, s.Target)
 
 	base := float64(max(ready, 1))
 	up := int32(math.Ceil(MaxScaleUpRate * base))
@@ -165,6 +165,13 @@ func (d *Decider) Decide(now time.Time, ready int32) Decision {
 		}
 	}
 	return Decision{Desired: min(max(desired, s.Min), s.Max), Panic: d.panicking, Stable: stable, PanicLoad: panicLoad}
+}
+
+// instancesFor is ⌈load / target⌉, forgiving the rounding of averages: a
+// time-weighted load of exactly 3 can come out as 3.0000000000004, which
+// must not ask for a fourth instance.
+func instancesFor(load, target float64) int32 {
+	return int32(math.Ceil(load/target - 1e-9))
 }
 
 // Desired combines the HTTP decision with the queue-depth and cron floors:

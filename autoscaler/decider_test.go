@@ -131,6 +131,20 @@ func TestDecider(t *testing.T) {
 	}
 }
 
+func TestInstancesForForgivesRounding(t *testing.T) {
+	tests := []struct {
+		load, target float64
+		want         int32
+	}{
+		{3, 1, 3}, {3.0000000000004, 1, 3}, {3.01, 1, 4}, {0, 70, 0}, {70, 70, 1}, {70.5, 70, 2},
+	}
+	for _, tt := range tests {
+		if got := instancesFor(tt.load, tt.target); got != tt.want {
+			t.Errorf("instancesFor(%v, %v) = %d, want %d", tt.load, tt.target, got, tt.want)
+		}
+	}
+}
+
 func TestDesiredAndQueue(t *testing.T) {
 	s := Spec{Min: 1, Max: 10}
 	tests := []struct {
