@@ -44,14 +44,18 @@ bearer token the admin API requires.`,
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 			ring := invocation.NewRing(records)
 			var poker activator.Poker = logPoker{log}
+			var client *activator.AutoscalerClient
 			if autoscaler != "" {
-				p := &activator.HTTPPoker{URL: autoscaler, Log: log}
-				go p.Run(ctx)
-				poker = p
+				client = &activator.AutoscalerClient{BaseURL: autoscaler, Log: log}
+				go client.Run(ctx)
+				poker = client
 			}
 			a, err := activator.New(cfg, poker, ring, reg, log)
 			if err != nil {
 				return err
+			}
+			if client != nil {
+				go client.ReportBuffered(ctx, a, time.Second)
 			}
 			fns, err := kubewatch.NewFunctions(restCfg, a, log)
 			if err != nil {
@@ -84,7 +88,7 @@ bearer token the admin API requires.`,
 	f.StringVar(&listen, "listen", ":8080", "address of the invocation port")
 	f.StringVar(&admin, "admin", ":9090", "address of the health, metrics and admin port")
 	f.StringVar(&domain, "domain", "", "serve <name>.<namespace>.<domain> too (host routing off when empty)")
-	f.StringVar(&autoscaler, "autoscaler-poke-url", "", "where to POST pokes for functions at zero (logged when empty)")
+	f.StringVar(&autoscaler, "autoscaler-url", "", "the autoscaler's base URL, for pokes and buffered counts (logged when empty)")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", activator.DefaultMaxBodyBytes, "largest request body (413 beyond)")
 	f.IntVar(&cfg.QueueDepth, "queue-depth", activator.DefaultQueueDepth, "requests that may wait per function")
 	f.IntVar(&cfg.MaxBuffered, "max-buffered", activator.DefaultMaxBuffered, "requests that may wait across all functions")
