@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/valyala/fasthttp"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -61,8 +59,7 @@ func serveActivator(t *testing.T, a *Activator) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go h.Run(ctx)
-	srv := &fasthttp.Server{Handler: a.ServeHTTP, StreamRequestBody: true, NoDefaultServerHeader: true,
-		NoDefaultContentType: true, NoDefaultDate: true}
+	srv := forward.NewServer(a.ServeHTTP, nil, a.cfg.MaxBodyBytes, quiet)
 	go func() { _ = srv.Serve(h.Listener(ln)) }()
 	t.Cleanup(func() { _ = srv.Shutdown(); cancel(); _ = h.Close() })
 	return "http://" + ln.Addr().String()

@@ -46,20 +46,8 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		return err
 	}
 	defer hangups.Close()
-	fs := &fasthttp.Server{
-		Handler:                      s.Activator.ServeHTTP,
-		Concurrency:                  100_000,
-		ReadBufferSize:               16 << 10,
-		MaxRequestBodySize:           int(s.Activator.cfg.MaxBodyBytes),
-		StreamRequestBody:            true,
-		IdleTimeout:                  90 * time.Second,
-		NoDefaultServerHeader:        true,
-		NoDefaultContentType:         true,
-		NoDefaultDate:                true,
-		DisablePreParseMultipartForm: true,
-		CloseOnShutdown:              true,
-		ErrorHandler:                 s.readError,
-	}
+	fs := forward.NewServer(s.Activator.ServeHTTP, s.readError, s.Activator.cfg.MaxBodyBytes, s.Log)
+	fs.Concurrency = 100_000
 	hs := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()

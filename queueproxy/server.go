@@ -106,24 +106,9 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	}
 	defer hangups.Close()
 	serving = hangups.Listener(serving)
-	fs := &fasthttp.Server{
-		Handler:        s.proxy.ServeHTTP,
-		Concurrency:    maxConnections,
-		ReadBufferSize: 16 << 10, // the longest request head
-
-		ErrorHandler:                 s.proxy.serveReadError,
-		MaxRequestBodySize:           int(s.cfg.MaxBodyBytes),
-		ReadTimeout:                  s.cfg.Timeout,
-		WriteTimeout:                 s.cfg.Timeout,
-		IdleTimeout:                  90 * time.Second,
-		NoDefaultServerHeader:        true,
-		NoDefaultContentType:         true,
-		NoDefaultDate:                true,
-		DisablePreParseMultipartForm: true,
-		StreamRequestBody:            true,
-		CloseOnShutdown:              true,
-		Logger:                       slogPrinter{s.log},
-	}
+	fs := forward.NewServer(s.proxy.ServeHTTP, s.proxy.serveReadError, s.cfg.MaxBodyBytes, s.log)
+	fs.Concurrency = maxConnections
+	fs.ReadTimeout, fs.WriteTimeout = s.cfg.Timeout, s.cfg.Timeout
 	hs := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 
 	bgCtx, stopBackground := context.WithCancel(context.Background())
@@ -198,13 +183,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 
 // Registry is the Prometheus registry behind /metrics.
 func (s *Server) Registry() *prometheus.Registry { return s.registry }
-
-// slogPrinter routes fasthttp's log lines to slog.
-type slogPrinter struct{ log *slog.Logger }
-
-func (p slogPrinter) Printf(format string, args ...any) {
-	p.log.Warn(fmt.Sprintf(format, args...), "component", "fasthttp")
-}
 
 // Listen opens the serving and admin listeners of cfg on all interfaces.
 func Listen(cfg Config) (serving, admin net.Listener, err error) {

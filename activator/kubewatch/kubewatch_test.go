@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/valyala/fasthttp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -24,6 +23,7 @@ import (
 	"sless.dev/sless/activator/kubewatch"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
 	"sless.dev/sless/invocation"
@@ -155,7 +155,7 @@ func serve(t *testing.T, a *activator.Activator) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &fasthttp.Server{Handler: a.ServeHTTP}
+	srv := forward.NewServer(a.ServeHTTP, nil, activator.DefaultMaxBodyBytes, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	return "http://" + ln.Addr().String() + "/fn/default/hello/echo"
