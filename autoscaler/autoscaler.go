@@ -206,17 +206,6 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	}
 }
 
-// Desired is the latest decision for a function.
-func (a *Autoscaler) Desired(namespace, name string) (int32, bool) {
-	st := a.get(namespace, name)
-	if st == nil {
-		return 0, false
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.desired, true
-}
-
 // Run steps every second until ctx ends.
 func (a *Autoscaler) Run(ctx context.Context) {
 	t := time.NewTicker(time.Second)

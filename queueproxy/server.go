@@ -181,9 +181,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// Registry is the Prometheus registry behind /metrics.
-func (s *Server) Registry() *prometheus.Registry { return s.registry }
-
 // Listen opens the serving and admin listeners of cfg on all interfaces.
 func Listen(cfg Config) (serving, admin net.Listener, err error) {
 	serving, err = net.Listen("tcp", fmt.Sprintf(":%d", cfg.ServingPort))
