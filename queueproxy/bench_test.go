@@ -13,26 +13,19 @@ import (
 // BenchmarkBreaker measures the uncontended-slot fast path from many
 // goroutines: capacity above the parallelism, so nothing waits.
 func BenchmarkBreaker(b *testing.B) {
-	br := NewBreaker(1024, 0)
-	deadline := time.Now().Add(time.Hour)
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := br.Acquire(deadline, nil); err != nil {
-				b.Error(err)
-				return
-			}
-			br.Release()
-		}
-	})
+	acquireRelease(b, NewBreaker(1024, 0))
 }
 
 // BenchmarkBreakerContended has more goroutines than slots, so requests
 // queue and hand slots over.
 func BenchmarkBreakerContended(b *testing.B) {
-	br := NewBreaker(2, 1<<20)
-	deadline := time.Now().Add(time.Hour)
 	b.SetParallelism(16)
+	acquireRelease(b, NewBreaker(2, 1<<20))
+}
+
+// acquireRelease takes and gives back a slot of br from b's goroutines.
+func acquireRelease(b *testing.B, br *Breaker) {
+	deadline := time.Now().Add(time.Hour)
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
