@@ -1,0 +1,67 @@
+// Package runtimes turns a function's source into a process that serves it
+// by the runtime contract: listen on 127.0.0.1:$PORT, answer GET /healthz
+// once the handler is loaded, and turn every other request into one
+// handler call. The local platform prepares a function once (build,
+// install dependencies) and starts the resulting Process once per instance.
+package runtimes
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
+
+// Source is what a runtime needs to know of a function.
+type Source struct {
+	Namespace, Name string
+	Runtime         v1alpha1.Runtime
+	// Dir is the absolute directory of the handler's code.
+	Dir string
+	// Handler is the entry point: an exported Go function name, or
+	// module.function for Python and Node.
+	Handler string
+}
+
+// Process is how to start one instance of a prepared function. The
+// supervisor adds PORT (and the Function's env) to Env before starting it.
+type Process struct {
+	Path string
+	Args []string
+	Dir  string
+	Env  []string
+}
+
+// Options are shared by every runtime.
+type Options struct {
+	// CacheDir holds builds, installed dependencies and the runtimes' own
+	// files, keyed by a hash of what they were made from, so a second
+	// start of an unchanged function prepares nothing.
+	CacheDir string
+	// Progress receives one line per long step (a build, an install), so a
+	// user watching sless dev sees why a first start takes time.
+	Progress io.Writer
+}
+
+// Prepare builds or installs what src needs and returns how to start it.
+// Errors name the cause the user must fix (a compile error with file:line,
+// a missing handler, a failed install).
+func Prepare(ctx context.Context, src Source, opts Options) (Process, error) {
+	if !filepath.IsAbs(src.Dir) {
+		return Process{}, fmt.Errorf("source of %s/%s: %q is not an absolute directory", src.Namespace, src.Name, src.Dir)
+	}
+	if opts.Progress == nil {
+		opts.Progress = io.Discard
+	}
+	switch src.Runtime {
+	case v1alpha1.RuntimeGo:
+		return prepareGo(ctx, src, opts)
+	case v1alpha1.RuntimePython:
+		return preparePython(ctx, src, opts)
+	case v1alpha1.RuntimeNode:
+		return prepareNode(ctx, src, opts)
+	}
+	return Process{}, fmt.Errorf("function %s/%s: unknown runtime %q", src.Namespace, src.Name, src.Runtime)
+}
