@@ -28,6 +28,9 @@ type prober struct {
 	log    *slog.Logger
 	ready  atomic.Bool
 	wake   chan struct{} // a request saw the process refuse: probe now
+	first  chan struct{} // closed at the first success
+	// fast, when set, replaces the random fast interval.
+	fast time.Duration
 }
 
 func newProber(userPort int, log *slog.Logger) *prober {
@@ -37,8 +40,9 @@ func newProber(userPort int, log *slog.Logger) *prober {
 			MaxConns:                 1,
 			NoDefaultUserAgentHeader: true,
 		},
-		log:  log,
-		wake: make(chan struct{}, 1),
+		log:   log,
+		wake:  make(chan struct{}, 1),
+		first: make(chan struct{}),
 	}
 }
 
@@ -69,10 +73,23 @@ func (p *prober) run(ctx context.Context) {
 			p.log.Info("user process readiness changed", "ready", ok)
 		}
 		next := slowProbe
-		if !ok {
+		switch {
+		case ok:
+			p.firstSuccess()
+		case p.fast > 0:
+			next = p.fast
+		default:
 			next = fastProbeMin + rand.N(fastProbeMax-fastProbeMin)
 		}
 		timer.Reset(next)
+	}
+}
+
+func (p *prober) firstSuccess() {
+	select {
+	case <-p.first:
+	default:
+		close(p.first)
 	}
 }
 

@@ -346,6 +346,11 @@ func TestReadiness(t *testing.T) {
 	if resp, body := h.get(h.admin, "/readyz"); resp.StatusCode != 200 {
 		t.Fatalf("/readyz = %d %s with the function up, want 200", resp.StatusCode, body)
 	}
+	select {
+	case <-h.srv.FirstReady():
+	default:
+		t.Fatal("FirstReady not closed once ready")
+	}
 	h.fn.Kill()
 	h.waitFor("/readyz 503 after the process stopped", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
 	if resp, _ := h.get(h.admin, "/healthz"); resp.StatusCode != 200 {

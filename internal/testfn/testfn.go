@@ -24,16 +24,30 @@ import (
 
 // childEnv marks the test binary run as the function process; its
 // listener, opened by the parent so that no other process can take the
-// port in between, is file descriptor 3.
+// port in between, is file descriptor 3. With childEnv=port, the process
+// listens on 127.0.0.1:$PORT instead, as runtimes do.
 const childEnv = "SLESS_TESTFN_CHILD"
 
+// Command is how to start the function process as a runtime is started:
+// it listens on 127.0.0.1:$PORT, which the caller adds to env.
+func Command() (path string, args, env []string) {
+	return os.Args[0], []string{"-test.run=^$"}, []string{childEnv + "=port"}
+}
+
 // RunIfChild serves as the function process and exits when the test binary
-// was started by Start; otherwise it returns at once.
+// was started by Start or Command; otherwise it returns at once.
 func RunIfChild() {
-	if os.Getenv(childEnv) == "" {
+	mode := os.Getenv(childEnv)
+	if mode == "" {
 		return
 	}
-	ln, err := net.FileListener(os.NewFile(3, "listener"))
+	var ln net.Listener
+	var err error
+	if mode == "port" {
+		ln, err = net.Listen("tcp", "127.0.0.1:"+os.Getenv("PORT"))
+	} else {
+		ln, err = net.FileListener(os.NewFile(3, "listener"))
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "testfn:", err)
 		os.Exit(1)

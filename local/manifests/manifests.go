@@ -1,0 +1,172 @@
+// Package manifests reads the Function manifests of a directory for the
+// local platform, the same YAML users apply with kubectl, and tells when
+// a manifest or a function's source changes.
+package manifests
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
+
+// Function is a valid, defaulted Function read from a manifest.
+type Function struct {
+	*v1alpha1.Function
+	// File is the manifest it came from.
+	File string
+	// SourceDir is spec.source, made absolute against the manifest's
+	// directory.
+	SourceDir string
+}
+
+// Key is namespace/name.
+func (f Function) Key() string { return f.Namespace + "/" + f.Name }
+
+// FileError is a problem with one manifest file.
+type FileError struct {
+	File string
+	Err  error
+}
+
+func (e *FileError) Error() string { return e.File + ": " + e.Err.Error() }
+func (e *FileError) Unwrap() error { return e.Err }
+
+// Load reads every *.yaml and *.yml file directly in dir (sources live in
+// subdirectories, which are not searched, so their own YAML files are
+// never mistaken for manifests). It returns the valid Functions, sorted by
+// key, and one error per problem, naming the file and the field; a bad
+// document or file does not keep the others from loading.
+func Load(dir string) ([]Function, []error) {
+	files, err := manifestFiles(dir)
+	if err != nil {
+		return nil, []error{err}
+	}
+	var (
+		fns  []Function
+		errs []error
+		seen = map[string]string{} // key → file
+	)
+	for _, file := range files {
+		got, ferrs := loadFile(file)
+		errs = append(errs, ferrs...)
+		for _, fn := range got {
+			if other, dup := seen[fn.Key()]; dup {
+				errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s is already defined in %s", fn.Key(), other)})
+				continue
+			}
+			seen[fn.Key()] = file
+			fns = append(fns, fn)
+		}
+	}
+	slices.SortFunc(fns, func(a, b Function) int { return cmp.Compare(a.Key(), b.Key()) })
+	return fns, errs
+}
+
+func manifestFiles(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("functions directory: %w", err)
+	}
+	var files []string
+	for _, e := range entries {
+		ext := filepath.Ext(e.Name())
+		if e.Type().IsRegular() && (ext == ".yaml" || ext == ".yml") {
+			files = append(files, filepath.Join(dir, e.Name()))
+		}
+	}
+	return files, nil
+}
+
+func loadFile(file string) ([]Function, []error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, []error{&FileError{File: file, Err: err}}
+	}
+	decoded, err := v1alpha1.DecodeManifest(data)
+	var errs []error
+	if err != nil {
+		for _, e := range unjoin(err) {
+			errs = append(errs, &FileError{File: file, Err: e})
+		}
+	}
+	var fns []Function
+	for i := range decoded {
+		fn := &decoded[i]
+		fn.Default()
+		if verrs := v1alpha1.Validate(fn, v1alpha1.ModeLocal); len(verrs) > 0 {
+			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, verrs.ToAggregate())})
+			continue
+		}
+		src := fn.Spec.Source
+		if !filepath.IsAbs(src) {
+			src = filepath.Join(filepath.Dir(file), src)
+		}
+		if st, err := os.Stat(src); err != nil || !st.IsDir() {
+			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: spec.source: %q is not a directory", fn.Namespace, fn.Name, fn.Spec.Source)})
+			continue
+		}
+		abs, err := filepath.Abs(src)
+		if err != nil {
+			errs = append(errs, &FileError{File: file, Err: err})
+			continue
+		}
+		fns = append(fns, Function{Function: fn, File: file, SourceDir: abs})
+	}
+	return fns, errs
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// skipDir reports directories whose content is not the function's source:
+// installed dependencies, caches and hidden directories.
+func skipDir(name string) bool {
+	return strings.HasPrefix(name, ".") || name == "node_modules" || name == "__pycache__"
+}
+
+// Fingerprint changes when the function's spec or any file of its source
+// changes (by name, size and modification time), so a poll can tell which
+// functions need a rebuild without reading their files.
+func Fingerprint(fn Function) (string, error) {
+	h := sha256.New()
+	spec, err := json.Marshal(fn.Spec)
+	if err != nil {
+		return "", err
+	}
+	h.Write(spec)
+	err = filepath.WalkDir(fn.SourceDir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != fn.SourceDir && skipDir(d.Name()) {
+			return filepath.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "\x00%s\x00%d\x00%d", path, info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("fingerprint %s: %w", fn.SourceDir, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}

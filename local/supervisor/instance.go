@@ -1,0 +1,163 @@
+package supervisor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	"sless.dev/sless/queueproxy"
+)
+
+// Local queue-proxy settings: the activator stops routing to an instance
+// synchronously, so a short quiet period drains safely, and a process on
+// this machine is probed often until it first answers.
+const (
+	quietPeriod = 20 * time.Millisecond
+	fastProbe   = 2 * time.Millisecond
+)
+
+// run starts one instance and serves until ctx ends (a stop: nil) or the
+// runtime process exits (a crash: the error says why).
+func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error {
+	name := fmt.Sprintf("%s/%s#%d", spec.Namespace, spec.Name, in.id)
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	out := newOutput(s.opts.Output, name)
+	proc, err := startProcess(spec, port, out)
+	if err != nil {
+		return err
+	}
+	qp, err := startQueueProxy(spec, port, s.opts.Log)
+	if err != nil {
+		proc.terminate(s.opts.StopTimeout)
+		return err
+	}
+	start := time.Now()
+	timeout := time.NewTimer(s.opts.StartTimeout)
+	defer timeout.Stop()
+	select {
+	case <-qp.srv.FirstReady():
+		s.opts.Log.Debug("instance ready", "instance", name, "after", time.Since(start))
+		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin})
+	case <-proc.exited:
+		qp.stop()
+		return fmt.Errorf("process exited before it was ready: %w%s", proc.err, out.tail())
+	case <-timeout.C:
+		qp.stop()
+		proc.terminate(s.opts.StopTimeout)
+		return fmt.Errorf("not ready within %s: no answer on /healthz%s", s.opts.StartTimeout, out.tail())
+	case <-ctx.Done():
+		qp.stop()
+		proc.terminate(s.opts.StopTimeout)
+		return nil
+	}
+	select {
+	case <-proc.exited:
+		qp.stop()
+		return fmt.Errorf("process exited: %w%s", proc.err, out.tail())
+	case <-ctx.Done():
+		qp.stop() // drains: requests in flight finish first
+		proc.terminate(s.opts.StopTimeout)
+		return nil
+	}
+}
+
+// freePort finds a loopback port for the runtime process to listen on.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// process is a running runtime process; exited is closed when it exits,
+// with err set.
+type process struct {
+	cmd    *exec.Cmd
+	exited chan struct{}
+	err    error
+}
+
+func startProcess(spec Function, port int, out *output) (*process, error) {
+	cmd := exec.Command(spec.Process.Path, spec.Process.Args...)
+	cmd.Dir = spec.Process.Dir
+	cmd.Env = append(append(append(os.Environ(), spec.Process.Env...), spec.Env...), "PORT="+strconv.Itoa(port))
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = procAttr()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.Process.Path, err)
+	}
+	p := &process{cmd: cmd, exited: make(chan struct{})}
+	go func() {
+		err := cmd.Wait()
+		if err == nil {
+			err = errors.New("exit status 0")
+		}
+		p.err = err
+		close(p.exited)
+	}()
+	return p, nil
+}
+
+// terminate asks the process group to stop, and kills it after timeout.
+func (p *process) terminate(timeout time.Duration) {
+	signalGroup(p.cmd.Process.Pid, termSignal)
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-p.exited:
+	case <-t.C:
+		signalGroup(p.cmd.Process.Pid, killSignal)
+		<-p.exited
+	}
+}
+
+// queueProxy is an instance's in-process queue-proxy.
+type queueProxy struct {
+	srv         *queueproxy.Server
+	addr, admin string
+	stop        func()
+}
+
+func startQueueProxy(spec Function, userPort int, log *slog.Logger) (*queueProxy, error) {
+	cfg := queueproxy.Config{
+		Namespace: spec.Namespace, Function: spec.Name, UserPort: userPort,
+		Concurrency: spec.Concurrency, QueueDepth: 10 * spec.Concurrency,
+		Timeout: spec.Timeout, MaxBodyBytes: spec.MaxBodyBytes, DrainTimeout: spec.Timeout,
+	}
+	srv, err := queueproxy.New(cfg, log)
+	if err != nil {
+		return nil, fmt.Errorf("queue-proxy: %w", err)
+	}
+	srv.QuietPeriod, srv.FastProbe = quietPeriod, fastProbe
+	serving, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("queue-proxy listen: %w", err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		serving.Close()
+		return nil, fmt.Errorf("queue-proxy admin listen: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Run(ctx, serving, admin); err != nil {
+			log.Error("queue-proxy", "namespace", spec.Namespace, "function", spec.Name, "err", err)
+		}
+	}()
+	return &queueProxy{srv: srv, addr: serving.Addr().String(), admin: admin.Addr().String(),
+		stop: func() { cancel(); <-done }}, nil
+}

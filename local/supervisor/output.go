@@ -1,0 +1,76 @@
+package supervisor
+
+import (
+	"bytes"
+	"io"
+	"strings"
+	"sync"
+)
+
+// Bounds of what an instance's output keeps: the last lines, for the
+// error a crash reports, and the longest line passed on whole.
+const (
+	tailLines   = 5
+	maxLineSize = 4 << 10
+)
+
+// output passes a process's output on line by line, each prefixed with the
+// instance's name, and keeps the last lines.
+type output struct {
+	w      io.Writer
+	prefix string
+
+	mu      sync.Mutex
+	partial []byte
+	last    []string
+}
+
+func newOutput(w io.Writer, name string) *output {
+	return &output{w: w, prefix: name + " | "}
+}
+
+// Write is called by the process's stdout and stderr copiers.
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := len(p)
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			o.partial = append(o.partial, p[:min(len(p), maxLineSize-len(o.partial))]...)
+			if len(o.partial) == maxLineSize {
+				o.line()
+			}
+			break
+		}
+		o.partial = append(o.partial, p[:min(i, maxLineSize-len(o.partial))]...)
+		o.line()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+// line emits the partial line. Called with o.mu held.
+func (o *output) line() {
+	s := string(o.partial)
+	o.partial = o.partial[:0]
+	_, _ = io.WriteString(o.w, o.prefix+s+"\n")
+	if len(o.last) == tailLines {
+		o.last = o.last[1:]
+	}
+	o.last = append(o.last, s)
+}
+
+// tail is the last lines, for an error message: empty when there were
+// none.
+func (o *output) tail() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.partial) > 0 {
+		o.line()
+	}
+	if len(o.last) == 0 {
+		return ""
+	}
+	return "; last output: " + strings.Join(o.last, " / ")
+}

@@ -1,0 +1,374 @@
+// Package supervisor runs the local platform's function instances: each a
+// runtime process behind an in-process queue-proxy, on free loopback
+// ports. It keeps as many instances as the autoscaler asks for, restarts
+// crashed processes with backoff, replaces instances when a function
+// changes without failing requests in flight (new instances are ready
+// before old ones drain), and reports every change of a function's ready
+// instances, so the activator routes only to instances that can serve.
+package supervisor
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+
+	"sless.dev/sless/runtimes"
+)
+
+// Function is what the supervisor runs for one function.
+type Function struct {
+	Namespace, Name string
+	// Revision changes whenever what the instances run changes, even
+	// where Process does not (a script runtime reads its source anew).
+	Revision string
+	// Process starts the runtime; Env is added to it, then PORT.
+	Process runtimes.Process
+	Env     []string
+	// The queue-proxy settings of each instance.
+	Concurrency  int
+	Timeout      time.Duration
+	MaxBodyBytes int64
+}
+
+// Endpoint is a ready instance: its queue-proxy's serving and admin
+// addresses.
+type Endpoint struct {
+	Addr, Admin string
+}
+
+// Options configure a Supervisor.
+type Options struct {
+	// Output receives the runtime processes' output, each line prefixed
+	// with the instance's name.
+	Output io.Writer
+	Log    *slog.Logger
+	// Changed is called, with the supervisor's lock held and so in order,
+	// whenever a function's ready instances change. It must not call back
+	// into the supervisor.
+	Changed func(namespace, name string, ready []Endpoint)
+	// StartTimeout bounds the wait for a new instance to become ready.
+	StartTimeout time.Duration
+	// StopTimeout bounds the wait for a runtime process to exit after
+	// SIGTERM, before it is killed.
+	StopTimeout time.Duration
+}
+
+// Restart backoff: a function whose processes crash before becoming ready
+// waits minBackoff, doubling up to maxBackoff, before the next start.
+const (
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 30 * time.Second
+)
+
+// Supervisor keeps each function's instances at the number asked for.
+type Supervisor struct {
+	opts Options
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	fns    map[string]*function
+	nextID int
+	closed bool
+}
+
+type function struct {
+	spec      Function
+	gen       int
+	desired   int
+	insts     []*instance
+	removed   bool
+	crashes   int
+	lastError string
+	failures  int       // crashes since an instance was last ready
+	notBefore time.Time // no start before this (backoff)
+	retry     *time.Timer
+}
+
+type instance struct {
+	id, gen  int
+	ready    bool
+	stopping bool
+	ep       Endpoint
+	stop     context.CancelFunc
+}
+
+// New returns a supervisor with no functions.
+func New(opts Options) *Supervisor {
+	if opts.Output == nil {
+		opts.Output = io.Discard
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	if opts.StopTimeout == 0 {
+		opts.StopTimeout = 10 * time.Second
+	}
+	if opts.Changed == nil {
+		opts.Changed = func(string, string, []Endpoint) {}
+	}
+	return &Supervisor{opts: opts, fns: map[string]*function{}}
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+// Set adds a function or changes it. A change starts a new generation of
+// instances; the old ones are drained as the new ones become ready.
+func (s *Supervisor) Set(fn Function) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fns[key(fn.Namespace, fn.Name)]
+	switch {
+	case f == nil:
+		f = &function{spec: fn}
+		s.fns[key(fn.Namespace, fn.Name)] = f
+	case f.removed || !reflect.DeepEqual(f.spec, fn):
+		f.spec, f.removed = fn, false
+		f.gen++
+		f.failures, f.notBefore = 0, time.Time{}
+	default:
+		return
+	}
+	s.reconcile(f)
+}
+
+// Remove drains and stops all of a function's instances.
+func (s *Supervisor) Remove(namespace, name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.fns[key(namespace, name)]; f != nil {
+		f.removed = true
+		s.reconcile(f)
+		s.forgetIfIdle(namespace, name, f)
+	}
+}
+
+// Scale sets the number of instances of a function and returns the number
+// there were. It is the autoscaler's writer of replicas in local mode:
+// instances start and stop in the background.
+func (s *Supervisor) Scale(_ context.Context, namespace, name string, replicas int32) (int32, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fns[key(namespace, name)]
+	if f == nil || f.removed {
+		return 0, fmt.Errorf("scale %s/%s: no such function", namespace, name)
+	}
+	had := f.desired
+	if int(replicas) != had {
+		s.opts.Log.Info("scale", "namespace", namespace, "function", name, "from", had, "to", replicas)
+	}
+	f.desired = int(replicas)
+	s.reconcile(f)
+	return int32(had), nil
+}
+
+// reconcile starts and stops instances so that the current generation has
+// the desired number, and retires old generations' instances as current
+// ones become ready. Called with s.mu held.
+func (s *Supervisor) reconcile(f *function) {
+	want := f.desired
+	if f.removed || s.closed {
+		want = 0
+	}
+	var cur, old []*instance
+	readyCur := 0
+	for _, in := range f.insts {
+		switch {
+		case in.stopping:
+		case in.gen == f.gen:
+			cur = append(cur, in)
+			if in.ready {
+				readyCur++
+			}
+		default:
+			old = append(old, in)
+		}
+	}
+	if len(cur) < want {
+		if wait := time.Until(f.notBefore); wait > 0 {
+			s.retryAfter(f, wait)
+		} else {
+			for range want - len(cur) {
+				s.start(f)
+			}
+		}
+	}
+	// Stop surplus instances, those not ready yet first, newest first.
+	for _, in := range surplus(cur, len(cur)-want) {
+		s.stopInstance(f, in)
+	}
+	// Old generations serve until enough current instances are ready.
+	for _, in := range surplus(old, len(old)-max(want-readyCur, 0)) {
+		s.stopInstance(f, in)
+	}
+}
+
+// surplus picks n of insts to stop: not ready before ready, newest first.
+func surplus(insts []*instance, n int) []*instance {
+	if n <= 0 {
+		return nil
+	}
+	sorted := slices.Clone(insts)
+	slices.SortFunc(sorted, func(a, b *instance) int {
+		if a.ready != b.ready {
+			if a.ready {
+				return 1
+			}
+			return -1
+		}
+		return b.id - a.id
+	})
+	return sorted[:min(n, len(sorted))]
+}
+
+func (s *Supervisor) retryAfter(f *function, wait time.Duration) {
+	if f.retry != nil {
+		return
+	}
+	f.retry = time.AfterFunc(wait, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		f.retry = nil
+		s.reconcile(f)
+	})
+}
+
+func (s *Supervisor) start(f *function) {
+	s.nextID++
+	ctx, cancel := context.WithCancel(context.Background())
+	in := &instance{id: s.nextID, gen: f.gen, stop: cancel}
+	f.insts = append(f.insts, in)
+	spec := f.spec
+	s.wg.Go(func() {
+		err := s.run(ctx, spec, in)
+		s.exited(spec.Namespace, spec.Name, in, err)
+	})
+}
+
+// stopInstance takes an instance out of the ready set, then drains it:
+// the activator stops sending to it before its queue-proxy drains.
+func (s *Supervisor) stopInstance(f *function, in *instance) {
+	in.stopping = true
+	if in.ready {
+		in.ready = false
+		s.changed(f)
+	}
+	in.stop()
+}
+
+// exited forgets an instance whose run returned; err is why it failed.
+func (s *Supervisor) exited(namespace, name string, in *instance, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fns[key(namespace, name)]
+	if f == nil {
+		return
+	}
+	f.insts = slices.DeleteFunc(f.insts, func(x *instance) bool { return x == in })
+	if in.ready {
+		in.ready = false
+		s.changed(f)
+	}
+	if err != nil && !in.stopping {
+		f.crashes++
+		f.failures++
+		f.lastError = err.Error()
+		backoff := min(minBackoff<<min(f.failures-1, 20), maxBackoff)
+		f.notBefore = time.Now().Add(backoff)
+		s.opts.Log.Warn("instance crashed", "namespace", namespace, "function", name,
+			"instance", in.id, "restartIn", backoff, "err", err)
+	}
+	s.reconcile(f)
+	s.forgetIfIdle(namespace, name, f)
+}
+
+// becameReady marks an instance ready, unless it is being stopped.
+func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoint) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fns[key(namespace, name)]
+	if f == nil || in.stopping {
+		return
+	}
+	in.ready, in.ep = true, ep
+	f.failures = 0
+	s.changed(f)
+	s.reconcile(f) // old generations may retire now
+}
+
+func (s *Supervisor) changed(f *function) {
+	var ready []Endpoint
+	for _, in := range f.insts {
+		if in.ready {
+			ready = append(ready, in.ep)
+		}
+	}
+	s.opts.Changed(f.spec.Namespace, f.spec.Name, ready)
+}
+
+func (s *Supervisor) forgetIfIdle(namespace, name string, f *function) {
+	if f.removed && len(f.insts) == 0 {
+		if f.retry != nil {
+			f.retry.Stop()
+		}
+		delete(s.fns, key(namespace, name))
+	}
+}
+
+// Status is a function as the supervisor runs it, for the admin API.
+type Status struct {
+	Namespace  string `json:"namespace"`
+	Name       string `json:"name"`
+	Desired    int    `json:"desired"`
+	Starting   int    `json:"starting"`
+	Ready      int    `json:"ready"`
+	Stopping   int    `json:"stopping"`
+	Generation int    `json:"generation"`
+	Crashes    int    `json:"crashes"`
+	LastError  string `json:"lastError,omitempty"`
+}
+
+// Status reports one function; ok is false when it is unknown.
+func (s *Supervisor) Status(namespace, name string) (st Status, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fns[key(namespace, name)]
+	if f == nil {
+		return Status{}, false
+	}
+	st = Status{Namespace: namespace, Name: name, Desired: f.desired, Generation: f.gen,
+		Crashes: f.crashes, LastError: f.lastError}
+	for _, in := range f.insts {
+		switch {
+		case in.stopping:
+			st.Stopping++
+		case in.ready:
+			st.Ready++
+		default:
+			st.Starting++
+		}
+	}
+	return st, true
+}
+
+// Shutdown drains and stops every instance and waits for them, or for ctx.
+func (s *Supervisor) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	for _, f := range s.fns {
+		s.reconcile(f)
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("instances still stopping: %w", ctx.Err())
+	}
+}

@@ -1,0 +1,247 @@
+package supervisor
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/runtimes"
+)
+
+func TestMain(m *testing.M) {
+	testfn.RunIfChild()
+	os.Exit(m.Run())
+}
+
+// recorder keeps every report of ready instances, in order.
+type recorder struct {
+	mu      sync.Mutex
+	reports [][]Endpoint
+	changed chan struct{}
+}
+
+func newRecorder() *recorder { return &recorder{changed: make(chan struct{}, 1)} }
+
+func (r *recorder) record(_, _ string, ready []Endpoint) {
+	r.mu.Lock()
+	r.reports = append(r.reports, slices.Clone(ready))
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (r *recorder) last() []Endpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.reports) == 0 {
+		return nil
+	}
+	return r.reports[len(r.reports)-1]
+}
+
+// waitReady waits until n instances are reported ready and returns them.
+func (r *recorder) waitReady(t *testing.T, n int) []Endpoint {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		if last := r.last(); len(last) == n {
+			return last
+		}
+		select {
+		case <-r.changed:
+		case <-deadline:
+			t.Fatalf("ready instances = %d, want %d", len(r.last()), n)
+		}
+	}
+}
+
+func testFunction() Function {
+	path, args, env := testfn.Command()
+	return Function{Namespace: "test", Name: "fn", Process: runtimes.Process{Path: path, Args: args, Env: env},
+		Timeout: 10 * time.Second, MaxBodyBytes: 1 << 20}
+}
+
+func start(t *testing.T) (*Supervisor, *recorder) {
+	t.Helper()
+	rec := newRecorder()
+	s := New(Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Changed: rec.record, StopTimeout: 5 * time.Second})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := s.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+	return s, rec
+}
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
+func status(t *testing.T, s *Supervisor) Status {
+	t.Helper()
+	st, ok := s.Status("test", "fn")
+	if !ok {
+		t.Fatal("function unknown to the supervisor")
+	}
+	return st
+}
+
+func TestScaleUpAndDown(t *testing.T) {
+	s, rec := start(t)
+	s.Set(testFunction())
+	if had, err := s.Scale(context.Background(), "test", "fn", 2); err != nil || had != 0 {
+		t.Fatalf("Scale = %d, %v; want 0, nil", had, err)
+	}
+	eps := rec.waitReady(t, 2)
+	for _, ep := range eps {
+		if code, body := get(t, "http://"+ep.Addr+"/echo"); code != 200 {
+			t.Errorf("instance %s: %d %s", ep.Addr, code, body)
+		}
+		if code, _ := get(t, "http://"+ep.Admin+"/readyz"); code != 200 {
+			t.Errorf("instance admin %s: /readyz %d", ep.Admin, code)
+		}
+	}
+	if st := status(t, s); st.Ready != 2 || st.Desired != 2 {
+		t.Errorf("status %+v, want 2 ready of 2", st)
+	}
+	if had, err := s.Scale(context.Background(), "test", "fn", 0); err != nil || had != 2 {
+		t.Fatalf("Scale = %d, %v; want 2, nil", had, err)
+	}
+	rec.waitReady(t, 0)
+	waitFor(t, "instances stopped", func() bool { st := status(t, s); return st.Stopping+st.Starting+st.Ready == 0 })
+	for _, ep := range eps {
+		if _, err := http.Get("http://" + ep.Addr + "/echo"); err == nil {
+			t.Errorf("instance %s still serves after scaling to zero", ep.Addr)
+		}
+	}
+}
+
+func TestCrashRestarts(t *testing.T) {
+	s, rec := start(t)
+	s.Set(testFunction())
+	_, _ = s.Scale(context.Background(), "test", "fn", 1)
+	first := rec.waitReady(t, 1)[0]
+	_, _ = http.Get("http://" + first.Addr + "/exit")
+	waitFor(t, "a new instance", func() bool {
+		last := rec.last()
+		return len(last) == 1 && last[0] != first
+	})
+	st := status(t, s)
+	if st.Crashes != 1 || !strings.Contains(st.LastError, "exit status 3") {
+		t.Errorf("status %+v, want 1 crash with exit status 3", st)
+	}
+}
+
+func TestStartFailureBacksOff(t *testing.T) {
+	s, _ := start(t)
+	fn := testFunction()
+	fn.Process.Path = "/nonexistent/runtime"
+	s.Set(fn)
+	_, _ = s.Scale(context.Background(), "test", "fn", 1)
+	waitFor(t, "two failed starts", func() bool { return status(t, s).Crashes >= 2 })
+	if st := status(t, s); !strings.Contains(st.LastError, "/nonexistent/runtime") {
+		t.Errorf("last error %q does not name the runtime", st.LastError)
+	}
+	s.mu.Lock()
+	backoff := time.Until(s.fns["test/fn"].notBefore)
+	s.mu.Unlock()
+	if backoff <= minBackoff/2 {
+		t.Errorf("next start in %s after repeated failures, want a growing backoff", backoff)
+	}
+}
+
+func TestExitBeforeReady(t *testing.T) {
+	s, _ := start(t)
+	fn := testFunction()
+	fn.Process = runtimes.Process{Path: "/bin/sh", Args: []string{"-c", "echo cannot load handler >&2; exit 2"}}
+	s.Set(fn)
+	_, _ = s.Scale(context.Background(), "test", "fn", 1)
+	waitFor(t, "a crash", func() bool { return status(t, s).Crashes >= 1 })
+	st := status(t, s)
+	for _, want := range []string{"before it was ready", "exit status 2", "cannot load handler"} {
+		if !strings.Contains(st.LastError, want) {
+			t.Errorf("last error %q lacks %q", st.LastError, want)
+		}
+	}
+}
+
+// A changed function replaces its instances with no moment without a
+// ready one, and a request in flight on an old instance completes.
+func TestRollingReplace(t *testing.T) {
+	s, rec := start(t)
+	fn := testFunction()
+	s.Set(fn)
+	_, _ = s.Scale(context.Background(), "test", "fn", 1)
+	old := rec.waitReady(t, 1)[0]
+	inflight := make(chan int, 1)
+	go func() {
+		resp, err := http.Get("http://" + old.Addr + "/sleep?ms=300")
+		if err != nil {
+			inflight <- -1
+			return
+		}
+		resp.Body.Close()
+		inflight <- resp.StatusCode
+	}()
+	waitFor(t, "request in flight", func() bool {
+		_, body := get(t, "http://"+old.Admin+"/stats")
+		return strings.Contains(body, `"inFlight":1`)
+	})
+	fn.Env = []string{"GENERATION=2"}
+	s.Set(fn)
+	waitFor(t, "the new instance alone", func() bool {
+		last := rec.last()
+		return len(last) == 1 && last[0] != old
+	})
+	if code := <-inflight; code != 200 {
+		t.Errorf("request in flight during the replacement: %d, want 200", code)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for i, r := range rec.reports[1:] {
+		if len(r) == 0 {
+			t.Errorf("report %d: no ready instance during the replacement", i+1)
+		}
+	}
+}
+
+func TestRemoveAndShutdown(t *testing.T) {
+	s, rec := start(t)
+	s.Set(testFunction())
+	_, _ = s.Scale(context.Background(), "test", "fn", 1)
+	rec.waitReady(t, 1)
+	s.Remove("test", "fn")
+	waitFor(t, "function forgotten", func() bool { _, ok := s.Status("test", "fn"); return !ok })
+	if _, err := s.Scale(context.Background(), "test", "fn", 1); err == nil {
+		t.Error("Scale of a removed function succeeded")
+	}
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
