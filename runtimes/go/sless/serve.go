@@ -1,0 +1,171 @@
+package sless
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+const (
+	// maxBodyBytes bounds the request body a handler is given: the event
+	// holds it in memory whole.
+	maxBodyBytes = 64 << 20
+	// shutdownTimeout bounds how long a stopping process waits for the
+	// requests in flight; the platform kills it soon after anyway.
+	shutdownTimeout = 30 * time.Second
+	// readHeaderTimeout drops connections that never send a request.
+	readHeaderTimeout = 10 * time.Second
+)
+
+// Serve answers invocations with h on 127.0.0.1:$PORT until SIGTERM or
+// SIGINT, then finishes the requests in flight and returns. It exits the
+// process with status 1 and a message on stderr when it cannot listen.
+func Serve(h Handler) {
+	if err := run(h); err != nil {
+		fmt.Fprintln(os.Stderr, "sless:", err)
+		os.Exit(1)
+	}
+}
+
+func run(h Handler) error {
+	port := os.Getenv("PORT")
+	if port == "" {
+		return errors.New("PORT is not set: the platform sets it to the port to listen on")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", port))
+	if err != nil {
+		return fmt.Errorf("cannot serve: %w", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	return serve(ctx, ln, h)
+}
+
+// serve answers on ln until ctx ends, then shuts down gracefully.
+func serve(ctx context.Context, ln net.Listener, h Handler) error {
+	srv := &http.Server{Handler: server{h: h, maxBody: maxBodyBytes}, ReadHeaderTimeout: readHeaderTimeout}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
+
+// server turns each request but GET /healthz into one handler call.
+type server struct {
+	h       Handler
+	maxBody int64
+}
+
+func (s server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
+		_, _ = io.WriteString(w, "ok")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("request body over %d bytes", s.maxBody))
+			return
+		}
+		writeError(w, http.StatusBadRequest, fmt.Errorf("read request body: %w", err))
+		return
+	}
+	result, err := call(r.Context(), s.h, newEvent(r, body))
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	writeResult(w, result)
+}
+
+// call runs h, turning a panic into an error so that one bad request
+// does not take down the instance and the requests it serves.
+func call(ctx context.Context, h Handler, e Event) (result any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			fmt.Fprintf(os.Stderr, "sless: handler panicked: %v\n%s", v, debug.Stack())
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return h(ctx, e)
+}
+
+func newEvent(r *http.Request, body []byte) Event {
+	query := make(map[string]string)
+	for k, vs := range r.URL.Query() {
+		query[k] = strings.Join(vs, ",")
+	}
+	headers := make(map[string]string, len(r.Header)+1)
+	for k, vs := range r.Header {
+		headers[strings.ToLower(k)] = strings.Join(vs, ", ")
+	}
+	headers["host"] = r.Host
+	return Event{Method: r.Method, Path: r.URL.Path, Query: query, Headers: headers, Body: body}
+}
+
+// writeResult answers with a handler's result: nil as 204, anything
+// else as encode makes it.
+func writeResult(w http.ResponseWriter, result any) {
+	if result == nil {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	contentType, data, err := encode(result)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	_, _ = w.Write(data)
+}
+
+// encode chooses a body's bytes and Content-Type by its Go type: text
+// for a string (HTML when it starts with "<"), raw bytes for []byte, and
+// JSON for anything else.
+func encode(body any) (contentType string, data []byte, err error) {
+	switch v := body.(type) {
+	case string:
+		if strings.HasPrefix(v, "<") {
+			return "text/html; charset=utf-8", []byte(v), nil
+		}
+		return "text/plain; charset=utf-8", []byte(v), nil
+	case []byte:
+		return "application/octet-stream", v, nil
+	}
+	data, err = json.Marshal(body)
+	if err != nil {
+		return "", nil, fmt.Errorf("encode result as JSON: %w", err)
+	}
+	return "application/json", data, nil
+}
+
+// writeError answers {"error": "..."}, the shape every runtime uses.
+func writeError(w http.ResponseWriter, status int, err error) {
+	data, _ := json.Marshal(map[string]string{"error": err.Error()})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
+	w.WriteHeader(status)
+	_, _ = w.Write(data)
+}

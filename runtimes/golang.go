@@ -1,0 +1,243 @@
+package runtimes
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"go/token"
+	"hash"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// goSDKFiles is the sless package that every Go function imports. It is
+// built into sless so that a function builds without a checkout of this
+// repository: prepareGo writes it out as a module of its own.
+//
+//go:embed go/sless
+var goSDKFiles embed.FS
+
+// goBuildEnv are the variables that change what go build makes of the
+// same source; a build under other values is another cache entry.
+var goBuildEnv = []string{"GOOS", "GOARCH", "GOFLAGS", "CGO_ENABLED", "GOEXPERIMENT", "GOAMD64", "GOARM64", "GOTOOLCHAIN"}
+
+const (
+	// goSDKModule is the module the generated build takes the sless
+	// package from. It is this repository's module path, so that a
+	// function module nested in this repository, which requires
+	// sless.dev/sless and replaces it with the checkout, gets the embedded
+	// copy instead of a module that cannot be downloaded.
+	goSDKModule = "sless.dev/sless"
+	goSDKDir    = "runtimes/go/sless"
+	// goSDKGoVersion is the oldest Go the sless package compiles with.
+	goSDKGoVersion = "1.22"
+)
+
+// prepareGo builds src into a server binary, or finds it already built.
+// The binary lives under opts.CacheDir/go/<hash of everything the build
+// reads>, so an unchanged function starts without running go at all.
+func prepareGo(ctx context.Context, src Source, opts Options) (Process, error) {
+	fail := func(err error) (Process, error) {
+		return Process{}, fmt.Errorf("go function %s/%s: %w", src.Namespace, src.Name, err)
+	}
+	if !token.IsIdentifier(src.Handler) || !token.IsExported(src.Handler) {
+		return fail(fmt.Errorf("handler %q is not an exported Go function name, such as Handle", src.Handler))
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		return fail(fmt.Errorf("building Go functions needs the go command: %w", err))
+	}
+	// The generated go.mod replaces modules by absolute directories.
+	cacheDir, err := filepath.Abs(filepath.Join(opts.CacheDir, "go"))
+	if err != nil {
+		return fail(fmt.Errorf("cache directory: %w", err))
+	}
+	key, err := goBuildKey(src, goTool)
+	if err != nil {
+		return fail(err)
+	}
+	entry := filepath.Join(cacheDir, key)
+	bin := filepath.Join(entry, goBinaryName(src.Name))
+	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		return Process{Path: bin, Dir: src.Dir}, nil
+	}
+	fmt.Fprintf(opts.Progress, "go %s/%s: building\n", src.Namespace, src.Name)
+	start := time.Now()
+	b := goBuild{goTool: goTool, src: src, dir: cacheDir}
+	if err := b.run(ctx, entry, bin); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(opts.Progress, "go %s/%s: built in %s\n", src.Namespace, src.Name, time.Since(start).Round(100*time.Millisecond))
+	return Process{Path: bin, Dir: src.Dir}, nil
+}
+
+// goBinaryName names the binary after the function, so that process
+// listings say which function an instance serves.
+func goBinaryName(name string) string {
+	if name == "" || strings.ContainsAny(name, `/\`) || strings.HasPrefix(name, ".") {
+		return "function"
+	}
+	return name
+}
+
+// goBuildKey hashes what decides the binary: the function's files, its
+// handler and name, the go command, the generated files and the sless
+// package.
+func goBuildKey(src Source, goTool string) (string, error) {
+	h := sha256.New()
+	resolved, err := filepath.EvalSymlinks(goTool)
+	if err != nil {
+		return "", fmt.Errorf("resolve the go command: %w", err)
+	}
+	fi, err := os.Stat(resolved)
+	if err != nil {
+		return "", fmt.Errorf("resolve the go command: %w", err)
+	}
+	fmt.Fprintf(h, "go %s %d %d\x00", resolved, fi.Size(), fi.ModTime().UnixNano())
+	for _, name := range goBuildEnv {
+		fmt.Fprintf(h, "%s=%s\x00", name, os.Getenv(name))
+	}
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00", src.Name, src.Handler, goMainTemplate, goModTemplate)
+	if err := goHashSDK(h); err != nil {
+		return "", err
+	}
+	if err := goHashTree(h, src.Dir); err != nil {
+		return "", fmt.Errorf("read source: %w", err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// goHashTree feeds every regular file under dir, by relative path, into h.
+// Hidden files and directories are left out: version control and editor
+// state does not change a build.
+func goHashTree(h hash.Hash, dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p != dir && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		return goHashFile(h, filepath.ToSlash(rel), p)
+	})
+}
+
+func goHashFile(h hash.Hash, name, p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(h, "file %s %d\x00", name, fi.Size())
+	if _, err := io.Copy(h, f); err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	return nil
+}
+
+// goFile is a file to write, by slash-separated relative path.
+type goFile struct {
+	name string
+	data []byte
+}
+
+// goSDK returns the files of the sless package's module: a go.mod and
+// the embedded package, tests left out.
+func goSDK() ([]goFile, error) {
+	files := []goFile{{"go.mod", fmt.Appendf(nil, "module %s\n\ngo %s\n", goSDKModule, goSDKGoVersion)}}
+	entries, err := goSDKFiles.ReadDir("go/sless")
+	if err != nil {
+		return nil, fmt.Errorf("embedded sless package: %w", err)
+	}
+	for _, e := range entries {
+		if e.IsDir() || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		data, err := goSDKFiles.ReadFile(path.Join("go/sless", e.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("embedded sless package: %w", err)
+		}
+		files = append(files, goFile{path.Join(goSDKDir, e.Name()), data})
+	}
+	return files, nil
+}
+
+func goHashSDK(h hash.Hash) error {
+	files, err := goSDK()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		fmt.Fprintf(h, "sdk %s %d\x00", f.name, len(f.data))
+		h.Write(f.data)
+	}
+	return nil
+}
+
+// writeGoSDK writes the embedded sless package as module sless.dev/sless
+// under dir, once per version of it, and returns the module's directory.
+func writeGoSDK(dir string) (string, error) {
+	h := sha256.New()
+	if err := goHashSDK(h); err != nil {
+		return "", err
+	}
+	final := filepath.Join(dir, "sdk-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(filepath.Join(final, "go.mod")); err == nil {
+		return final, nil
+	}
+	tmp, err := os.MkdirTemp(dir, ".tmp-*")
+	if err != nil {
+		return "", fmt.Errorf("write sless package: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	if err := fillGoSDK(tmp); err != nil {
+		return "", fmt.Errorf("write sless package: %w", err)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		// Another build wrote it in the meantime.
+		if _, statErr := os.Stat(filepath.Join(final, "go.mod")); statErr == nil {
+			return final, nil
+		}
+		return "", fmt.Errorf("write sless package: %w", err)
+	}
+	return final, nil
+}
+
+func fillGoSDK(dir string) error {
+	files, err := goSDK()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, filepath.FromSlash(f.name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, f.data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

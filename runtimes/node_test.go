@@ -1,0 +1,164 @@
+package runtimes
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
+
+// nodeContractHandler answers scriptContractCases.
+const nodeContractHandler = `'use strict';
+exports.handle = (event) => {
+  const path = event.path;
+  if (path.startsWith('/echo')) return event;
+  switch (path) {
+    case '/text': return 'hello';
+    case '/html': return '<html><body>hi</body></html>';
+    case '/bytes': return Buffer.from([0, 1, 255]);
+    case '/array': return [1, 'two'];
+    case '/none': return undefined;
+    case '/fail': throw new Error('boom');
+    case '/async': return new Promise((resolve) => setTimeout(() => resolve({ async: true }), 1));
+    case '/unencodable': return () => 1;
+    case '/crash': process.exit(3);
+  }
+  return { unknown: path };
+};
+`
+
+func TestNodeContract(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "node")
+	dir := scriptSource(t, map[string]string{"index.js": nodeContractHandler})
+	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimeNode, Dir: dir}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := scriptLaunchReady(t, p)
+	scriptInvoke(t, inst, scriptContractCases("Error"))
+	scriptKeepAlive(t, inst)
+	if out := inst.output.String(); !strings.Contains(out, "Error: boom\n    at ") {
+		t.Errorf("the error's stack is not on stderr:\n%s", out)
+	}
+	scriptCrash(t, inst)
+}
+
+func TestNodeAsyncFunctionInSubdirectory(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "node")
+	dir := scriptSource(t, map[string]string{"lib/app.js": `exports.run = async (event) => {
+  await new Promise((resolve) => setImmediate(resolve));
+  if (event.query.fail) throw new TypeError('later');
+  return { method: event.method };
+};
+`})
+	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimeNode, Dir: dir, Handler: "lib/app.run"}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scriptInvoke(t, scriptLaunchReady(t, p), []scriptCase{
+		{name: "awaited", method: "PATCH", target: "/", status: 200, contentType: "application/json", check: scriptBodyIs(`{"method":"PATCH"}`)},
+		{name: "rejected", method: "GET", target: "/?fail=1", status: 500, contentType: "application/json", check: scriptErrorNames("TypeError: later")},
+	})
+}
+
+// TestNodeLoadFailures checks that a handler that cannot be loaded ends the
+// process with exit code 1 and a message naming what is wrong.
+func TestNodeLoadFailures(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "node")
+	dir := scriptSource(t, map[string]string{
+		"index.js":  "exports.handle = (e) => e;\n",
+		"broken.js": "require('not-a-module-anywhere');\n",
+	})
+	cases := []struct {
+		handler string
+		want    []string
+	}{
+		{"index.missing", []string{`module "index" has no function "missing" (handler index.missing)`}},
+		{"broken.handle", []string{"Cannot find module 'not-a-module-anywhere'", `cannot load module "broken" of handler broken.handle from ` + dir}},
+	}
+	for _, c := range cases {
+		t.Run(c.handler, func(t *testing.T) {
+			p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimeNode, Dir: dir, Handler: c.handler}, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := scriptLaunch(t, p)
+			if code := inst.scriptExit(t); code != 1 {
+				t.Errorf("exit code = %d, want 1", code)
+			}
+			for _, want := range c.want {
+				if out := inst.output.String(); !strings.Contains(out, want) {
+					t.Errorf("output does not contain %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// TestNodePackagesInstalled installs is-number from the npm registry,
+// requires it from the handler, and checks a second Prepare uses the cache:
+// by then npm points at a closed port with an empty npm cache, so a second
+// install would fail.
+func TestNodePackagesInstalled(t *testing.T) {
+	scriptNeed(t, "node", "npm")
+	dir := scriptSource(t, map[string]string{
+		"package.json": `{"name": "fn", "version": "1.0.0", "dependencies": {"is-number": "7.0.0"}}`,
+		"index.js":     "const isNumber = require('is-number');\nexports.handle = (event) => ({ isNumber: isNumber(event.query.n) });\n",
+	})
+	cache := t.TempDir()
+	src := Source{Runtime: v1alpha1.RuntimeNode, Dir: dir}
+	p, progress, err := scriptPrepare(t, src, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress, "node default/fn: installing package.json") || !strings.Contains(progress, "installed package.json in") {
+		t.Errorf("progress = %q, want installing and installed lines", progress)
+	}
+	scriptInvoke(t, scriptLaunchReady(t, p), []scriptCase{
+		{name: "number", method: "GET", target: "/?n=5", status: http.StatusOK, contentType: "application/json", check: scriptBodyIs(`{"isNumber":true}`)},
+		{name: "not a number", method: "GET", target: "/?n=five", status: http.StatusOK, contentType: "application/json", check: scriptBodyIs(`{"isNumber":false}`)},
+	})
+	if _, err := os.Stat(filepath.Join(dir, "node_modules")); err == nil {
+		t.Error("npm installed into the source directory")
+	}
+	t.Setenv("npm_config_registry", "http://127.0.0.1:9/")
+	t.Setenv("npm_config_cache", t.TempDir())
+	again, progress, err := scriptPrepare(t, src, cache)
+	if err != nil {
+		t.Fatalf("second Prepare installed again: %v", err)
+	}
+	if progress != "" {
+		t.Errorf("second Prepare wrote progress %q, want none", progress)
+	}
+	if strings.Join(again.Env, " ") != strings.Join(p.Env, " ") {
+		t.Errorf("second Prepare env %q, want %q", again.Env, p.Env)
+	}
+}
+
+// TestNodePackagesFailure checks that a failed npm install is an error
+// naming package.json with npm's reason, and leaves nothing cached.
+func TestNodePackagesFailure(t *testing.T) {
+	scriptNeed(t, "node", "npm")
+	dir := scriptSource(t, map[string]string{
+		"package.json": `{"name": "fn", "version": "1.0.0", "dependencies": {"is-number": "7.0.0"}}`,
+		"index.js":     "exports.handle = (e) => e;\n",
+	})
+	t.Setenv("npm_config_registry", "http://127.0.0.1:9/")
+	t.Setenv("npm_config_cache", t.TempDir())
+	t.Setenv("npm_config_fetch_retries", "0")
+	_, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimeNode, Dir: dir}, t.TempDir())
+	if err == nil {
+		t.Fatal("Prepare succeeded with the registry out of reach")
+	}
+	for _, want := range []string{"npm install of " + filepath.Join(dir, "package.json"), "ECONNREFUSED"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+}

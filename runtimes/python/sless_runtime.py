@@ -1,0 +1,178 @@
+"""sless Python runtime: serves one handler by the sless runtime contract.
+
+Environment (docs/runtimes.md):
+  PORT           port to listen on, at 127.0.0.1
+  SLESS_SOURCE   directory of the handler's code (default: working directory)
+  SLESS_HANDLER  module.function (default: main.handle)
+
+The handler is loaded before the port is opened, so GET /healthz answers
+only once it is. Every other request is one call handler(event); the
+return value becomes the response. A handler that cannot be loaded is a
+crash: the traceback and a line naming it go to stderr, and the exit code
+is 1. Standard library only.
+"""
+
+import asyncio
+import base64
+import http.server
+import importlib
+import inspect
+import json
+import os
+import sys
+import traceback
+import urllib.parse
+
+DEFAULT_HANDLER = "main.handle"
+MAX_LINE = 65537  # longest chunk-size or trailer line read from a request
+
+
+def fail(message):
+    print(f"sless: {message}", file=sys.stderr, flush=True)
+    sys.exit(1)
+
+
+def load_handler(source, handler):
+    module_name, _, function_name = handler.rpartition(".")
+    if not module_name or not function_name:
+        fail(f"handler {handler!r} is not module.function")
+    sys.path.insert(0, source)
+    try:
+        module = importlib.import_module(module_name)
+    except BaseException:  # a module may raise anything, SystemExit included
+        traceback.print_exc()
+        fail(f"cannot import module {module_name!r} of handler {handler} from {source}")
+    function = getattr(module, function_name, None)
+    if not callable(function):
+        fail(f"module {module_name!r} ({getattr(module, '__file__', source)}) "
+             f"has no function {function_name!r} (handler {handler})")
+    return function
+
+
+def decode_path(raw):
+    try:
+        return urllib.parse.unquote(raw, errors="strict")
+    except UnicodeDecodeError:
+        return raw
+
+
+def make_event(request, body):
+    raw_path, _, raw_query = request.path.partition("?")
+    query = {}
+    for key, value in urllib.parse.parse_qsl(raw_query, keep_blank_values=True):
+        query.setdefault(key, value)  # a repeated key's first value
+    headers = {}
+    for key, value in request.headers.items():
+        key = key.lower()
+        headers[key] = headers[key] + ", " + value if key in headers else value
+    try:
+        text, encoded = body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        text, encoded = base64.b64encode(body).decode("ascii"), True
+    return {"method": request.command, "path": decode_path(raw_path), "query": query,
+            "headers": headers, "body": text, "isBase64Encoded": encoded}
+
+
+def encode_result(result):
+    """Returns (status, content type, payload) for a handler's return value."""
+    if result is None:
+        return 204, None, b""
+    if isinstance(result, str):
+        kind = "text/html" if result.startswith("<") else "text/plain"
+        return 200, kind + "; charset=utf-8", result.encode("utf-8")
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return 200, "application/octet-stream", bytes(result)
+    return 200, "application/json", json.dumps(result, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode("utf-8")
+
+
+def error_payload(message):
+    return json.dumps({"error": message}).encode("utf-8")
+
+
+class RequestHandler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive: every response has a length
+    server_version = "sless-python"
+    disable_nagle_algorithm = True  # headers and body are two writes
+
+    def log_message(self, format, *args):
+        pass  # access logs are the queue-proxy's; stderr is the user's
+
+    def serve(self):
+        if self.command == "GET" and self.path.partition("?")[0] == "/healthz":
+            self.respond(200, "text/plain; charset=utf-8", b"ok")
+            return
+        try:
+            body = self.read_body()
+        except ValueError as e:
+            self.close_connection = True
+            self.respond(400, "application/json", error_payload(f"bad request body: {e}"))
+            return
+        try:
+            result = self.server.handler(make_event(self, body))
+            if inspect.iscoroutine(result):
+                result = asyncio.run(result)
+            status, content_type, payload = encode_result(result)
+        except SystemExit as e:  # the handler asked the process to stop
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(e.code if isinstance(e.code, int) else int(e.code is not None))
+        except Exception as e:
+            traceback.print_exc()
+            status, content_type, payload = 500, "application/json", error_payload(f"{type(e).__name__}: {e}")
+        self.respond(status, content_type, payload)
+
+    def read_body(self):
+        if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
+            return self.read_chunked()
+        length = int(self.headers.get("Content-Length") or 0)
+        if length < 0:
+            raise ValueError(f"negative Content-Length {length}")
+        return self.rfile.read(length)
+
+    def read_chunked(self):
+        chunks = []
+        while True:
+            size = int(self.rfile.readline(MAX_LINE).split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                break
+            chunks.append(self.rfile.read(size))
+            self.rfile.readline(MAX_LINE)  # the CRLF ending the chunk
+        while self.rfile.readline(MAX_LINE).strip():
+            pass  # trailers are not passed on
+        return b"".join(chunks)
+
+    def respond(self, status, content_type, payload):
+        self.send_response(status)
+        if status != 204:
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        if status != 204 and self.command != "HEAD":
+            self.wfile.write(payload)
+
+
+for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+    setattr(RequestHandler, "do_" + method, RequestHandler.serve)
+
+
+class Server(http.server.ThreadingHTTPServer):
+    request_queue_size = 1024  # the default backlog of 5 drops bursts
+
+    def __init__(self, address, handler):
+        self.handler = handler
+        super().__init__(address, RequestHandler)
+
+
+def main():
+    port = os.environ.get("PORT", "")
+    if not port.isdigit():
+        fail(f"PORT must be a port number, not {port!r}")
+    source = os.path.abspath(os.environ.get("SLESS_SOURCE") or os.getcwd())
+    name = os.environ.get("SLESS_HANDLER") or DEFAULT_HANDLER
+    server = Server(("127.0.0.1", int(port)), load_handler(source, name))
+    print(f"sless: serving {name} from {source} on 127.0.0.1:{port}", file=sys.stderr, flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,243 @@
+package runtimes
+
+import (
+	"archive/zip"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
+
+// pythonContractHandler answers scriptContractCases.
+const pythonContractHandler = `import asyncio, os
+
+def handle(event):
+    path = event["path"]
+    if path.startswith("/echo"):
+        return event
+    if path == "/text":
+        return "hello"
+    if path == "/html":
+        return "<html><body>hi</body></html>"
+    if path == "/bytes":
+        return b"\x00\x01\xff"
+    if path == "/array":
+        return [1, "two"]
+    if path == "/none":
+        return None
+    if path == "/fail":
+        raise ValueError("boom")
+    if path == "/async":
+        return later()
+    if path == "/unencodable":
+        return {1, 2}
+    if path == "/crash":
+        os._exit(3)
+    return {"unknown": path}
+
+async def later():
+    await asyncio.sleep(0)
+    return {"async": True}
+`
+
+func TestPythonContract(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "python3")
+	dir := scriptSource(t, map[string]string{"main.py": pythonContractHandler})
+	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := scriptLaunchReady(t, p)
+	scriptInvoke(t, inst, scriptContractCases("ValueError"))
+	scriptKeepAlive(t, inst)
+	if out := inst.output.String(); !strings.Contains(out, "Traceback") || !strings.Contains(out, "ValueError: boom") {
+		t.Errorf("the exception's traceback is not on stderr:\n%s", out)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "__pycache__")); err == nil {
+		t.Error("bytecode was written into the source directory")
+	}
+	scriptCrash(t, inst)
+}
+
+func TestPythonAsyncDefHandler(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "python3")
+	dir := scriptSource(t, map[string]string{"app/__init__.py": "", "app/aio.py": `import asyncio
+
+async def run(event):
+    await asyncio.sleep(0)
+    if "fail" in event["query"]:
+        raise LookupError("later")
+    return {"method": event["method"]}
+`})
+	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir, Handler: "app.aio.run"}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	scriptInvoke(t, scriptLaunchReady(t, p), []scriptCase{
+		{name: "awaited", method: "PATCH", target: "/", status: 200, contentType: "application/json", check: scriptBodyIs(`{"method":"PATCH"}`)},
+		{name: "raised", method: "GET", target: "/?fail=1", status: 500, contentType: "application/json", check: scriptErrorNames("LookupError: later")},
+	})
+}
+
+// TestPythonLoadFailures checks that a handler that cannot be loaded ends
+// the process with exit code 1 and a message naming what is wrong.
+func TestPythonLoadFailures(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "python3")
+	dir := scriptSource(t, map[string]string{
+		"main.py":   "def handle(event):\n    return event\n",
+		"broken.py": "import not_a_module_anywhere\n",
+	})
+	cases := []struct {
+		handler string
+		want    []string
+	}{
+		{"main.missing", []string{"module 'main' (" + filepath.Join(dir, "main.py") + ") has no function 'missing'"}},
+		{"broken.handle", []string{"No module named 'not_a_module_anywhere'", "cannot import module 'broken' of handler broken.handle from " + dir}},
+	}
+	for _, c := range cases {
+		t.Run(c.handler, func(t *testing.T) {
+			p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir, Handler: c.handler}, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := scriptLaunch(t, p)
+			if code := inst.scriptExit(t); code != 1 {
+				t.Errorf("exit code = %d, want 1", code)
+			}
+			for _, want := range c.want {
+				if out := inst.output.String(); !strings.Contains(out, want) {
+					t.Errorf("output does not contain %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
+
+// TestPythonRequirementsFailure checks that a failed pip install is an
+// error naming requirements.txt with pip's reason, and is not cached.
+func TestPythonRequirementsFailure(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "python3")
+	dir := scriptSource(t, map[string]string{"main.py": "def handle(e): return e\n", "requirements.txt": "not a valid requirement!!!\n"})
+	cache := t.TempDir()
+	for range 2 { // the second attempt installs again: a failure is not cached
+		_, progress, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir}, cache)
+		if err == nil {
+			t.Fatal("Prepare succeeded with an invalid requirements.txt")
+		}
+		for _, want := range []string{filepath.Join(dir, "requirements.txt"), "Invalid requirement", "not a valid requirement!!!"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error does not name %q: %v", want, err)
+			}
+		}
+		if !strings.Contains(progress, "installing requirements.txt") {
+			t.Errorf("progress = %q, want an installing line", progress)
+		}
+	}
+}
+
+// TestPythonRequirementsInstalled installs a wheel the test builds (PyPI is
+// out of reach here), imports it from the handler, and checks a second
+// Prepare uses the cache: the wheel is gone by then, so a second install
+// would fail.
+func TestPythonRequirementsInstalled(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "python3")
+	wheel := pythonWheel(t, "slesstiny", map[string]string{"slesstiny/__init__.py": "VALUE = 'from the wheel'\n"})
+	dir := scriptSource(t, map[string]string{
+		"main.py":          "import slesstiny\n\ndef handle(event):\n    return slesstiny.VALUE\n",
+		"requirements.txt": wheel + "\n",
+	})
+	cache := t.TempDir()
+	src := Source{Runtime: v1alpha1.RuntimePython, Dir: dir}
+	p, progress, err := scriptPrepare(t, src, cache)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress, "python default/fn: installing requirements.txt") || !strings.Contains(progress, "installed requirements.txt in") {
+		t.Errorf("progress = %q, want installing and installed lines", progress)
+	}
+	scriptInvoke(t, scriptLaunchReady(t, p), []scriptCase{
+		{name: "imports the dependency", method: "GET", target: "/", status: http.StatusOK, contentType: "text/plain", check: scriptBodyIs("from the wheel")},
+	})
+	if err := os.Remove(wheel); err != nil {
+		t.Fatal(err)
+	}
+	again, progress, err := scriptPrepare(t, src, cache)
+	if err != nil {
+		t.Fatalf("second Prepare installed again: %v", err)
+	}
+	if progress != "" {
+		t.Errorf("second Prepare wrote progress %q, want none", progress)
+	}
+	if strings.Join(again.Env, " ") != strings.Join(p.Env, " ") {
+		t.Errorf("second Prepare env %q, want %q", again.Env, p.Env)
+	}
+}
+
+// pythonWheel builds a pure-Python wheel of files and returns its path.
+func pythonWheel(t *testing.T, name string, files map[string]string) string {
+	t.Helper()
+	info := name + "-1.0.dist-info/"
+	files[info+"METADATA"] = "Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n"
+	files[info+"WHEEL"] = "Wheel-Version: 1.0\nGenerator: sless-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
+	var record strings.Builder
+	for path, content := range files {
+		sum := sha256.Sum256([]byte(content))
+		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", path, base64.RawURLEncoding.EncodeToString(sum[:]), len(content))
+	}
+	record.WriteString(info + "RECORD,,\n")
+	files[info+"RECORD"] = record.String()
+	path := filepath.Join(t.TempDir(), name+"-1.0-py3-none-any.whl")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := zip.NewWriter(f)
+	for name, content := range files {
+		w, err := zw.Create(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.WriteString(w, content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestPythonSysExit checks that sys.exit in a handler ends the process, as
+// in a script, rather than only the thread serving the request.
+func TestPythonSysExit(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "python3")
+	dir := scriptSource(t, map[string]string{"main.py": "import sys\n\ndef handle(event):\n    sys.exit(4)\n"})
+	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := scriptLaunchReady(t, p)
+	if resp, err := http.Get(inst.url + "/"); err == nil {
+		_ = resp.Body.Close()
+		t.Errorf("request answered %d", resp.StatusCode)
+	}
+	if code := inst.scriptExit(t); code != 4 {
+		t.Errorf("exit code = %d, want 4", code)
+	}
+}

@@ -1,0 +1,418 @@
+package runtimes
+
+// Shared by the Python and Node runtime tests: real interpreters run the
+// embedded runtime scripts, and the same table of invocations checks both
+// against the runtime contract.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
+
+// scriptNeed skips the test when a program is not on PATH, and fails it
+// in CI, where every runtime must be tested.
+func scriptNeed(t *testing.T, names ...string) {
+	t.Helper()
+	for _, name := range names {
+		if _, err := exec.LookPath(name); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s is needed in CI: %v", name, err)
+			}
+			t.Skipf("%s not on PATH: %v", name, err)
+		}
+	}
+}
+
+// scriptSource writes files (path → content) into a new directory.
+func scriptSource(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for name, content := range files {
+		path := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// scriptPrepare prepares src with a fresh or given cache directory and
+// returns the process and the progress lines written.
+func scriptPrepare(t *testing.T, src Source, cacheDir string) (Process, string, error) {
+	t.Helper()
+	if src.Namespace == "" {
+		src.Namespace, src.Name = "default", "fn"
+	}
+	var progress bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	p, err := Prepare(ctx, src, Options{CacheDir: cacheDir, Progress: &progress})
+	return p, progress.String(), err
+}
+
+// scriptOutput collects a process's stdout and stderr.
+type scriptOutput struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *scriptOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *scriptOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// scriptInstance is a started runtime process.
+type scriptInstance struct {
+	url    string
+	output *scriptOutput
+	exited chan struct{} // closed when the process has exited
+	err    error         // Wait's result, set before exited closes
+}
+
+// scriptLaunch starts p as the supervisor would, with PORT set, and kills
+// it when the test ends.
+func scriptLaunch(t *testing.T, p Process) *scriptInstance {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(p.Path, p.Args...)
+	cmd.Dir = p.Dir
+	cmd.Env = append(append(os.Environ(), p.Env...), "PORT="+strconv.Itoa(port))
+	inst := &scriptInstance{url: "http://127.0.0.1:" + strconv.Itoa(port), output: &scriptOutput{}, exited: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = inst.output, inst.output
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		inst.err = cmd.Wait()
+		close(inst.exited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-inst.exited
+		if t.Failed() {
+			t.Logf("process output:\n%s", inst.output)
+		}
+	})
+	return inst
+}
+
+// scriptLaunchReady starts p and waits until it answers GET /healthz with 200.
+func scriptLaunchReady(t *testing.T, p Process) *scriptInstance {
+	t.Helper()
+	inst := scriptLaunch(t, p)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get(inst.url + "/healthz")
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return inst
+			}
+		}
+		select {
+		case <-inst.exited:
+			t.Fatalf("process exited before it was healthy: %v\n%s", inst.err, inst.output)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no healthy /healthz within 30s (last error %v)\n%s", err, inst.output)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// scriptExit waits until the process exits and returns its exit code.
+func (i *scriptInstance) scriptExit(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-i.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("process still running after 30s\n%s", i.output)
+	}
+	var exit *exec.ExitError
+	if !errors.As(i.err, &exit) {
+		return 0
+	}
+	return exit.ExitCode()
+}
+
+// scriptEvent is the event as the echo route returns it.
+type scriptEvent struct {
+	Method          string            `json:"method"`
+	Path            string            `json:"path"`
+	Query           map[string]string `json:"query"`
+	Headers         map[string]string `json:"headers"`
+	Body            string            `json:"body"`
+	IsBase64Encoded bool              `json:"isBase64Encoded"`
+}
+
+// scriptCase is one invocation of the contract handler and what must come
+// back. The Python and Node test handlers route by path the same way.
+type scriptCase struct {
+	name        string
+	method      string
+	target      string
+	headers     [][2]string
+	body        []byte
+	chunked     bool // send the body without a length
+	status      int
+	contentType string                          // media type, parameters ignored
+	check       func(t *testing.T, body []byte) // nil: no check of the body
+}
+
+func scriptEcho(want scriptEvent) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
+		t.Helper()
+		var got scriptEvent
+		if err := json.Unmarshal(body, &got); err != nil {
+			t.Fatalf("echo is not an event: %v: %s", err, body)
+		}
+		if got.Method != want.Method || got.Path != want.Path || got.Body != want.Body || got.IsBase64Encoded != want.IsBase64Encoded {
+			t.Errorf("event = %+v, want method %q path %q body %q isBase64Encoded %v", got, want.Method, want.Path, want.Body, want.IsBase64Encoded)
+		}
+		if len(got.Query) != len(want.Query) {
+			t.Errorf("query = %v, want %v", got.Query, want.Query)
+		}
+		for k, v := range want.Query {
+			if got.Query[k] != v {
+				t.Errorf("query[%q] = %q, want %q", k, got.Query[k], v)
+			}
+		}
+		if !strings.HasPrefix(got.Headers["host"], "127.0.0.1:") {
+			t.Errorf("headers[host] = %q, want the address called", got.Headers["host"])
+		}
+		for k, v := range want.Headers {
+			if got.Headers[k] != v {
+				t.Errorf("headers[%q] = %q, want %q (headers %v)", k, got.Headers[k], v, got.Headers)
+			}
+		}
+	}
+}
+
+func scriptBodyIs(want string) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
+		t.Helper()
+		if string(body) != want {
+			t.Errorf("body = %q, want %q", body, want)
+		}
+	}
+}
+
+func scriptErrorNames(want string) func(*testing.T, []byte) {
+	return func(t *testing.T, body []byte) {
+		t.Helper()
+		var got struct{ Error string }
+		if err := json.Unmarshal(body, &got); err != nil || !strings.Contains(got.Error, want) {
+			t.Errorf("body = %s, want JSON {\"error\": ...%s...}", body, want)
+		}
+	}
+}
+
+// scriptContractCases are the invocations every script runtime answers
+// alike; errorType is how the runtime names the /fail exception.
+func scriptContractCases(errorType string) []scriptCase {
+	return []scriptCase{
+		{name: "GET echo", method: "GET", target: "/echo/a%20b?a=1&a=2&b=x+y&c=",
+			headers: [][2]string{{"X-Test", "v"}, {"X-Multi", "one"}, {"X-Multi", "two"}},
+			status:  200, contentType: "application/json",
+			check: scriptEcho(scriptEvent{Method: "GET", Path: "/echo/a b", Query: map[string]string{"a": "1", "b": "x y", "c": ""},
+				Headers: map[string]string{"x-test": "v", "x-multi": "one, two"}})},
+		{name: "POST text body", method: "POST", target: "/echo", body: []byte("héllo\n"),
+			headers: [][2]string{{"Content-Type", "text/plain"}}, status: 200, contentType: "application/json",
+			check: scriptEcho(scriptEvent{Method: "POST", Path: "/echo", Body: "héllo\n", Headers: map[string]string{"content-type": "text/plain", "content-length": "7"}})},
+		{name: "PUT binary body", method: "PUT", target: "/echo", body: []byte{0xff, 0xfe, 0}, status: 200, contentType: "application/json",
+			check: scriptEcho(scriptEvent{Method: "PUT", Path: "/echo", Body: "//4A", IsBase64Encoded: true})},
+		{name: "POST chunked body", method: "POST", target: "/echo", body: bytes.Repeat([]byte("chunk"), 1000), chunked: true,
+			status: 200, contentType: "application/json",
+			check: scriptEcho(scriptEvent{Method: "POST", Path: "/echo", Body: strings.Repeat("chunk", 1000)})},
+		{name: "string", method: "GET", target: "/text", status: 200, contentType: "text/plain", check: scriptBodyIs("hello")},
+		{name: "html string", method: "GET", target: "/html", status: 200, contentType: "text/html", check: scriptBodyIs("<html><body>hi</body></html>")},
+		{name: "bytes", method: "GET", target: "/bytes", status: 200, contentType: "application/octet-stream", check: scriptBodyIs("\x00\x01\xff")},
+		{name: "array", method: "GET", target: "/array", status: 200, contentType: "application/json", check: scriptBodyIs(`[1,"two"]`)},
+		{name: "nothing", method: "DELETE", target: "/none", status: 204, check: scriptBodyIs("")},
+		{name: "exception", method: "GET", target: "/fail", status: 500, contentType: "application/json", check: scriptErrorNames(errorType + ": boom")},
+		{name: "after the exception", method: "GET", target: "/text", status: 200, contentType: "text/plain", check: scriptBodyIs("hello")},
+		{name: "async", method: "GET", target: "/async", status: 200, contentType: "application/json", check: scriptBodyIs(`{"async":true}`)},
+		{name: "unencodable result", method: "GET", target: "/unencodable", status: 500, contentType: "application/json", check: scriptErrorNames("")},
+		{name: "healthz is the runtime's", method: "GET", target: "/healthz", status: 200, contentType: "text/plain", check: scriptBodyIs("ok")},
+	}
+}
+
+// scriptInvoke runs the cases in order against inst.
+func scriptInvoke(t *testing.T, inst *scriptInstance, cases []scriptCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var body io.Reader = bytes.NewReader(c.body)
+			if c.chunked {
+				body = io.MultiReader(body) // unknown length: sent chunked
+			}
+			req, err := http.NewRequest(c.method, inst.url+c.target, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, h := range c.headers {
+				req.Header.Add(h[0], h[1])
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			got, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != c.status {
+				t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, c.status, got)
+			}
+			if c.contentType != "" {
+				if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != c.contentType {
+					t.Errorf("Content-Type = %q, want %s", resp.Header.Get("Content-Type"), c.contentType)
+				}
+			}
+			if c.check != nil {
+				c.check(t, got)
+			}
+		})
+	}
+}
+
+// scriptKeepAlive checks that two requests in a row share one connection.
+func scriptKeepAlive(t *testing.T, inst *scriptInstance) {
+	t.Helper()
+	client := &http.Client{Transport: &http.Transport{}}
+	defer client.CloseIdleConnections()
+	reused := make([]bool, 2)
+	for i := range reused {
+		trace := &httptrace.ClientTrace{GotConn: func(info httptrace.GotConnInfo) { reused[i] = info.Reused }}
+		req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace), "GET", inst.url+"/text", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+	}
+	if !reused[1] {
+		t.Error("the second request did not reuse the first one's connection")
+	}
+}
+
+// scriptCrash checks that a handler ending the process ends the instance
+// with the handler's exit code.
+func scriptCrash(t *testing.T, inst *scriptInstance) {
+	t.Helper()
+	resp, err := http.Get(inst.url + "/crash")
+	if err == nil {
+		_ = resp.Body.Close()
+		t.Errorf("crash request answered %d", resp.StatusCode)
+	}
+	if code := inst.scriptExit(t); code != 3 {
+		t.Errorf("exit code = %d, want 3", code)
+	}
+}
+
+// TestScriptPrepareErrors checks that what prepare can see wrong is
+// refused with an error naming it, before any process starts.
+func TestScriptPrepareErrors(t *testing.T) {
+	dir := scriptSource(t, map[string]string{"main.py": "def handle(e): return e\n", "index.js": "exports.handle = (e) => e;\n"})
+	cases := []struct {
+		name    string
+		src     Source
+		path    string // PATH during Prepare; "" keeps it
+		wantErr string
+	}{
+		{"python module missing", Source{Runtime: v1alpha1.RuntimePython, Dir: dir, Handler: "nope.handle"}, "", "no nope.py in " + dir},
+		{"python package module missing", Source{Runtime: v1alpha1.RuntimePython, Dir: dir, Handler: "pkg.app.handle"}, "", "no pkg/app.py in"},
+		{"node module missing", Source{Runtime: v1alpha1.RuntimeNode, Dir: dir, Handler: "lib/app.handle"}, "", "no lib/app.js in " + dir},
+		{"handler without function", Source{Runtime: v1alpha1.RuntimeNode, Dir: dir, Handler: "index"}, "", `handler "index" of default/fn: want module.function`},
+		{"source missing", Source{Runtime: v1alpha1.RuntimePython, Dir: filepath.Join(dir, "gone")}, "", "source directory of default/fn: stat " + filepath.Join(dir, "gone")},
+		{"python3 missing", Source{Runtime: v1alpha1.RuntimePython, Dir: dir}, t.TempDir(), "python runtime needs python3 on PATH"},
+		{"node missing", Source{Runtime: v1alpha1.RuntimeNode, Dir: dir}, t.TempDir(), "node runtime needs node on PATH"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if c.path != "" {
+				t.Setenv("PATH", c.path)
+			}
+			_, _, err := scriptPrepare(t, c.src, t.TempDir())
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("Prepare error = %v, want one containing %q", err, c.wantErr)
+			}
+		})
+	}
+}
+
+// TestScriptRuntimeFiles checks that the runtime scripts are written from
+// the binary into the cache once, under a path that names their content.
+func TestScriptRuntimeFiles(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "python3", "node")
+	dir := scriptSource(t, map[string]string{"main.py": "def handle(e): return e\n", "index.js": "exports.handle = (e) => e;\n"})
+	cache := t.TempDir()
+	for _, c := range []struct {
+		runtime v1alpha1.Runtime
+		script  []byte
+	}{{v1alpha1.RuntimePython, pythonRuntimeScript}, {v1alpha1.RuntimeNode, nodeRuntimeScript}} {
+		t.Run(string(c.runtime), func(t *testing.T) {
+			first, _, err := scriptPrepare(t, Source{Runtime: c.runtime, Dir: dir}, cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			second, _, err := scriptPrepare(t, Source{Runtime: c.runtime, Dir: dir}, cache)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(first.Args) != 1 || len(second.Args) != 1 || first.Args[0] != second.Args[0] {
+				t.Fatalf("args %q then %q, want the same one script", first.Args, second.Args)
+			}
+			if !strings.Contains(first.Args[0], scriptHash(c.script)[:16]) {
+				t.Errorf("script path %s does not name its content", first.Args[0])
+			}
+			written, err := os.ReadFile(first.Args[0])
+			if err != nil || !bytes.Equal(written, c.script) {
+				t.Errorf("written script differs from the embedded one (err %v)", err)
+			}
+			if !filepath.IsAbs(first.Path) || first.Dir != dir {
+				t.Errorf("process %+v: want an absolute interpreter path, run in %s", first, dir)
+			}
+		})
+	}
+}
