@@ -31,6 +31,10 @@ type Server struct {
 	Records *invocation.Ring
 	// Token, when set, is the bearer token the /v1/ API requires.
 	Token string
+	// Functions, when set, serves GET /v1/functions and
+	// /v1/functions/{namespace}/{name} in place of the activator's own
+	// list: the local platform adds builds and instances to it.
+	Functions http.Handler
 	// DrainTimeout bounds the drain at shutdown.
 	DrainTimeout time.Duration
 	Log          *slog.Logger
@@ -95,9 +99,14 @@ func (s *Server) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
-	mux.Handle("GET /v1/functions", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
-	}))
+	if s.Functions != nil {
+		mux.Handle("GET /v1/functions", s.authorized(s.Functions.ServeHTTP))
+		mux.Handle("GET /v1/functions/{namespace}/{name}", s.authorized(s.Functions.ServeHTTP))
+	} else {
+		mux.Handle("GET /v1/functions", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
+		}))
+	}
 	mux.Handle("GET /v1/invocations", s.authorized(func(w http.ResponseWriter, r *http.Request) {
 		limit := 100
 		if v := r.URL.Query().Get("limit"); v != "" {

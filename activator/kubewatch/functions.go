@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -82,7 +81,7 @@ func (f *Functions) set(obj any) {
 		f.sink.RemoveFunction(fn.Namespace, fn.Name)
 		return
 	}
-	f.sink.SetFunction(ToActivator(fn))
+	f.sink.SetFunction(activator.FunctionFor(fn))
 }
 
 func (f *Functions) remove(obj any) {
@@ -91,18 +90,5 @@ func (f *Functions) remove(obj any) {
 	}
 	if fn, ok := obj.(*v1alpha1.Function); ok {
 		f.sink.RemoveFunction(fn.Namespace, fn.Name)
-	}
-}
-
-// ToActivator is what the activator needs of a defaulted Function.
-func ToActivator(fn *v1alpha1.Function) activator.Function {
-	http := false
-	for _, t := range fn.Spec.Triggers {
-		http = http || t.HTTP != nil
-	}
-	return activator.Function{
-		Namespace: fn.Namespace, Name: fn.Name, HTTP: http,
-		Concurrency: int(fn.Spec.Concurrency),
-		Timeout:     time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
 	}
 }

@@ -25,7 +25,7 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 	}
 	root.AddCommand(
 		newVersionCommand(),
-		notImplemented("dev", "Run the platform locally on a directory of Function manifests", 7),
+		newDevCommand(),
 		notImplemented("controller", "Reconcile Functions into Deployments, Services and ScaledObjects", 6),
 		newActivatorCommand(),
 		notImplemented("autoscaler", "Decide and apply replicas for every Function", 5),

@@ -36,7 +36,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error
 	if err != nil {
 		return err
 	}
-	qp, err := startQueueProxy(spec, port, s.opts.Log)
+	qp, err := startQueueProxy(spec, port, s.opts.InstanceLog)
 	if err != nil {
 		proc.terminate(s.opts.StopTimeout)
 		return err

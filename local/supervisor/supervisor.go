@@ -47,6 +47,9 @@ type Options struct {
 	// with the instance's name.
 	Output io.Writer
 	Log    *slog.Logger
+	// InstanceLog is for the instances' queue-proxies (Log when nil): the
+	// local platform keeps their routine messages out of the terminal.
+	InstanceLog *slog.Logger
 	// Changed is called, with the supervisor's lock held and so in order,
 	// whenever a function's ready instances change. It must not call back
 	// into the supervisor.
@@ -108,6 +111,9 @@ func New(opts Options) *Supervisor {
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 10 * time.Second
 	}
+	if opts.InstanceLog == nil {
+		opts.InstanceLog = opts.Log
+	}
 	if opts.Changed == nil {
 		opts.Changed = func(string, string, []Endpoint) {}
 	}
@@ -158,9 +164,6 @@ func (s *Supervisor) Scale(_ context.Context, namespace, name string, replicas i
 		return 0, fmt.Errorf("scale %s/%s: no such function", namespace, name)
 	}
 	had := f.desired
-	if int(replicas) != had {
-		s.opts.Log.Info("scale", "namespace", namespace, "function", name, "from", had, "to", replicas)
-	}
 	f.desired = int(replicas)
 	s.reconcile(f)
 	return int32(had), nil

@@ -1,0 +1,21 @@
+package activator
+
+import (
+	"time"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
+
+// FunctionFor is what the activator needs of a defaulted Function, the
+// same on Kubernetes and in the local platform.
+func FunctionFor(fn *v1alpha1.Function) Function {
+	http := false
+	for _, t := range fn.Spec.Triggers {
+		http = http || t.HTTP != nil
+	}
+	return Function{
+		Namespace: fn.Namespace, Name: fn.Name, HTTP: http,
+		Concurrency: int(fn.Spec.Concurrency),
+		Timeout:     time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
+	}
+}

@@ -1,0 +1,55 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"sless.dev/sless/local"
+)
+
+func newDevCommand() *cobra.Command {
+	var opts local.Options
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the platform locally on a directory of Function manifests",
+		Long: `dev runs the whole platform on this machine: the activator on --listen, the
+admin API and metrics on --admin, the autoscaler, and each function instance as
+a local process behind its own queue-proxy. It loads every Function manifest
+(*.yaml, *.yml) directly in --functions, builds or installs each source, and
+applies changes to manifests and sources while it runs. Ctrl-C drains requests
+in flight and stops every instance.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out := cmd.OutOrStdout()
+			opts.Out = out
+			opts.Log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
+			opts.InstanceLog = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+			opts.AdminToken = os.Getenv("SLESS_ADMIN_TOKEN")
+			if opts.CacheDir == "" {
+				dir, err := os.UserCacheDir()
+				if err != nil {
+					return fmt.Errorf("--cache-dir: %w", err)
+				}
+				opts.CacheDir = filepath.Join(dir, "sless")
+			}
+			p, err := local.New(opts)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "sless dev: functions from %s, invocations on %s, admin on %s\n", opts.Dir, p.Addr(), p.AdminAddr())
+			return p.Run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&opts.Dir, "functions", "config/samples/functions", "directory of Function manifests")
+	f.StringVar(&opts.Listen, "listen", ":8080", "address of the invocation port")
+	f.StringVar(&opts.Admin, "admin", ":9090", "address of the admin API, health and metrics")
+	f.StringVar(&opts.CacheDir, "cache-dir", "", "builds and installed dependencies (default: the user cache directory/sless)")
+	f.DurationVar(&opts.Drain, "drain", 30*time.Second, "longest drain of requests and instances at exit")
+	return cmd
+}

@@ -1,0 +1,318 @@
+// Package local is the embedded platform `sless dev` runs: the real
+// activator, autoscaler and queue-proxies in one process, with function
+// instances as local processes, from a directory of the same Function
+// manifests users apply with kubectl.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"reflect"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"sless.dev/sless/activator"
+	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/invocation"
+	"sless.dev/sless/local/manifests"
+	"sless.dev/sless/local/supervisor"
+	"sless.dev/sless/runtimes"
+)
+
+// Options configure the platform.
+type Options struct {
+	// Dir holds the Function manifests; sources live in subdirectories.
+	Dir string
+	// Listen and Admin are the invocation and admin addresses.
+	Listen, Admin string
+	// CacheDir keeps builds and installed dependencies between runs.
+	CacheDir string
+	// Out shows the function table, build progress and the functions'
+	// output.
+	Out io.Writer
+	Log *slog.Logger
+	// InstanceLog is for the instances' queue-proxies (Log when nil).
+	InstanceLog *slog.Logger
+	// Poll is how often Dir is checked for changes.
+	Poll time.Duration
+	// AdminToken, when set, is the bearer token the admin API requires.
+	AdminToken string
+	// Drain bounds the drain of requests and instances at shutdown.
+	Drain time.Duration
+}
+
+// Platform is a running local platform.
+type Platform struct {
+	opts           Options
+	serving, admin net.Listener
+	reg            *prometheus.Registry
+	records        *invocation.Ring
+	act            *activator.Activator
+	scaler         *autoscaler.Autoscaler
+	sup            *supervisor.Supervisor
+
+	mu  sync.Mutex
+	fns map[string]*entry
+
+	shownErrs map[string]bool // load errors shown, so each is shown once
+}
+
+// entry is a function as the platform knows it.
+type entry struct {
+	fn          manifests.Function
+	fingerprint string
+	scaling     autoscaler.Function
+	running     bool   // handed to the supervisor
+	err         string // the last build error
+}
+
+// New binds the platform's ports and builds its parts; Run starts it.
+func New(opts Options) (*Platform, error) {
+	if opts.Poll == 0 {
+		opts.Poll = 500 * time.Millisecond
+	}
+	if opts.Drain == 0 {
+		opts.Drain = 30 * time.Second
+	}
+	if opts.Out == nil {
+		opts.Out = io.Discard
+	}
+	p := &Platform{opts: opts, reg: prometheus.NewRegistry(), records: invocation.NewRing(10_000), fns: map[string]*entry{}}
+	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, Changed: p.instancesChanged})
+	var err error
+	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
+		return nil, err
+	}
+	if p.act, err = activator.New(activator.Config{}, poker{p}, p.records, p.reg, opts.Log); err != nil {
+		return nil, err
+	}
+	if p.serving, err = net.Listen("tcp", opts.Listen); err != nil {
+		return nil, fmt.Errorf("--listen: %w", err)
+	}
+	if p.admin, err = net.Listen("tcp", opts.Admin); err != nil {
+		p.serving.Close()
+		return nil, fmt.Errorf("--admin: %w", err)
+	}
+	return p, nil
+}
+
+// Addr is the invocation address; AdminAddr the admin one.
+func (p *Platform) Addr() string      { return p.serving.Addr().String() }
+func (p *Platform) AdminAddr() string { return p.admin.Addr().String() }
+
+// Run loads and starts the functions, serves until ctx ends, then drains
+// the requests in flight and stops every instance.
+func (p *Platform) Run(ctx context.Context) error {
+	bg, stop := context.WithCancel(context.Background())
+	defer stop()
+	srv := &activator.Server{Activator: p.act, Registry: p.reg, Records: p.records, Token: p.opts.AdminToken,
+		Functions: p.adminHandler(), DrainTimeout: p.opts.Drain, Log: p.opts.Log}
+	served := make(chan error, 1)
+	go func() { served <- srv.Run(ctx, p.serving, p.admin) }()
+	go p.scaler.Run(bg)
+	go p.reportBuffered(bg)
+
+	p.sync(ctx)
+	p.printTable()
+	go p.watch(ctx)
+
+	err := <-served
+	shutdown, cancel := context.WithTimeout(context.Background(), p.opts.Drain)
+	defer cancel()
+	return errors.Join(err, p.sup.Shutdown(shutdown))
+}
+
+// watch applies changes to Dir until ctx ends.
+func (p *Platform) watch(ctx context.Context) {
+	t := time.NewTicker(p.opts.Poll)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.sync(ctx)
+		}
+	}
+}
+
+// sync loads Dir and applies what changed: new and changed functions are
+// prepared and (re)started, removed ones stopped. A function whose
+// manifest turned invalid keeps running as it was, with the error shown.
+func (p *Platform) sync(ctx context.Context) {
+	fns, errs := manifests.Load(p.opts.Dir)
+	p.reportLoadErrors(errs)
+	broken := map[string]bool{}
+	for _, err := range errs {
+		var fe *manifests.FileError
+		if errors.As(err, &fe) {
+			broken[fe.File] = true
+		}
+	}
+	if len(fns) == 0 && len(errs) == 1 && len(broken) == 0 {
+		return // the directory itself is unreadable: change nothing
+	}
+	seen := map[string]bool{}
+	for _, fn := range fns {
+		seen[fn.Key()] = true
+		fp, err := manifests.Fingerprint(fn)
+		if err != nil {
+			p.opts.Log.Warn("read source", "function", fn.Key(), "err", err)
+			continue
+		}
+		p.mu.Lock()
+		e := p.fns[fn.Key()]
+		unchanged := e != nil && e.fingerprint == fp
+		p.mu.Unlock()
+		if !unchanged {
+			p.deploy(ctx, fn, fp)
+		}
+	}
+	p.mu.Lock()
+	var gone []*entry
+	for key, e := range p.fns {
+		if !seen[key] && !broken[e.fn.File] {
+			gone = append(gone, e)
+			delete(p.fns, key)
+		}
+	}
+	p.mu.Unlock()
+	for _, e := range gone {
+		p.remove(e)
+	}
+}
+
+// reportLoadErrors shows the errors not shown at the previous load. Only
+// sync calls it, never two at once.
+func (p *Platform) reportLoadErrors(errs []error) {
+	shown := make(map[string]bool, len(errs))
+	for _, err := range errs {
+		msg := err.Error()
+		if !p.shownErrs[msg] {
+			fmt.Fprintf(p.opts.Out, "error: %s (skipped)\n", msg)
+		}
+		shown[msg] = true
+	}
+	p.shownErrs = shown
+}
+
+// deploy prepares a new or changed function and hands it to the
+// supervisor, the autoscaler and the activator, in that order, so each
+// finds what it calls.
+func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string) {
+	start := time.Now()
+	proc, err := runtimes.Prepare(ctx, runtimes.Source{
+		Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,
+		Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler(),
+	}, runtimes.Options{CacheDir: p.opts.CacheDir, Progress: p.opts.Out})
+	p.mu.Lock()
+	e := p.fns[fn.Key()]
+	if e == nil {
+		e = &entry{}
+		p.fns[fn.Key()] = e
+	}
+	e.fn, e.fingerprint = fn, fp
+	if err != nil {
+		e.err = err.Error()
+		p.mu.Unlock()
+		fmt.Fprintf(p.opts.Out, "error: %s: %s: %v\n", fn.File, fn.Key(), err)
+		return
+	}
+	e.err = ""
+	scaling := autoscaler.FunctionFor(fn.Function)
+	rescale := !e.running || !reflect.DeepEqual(e.scaling, scaling)
+	e.running, e.scaling = true, scaling
+	p.mu.Unlock()
+
+	p.sup.Set(supervisor.Function{
+		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: env(fn),
+		Concurrency: int(fn.Spec.Concurrency), Timeout: time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
+		MaxBodyBytes: activator.DefaultMaxBodyBytes,
+	})
+	if rescale {
+		p.scaler.SetFunction(time.Now(), e.scaling)
+		p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, 0) // start the initial instances now
+	}
+	p.act.SetFunction(activator.FunctionFor(fn.Function))
+	p.opts.Log.Info("function ready to serve", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))
+}
+
+func env(fn manifests.Function) []string {
+	out := make([]string, 0, len(fn.Spec.Env))
+	for _, e := range fn.Spec.Env {
+		out = append(out, e.Name+"="+e.Value)
+	}
+	return out
+}
+
+func (p *Platform) remove(e *entry) {
+	fn := e.fn
+	p.act.RemoveFunction(fn.Namespace, fn.Name)
+	p.scaler.RemoveFunction(fn.Namespace, fn.Name)
+	p.sup.Remove(fn.Namespace, fn.Name)
+	fmt.Fprintf(p.opts.Out, "removed %s (its manifest is gone)\n", fn.Key())
+}
+
+// instancesChanged tells the activator and the autoscaler a function's
+// ready instances.
+func (p *Platform) instancesChanged(namespace, name string, ready []supervisor.Endpoint) {
+	addrs := make([]string, len(ready))
+	admins := make([]string, len(ready))
+	for i, ep := range ready {
+		addrs[i], admins[i] = ep.Addr, ep.Admin
+	}
+	p.act.SetEndpoints(namespace, name, addrs)
+	p.scaler.SetInstances(namespace, name, admins)
+}
+
+// poker wakes the in-process autoscaler for a request waiting at zero.
+type poker struct{ p *Platform }
+
+func (k poker) Poke(namespace, name string) {
+	k.p.scaler.Poke(context.Background(), time.Now(), namespace, name, 1)
+}
+
+// reportBuffered tells the autoscaler every second how many requests wait
+// in the activator, as activators do over the network on Kubernetes.
+func (p *Platform) reportBuffered(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	var last map[string]int
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := p.act.Buffered()
+		for key, n := range now {
+			ns, name, _ := strings.Cut(key, "/")
+			p.scaler.SetBuffered(ns, name, n)
+		}
+		for key := range last {
+			if _, still := now[key]; !still {
+				ns, name, _ := strings.Cut(key, "/")
+				p.scaler.SetBuffered(ns, name, 0)
+			}
+		}
+		last = now
+	}
+}
+
+// URL is where a function is invoked.
+func (p *Platform) URL(namespace, name string) string {
+	host, port, _ := net.SplitHostPort(p.Addr())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/fn/" + namespace + "/" + name
+}

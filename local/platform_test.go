@@ -1,0 +1,321 @@
+package local
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// handler is a Python function that reports its process, the most
+// requests it ever had in flight, and its generation; ?sleep= holds a
+// request, ?crash exits the process.
+const handler = `import os, threading, time
+lock = threading.Lock()
+inflight = 0
+peak = 0
+
+def handle(event):
+    global inflight, peak
+    q = event["query"]
+    if "crash" in q:
+        os._exit(3)
+    with lock:
+        inflight += 1
+        peak = max(peak, inflight)
+    try:
+        time.sleep(float(q.get("sleep", "0")))
+    finally:
+        with lock:
+            inflight -= 1
+    return {"pid": os.getpid(), "peak": peak, "gen": os.environ.get("GEN", "")}
+`
+
+func manifest(name, extra string) string {
+	return fmt.Sprintf(`apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: %s}
+spec:
+  runtime: python
+  source: ./fn
+%s---
+`, name, extra)
+}
+
+const (
+	zeroFn = "  scale: {initial: 0, window: 6s, scaleToZeroGracePeriod: 0s}\n"
+	oneFn  = "  concurrency: 1\n  scale: {initial: 1, max: 3, target: 1, window: 6s}\n"
+)
+
+type platform struct {
+	*Platform
+	t      *testing.T
+	dir    string
+	out    *syncBuffer
+	client *http.Client
+}
+
+// syncBuffer is the platform's output, read while it is written.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func requirePython(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 is required in CI")
+		}
+		t.Skip("python3 not found: the local platform tests run Python functions")
+	}
+}
+
+func startPlatform(t *testing.T, manifests string) *platform {
+	t.Helper()
+	requirePython(t)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "fn"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "fn", "main.py"), handler)
+	write(t, filepath.Join(dir, "functions.yaml"), manifests)
+	out := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(out, nil))
+	p, err := New(Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
+		Out: out, Log: log, Poll: 50 * time.Millisecond, Drain: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("platform output:\n%s", out.String())
+		}
+	})
+	return &platform{Platform: p, t: t, dir: dir, out: out,
+		client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 300}}}
+}
+
+func write(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type answer struct {
+	PID  int    `json:"pid"`
+	Peak int    `json:"peak"`
+	Gen  string `json:"gen"`
+}
+
+// invoke calls a function and returns its status code and answer.
+func (p *platform) invoke(name, query string) (int, answer, error) {
+	resp, err := p.client.Get("http://" + p.Addr() + "/fn/default/" + name + "?" + query)
+	if err != nil {
+		return 0, answer{}, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, answer{}, err
+	}
+	var a answer
+	if resp.StatusCode == 200 {
+		if err := json.Unmarshal(body, &a); err != nil {
+			return resp.StatusCode, a, fmt.Errorf("answer %q: %w", body, err)
+		}
+	}
+	return resp.StatusCode, a, nil
+}
+
+func (p *platform) status(name string) FunctionStatus {
+	p.t.Helper()
+	resp, err := http.Get("http://" + p.AdminAddr() + "/v1/functions/default/" + name)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st FunctionStatus
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		p.t.Fatal(err)
+	}
+	return st
+}
+
+func (p *platform) waitFor(what string, within time.Duration, cond func() bool) {
+	p.t.Helper()
+	for deadline := time.Now().Add(within); !cond(); {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("timed out after %s waiting for %s", within, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Requests at zero wait for the first instance and all succeed; with no
+// traffic the function goes back to zero after its window.
+func TestScaleFromZeroAndBack(t *testing.T) {
+	p := startPlatform(t, manifest("zero", zeroFn))
+	p.waitFor("the function loaded", 30*time.Second, func() bool { return p.status("zero").State == "idle" })
+
+	const n = 200
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	errs := make(chan string, n)
+	for range n {
+		wg.Go(func() {
+			code, _, err := p.invoke("zero", "")
+			if code != 200 {
+				failed.Add(1)
+				errs <- fmt.Sprintf("%d %v", code, err)
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d first requests failed, first: %s", failed.Load(), n, <-errs)
+	}
+	if st := p.status("zero"); st.Ready < 1 {
+		t.Errorf("status after the first requests: %+v, want a ready instance", st)
+	}
+	p.waitFor("scale to zero after the idle window", 30*time.Second, func() bool {
+		st := p.status("zero")
+		return st.Desired == 0 && st.Ready == 0 && st.Starting == 0
+	})
+	if code, _, err := p.invoke("zero", ""); code != 200 {
+		t.Errorf("request after scaling to zero: %d %v", code, err)
+	}
+}
+
+// concurrency: 1 is never exceeded at an instance, however many requests
+// arrive.
+func TestConcurrencyOneHolds(t *testing.T) {
+	p := startPlatform(t, manifest("one", oneFn))
+	p.waitFor("a ready instance", 30*time.Second, func() bool { return p.status("one").Ready == 1 })
+	var wg sync.WaitGroup
+	var peak, failed atomic.Int64
+	for range 30 {
+		wg.Go(func() {
+			for range 5 {
+				code, a, err := p.invoke("one", "sleep=0.02")
+				if code != 200 || err != nil {
+					failed.Add(1)
+					continue
+				}
+				if int64(a.Peak) > peak.Load() {
+					peak.Store(int64(a.Peak))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Errorf("%d requests failed", failed.Load())
+	}
+	if peak.Load() != 1 {
+		t.Errorf("an instance had %d requests at once, want 1", peak.Load())
+	}
+}
+
+// A crashed process is replaced and counted.
+func TestCrashRestart(t *testing.T) {
+	p := startPlatform(t, manifest("one", oneFn))
+	p.waitFor("a ready instance", 30*time.Second, func() bool { return p.status("one").Ready == 1 })
+	if code, _, _ := p.invoke("one", "crash"); code == 200 {
+		t.Fatal("crash request answered 200")
+	}
+	p.waitFor("the crash counted and a new instance", 30*time.Second, func() bool {
+		st := p.status("one")
+		return st.Crashes == 1 && st.Ready == 1
+	})
+	if st := p.status("one"); !strings.Contains(st.LastCrash, "exit status 3") {
+		t.Errorf("last crash %q, want the exit status", st.LastCrash)
+	}
+	if code, _, err := p.invoke("one", ""); code != 200 {
+		t.Errorf("after the restart: %d %v", code, err)
+	}
+}
+
+// A bad manifest is reported with its file and field and skipped; the
+// other functions are served. A manifest edit under constant load fails
+// no request, and a deleted manifest removes its function.
+func TestManifestChanges(t *testing.T) {
+	p := startPlatform(t, manifest("one", oneFn))
+	write(t, filepath.Join(p.dir, "bad.yaml"), manifest("bad", "  concurrency: -1\n"))
+	p.waitFor("the bad manifest reported", 30*time.Second, func() bool {
+		return strings.Contains(p.out.String(), filepath.Join(p.dir, "bad.yaml")+": ") &&
+			strings.Contains(p.out.String(), "spec.concurrency")
+	})
+	p.waitFor("a ready instance", 30*time.Second, func() bool { return p.status("one").Ready == 1 })
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	var gen2 atomic.Bool
+	firstErr := make(chan string, 1)
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				code, a, err := p.invoke("one", "sleep=0.01")
+				if code != 200 {
+					failed.Add(1)
+					select {
+					case firstErr <- fmt.Sprintf("%d %v", code, err):
+					default:
+					}
+					continue
+				}
+				ok.Add(1)
+				if a.Gen == "2" {
+					gen2.Store(true)
+				}
+			}
+		})
+	}
+	write(t, filepath.Join(p.dir, "functions.yaml"), manifest("one", oneFn+"  env: [{name: GEN, value: \"2\"}]\n"))
+	p.waitFor("answers from the new generation", 60*time.Second, gen2.Load)
+	stop()
+	wg.Wait()
+	if failed.Load() > 0 {
+		t.Fatalf("%d of %d requests failed during the edit, first: %s", failed.Load(), failed.Load()+ok.Load(), <-firstErr)
+	}
+
+	if err := os.Remove(filepath.Join(p.dir, "functions.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("the function removed", 30*time.Second, func() bool {
+		code, _, _ := p.invoke("one", "")
+		return code == 404
+	})
+}
