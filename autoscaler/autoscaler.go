@@ -34,30 +34,63 @@ type Function struct {
 	Namespace, Name string
 	Spec            Spec
 	Metric          Metric
+	// Queues are the RabbitMQ queues the function consumes: each asks for
+	// instances by its depth, read each second when a QueueReader is set.
+	Queues []Queue
 }
 
-// Autoscaler observes every function's load each second, decides every
-// DecideEvery (and at once on a poke) and writes the replicas. All its
-// work is Step, called with the time; Run calls it from a ticker.
+// Queue is a queue a function consumes, with KEDA's QueueLength settings:
+// it asks for ⌈ready messages / Target⌉ instances once it holds more than
+// Activation messages (see QueueDesired).
+type Queue struct {
+	// Name is the queue's name on the QueueReader's broker.
+	Name string
+	// Target is targetQueueLength, Activation activationQueueLength.
+	Target, Activation int64
+}
+
+// QueueReader reads how many messages in a queue are ready for delivery.
+type QueueReader interface {
+	Depth(ctx context.Context, queue string) (int64, error)
+}
+
+// queueReadTimeout bounds the reads of one function's queues in a second,
+// so that a broker that does not answer cannot hold up the other functions.
+const queueReadTimeout = time.Second
+
+// Autoscaler observes every function's load and queue depths each second,
+// decides every DecideEvery (and at once on a poke) and writes the
+// replicas. All its work is Step, called with the time; Run calls it from a
+// ticker.
 type Autoscaler struct {
 	scraper *Scraper
 	writer  ReplicaWriter
 	log     *slog.Logger
 	metrics *metrics
 
-	mu    sync.Mutex
-	fns   map[string]*state
-	steps int
+	mu     sync.Mutex
+	fns    map[string]*state
+	steps  int
+	queues QueueReader
 }
 
 type state struct {
 	fn       Function
 	decider  *Decider
-	admins   []string // ready instances' queue-proxy admin addresses
-	buffered float64  // requests waiting in activators
-	floor    int32    // cron pre-warm and queue-depth floors
-	desired  int32    // last decision
+	admins   []string             // ready instances' queue-proxy admin addresses
+	buffered float64              // requests waiting in activators
+	floor    int32                // cron pre-warm floor
+	queue    int32                // queue-depth desired: the most any queue asks for
+	reads    map[string]queueRead // by queue name
+	desired  int32                // last decision
 	mu       sync.Mutex
+}
+
+// queueRead is what one queue asked for at its last good read, kept while
+// reads fail.
+type queueRead struct {
+	desired int32
+	failing bool // the last read failed: logged once, not every second
 }
 
 // New returns an autoscaler reading instances with scraper, writing
@@ -119,8 +152,7 @@ func (a *Autoscaler) SetBuffered(namespace, name string, n int) {
 	}
 }
 
-// SetFloor sets the least replicas a function keeps, for cron pre-warm
-// and queue depth.
+// SetFloor sets the least replicas a function keeps, for cron pre-warm.
 func (a *Autoscaler) SetFloor(namespace, name string, floor int32) {
 	if st := a.get(namespace, name); st != nil {
 		st.mu.Lock()
@@ -142,6 +174,14 @@ func (a *Autoscaler) Poke(ctx context.Context, now time.Time, namespace, name st
 	a.decide(ctx, now, st)
 }
 
+// SetQueueReader makes the autoscaler read the depth of functions' queues
+// with r; without one, queues ask for nothing.
+func (a *Autoscaler) SetQueueReader(r QueueReader) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.queues = r
+}
+
 // Step is one second of work: observe every function, and decide on every
 // DecideEvery-th step.
 func (a *Autoscaler) Step(ctx context.Context, now time.Time) {
@@ -152,10 +192,14 @@ func (a *Autoscaler) Step(ctx context.Context, now time.Time) {
 	}
 	a.steps++
 	decide := a.steps%int(DecideEvery/time.Second) == 1
+	queues := a.queues
 	a.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, st := range states {
 		wg.Go(func() {
+			if queues != nil {
+				a.readQueues(ctx, st, queues)
+			}
 			a.observe(ctx, now, st)
 			if decide {
 				a.decide(ctx, now, st)
@@ -185,11 +229,47 @@ func (a *Autoscaler) observe(ctx context.Context, now time.Time, st *state) {
 	st.decider.Record(now, load+st.buffered)
 }
 
+// readQueues reads the depth of a function's queues into what they ask
+// for. A queue whose read fails keeps asking for what it did before.
+func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) {
+	st.mu.Lock()
+	fn := st.fn
+	st.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, queueReadTimeout)
+	defer cancel()
+	depths := make([]int64, len(fn.Queues))
+	errs := make([]error, len(fn.Queues))
+	for i, q := range fn.Queues {
+		depths[i], errs[i] = r.Depth(ctx, q.Name)
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	reads := make(map[string]queueRead, len(fn.Queues))
+	st.queue = 0
+	for i, q := range fn.Queues {
+		read := st.reads[q.Name]
+		switch {
+		case errs[i] != nil && !read.failing:
+			a.log.Warn("queue depth", "namespace", fn.Namespace, "function", fn.Name, "queue", q.Name, "err", errs[i])
+		case errs[i] == nil && read.failing:
+			a.log.Info("queue depth read again", "namespace", fn.Namespace, "function", fn.Name, "queue", q.Name)
+		}
+		read.failing = errs[i] != nil
+		if !read.failing {
+			read.desired = QueueDesired(depths[i], q.Target, q.Activation)
+		}
+		reads[q.Name] = read
+		st.queue = max(st.queue, read.desired)
+	}
+	st.reads = reads
+}
+
 func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	st.mu.Lock()
 	ready := int32(len(st.admins))
 	d := st.decider.Decide(now, ready)
-	desired := Desired(st.fn.Spec, d.Desired, 0, st.floor)
+	queue := st.queue
+	desired := Desired(st.fn.Spec, d.Desired, queue, st.floor)
 	changed := desired != st.desired
 	st.desired = desired
 	fn := st.fn
@@ -202,7 +282,7 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	}
 	if changed || had != desired {
 		a.log.Info("scaled", "namespace", fn.Namespace, "function", fn.Name, "from", had, "to", desired,
-			"ready", ready, "panic", d.Panic, "stable", d.Stable)
+			"ready", ready, "queue", queue, "panic", d.Panic, "stable", d.Stable)
 	}
 }
 

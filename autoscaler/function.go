@@ -26,5 +26,11 @@ func FunctionFor(fn *v1alpha1.Function) Function {
 	if s.Metric == v1alpha1.MetricRPS {
 		out.Metric = MetricRPS
 	}
+	for _, t := range fn.Spec.Triggers {
+		if q := t.RabbitMQ; q != nil {
+			out.Queues = append(out.Queues, Queue{Name: q.Queue,
+				Target: int64(q.TargetQueueLength), Activation: int64(q.ActivationQueueLength)})
+		}
+	}
 	return out
 }

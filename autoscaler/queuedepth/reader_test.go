@@ -1,0 +1,368 @@
+package queuedepth
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"sless.dev/sless/autoscaler"
+)
+
+const brokerURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestDepth reads the ready messages of real queues, and goes on reading
+// after a passive declare of a missing queue has closed its channel.
+func TestDepth(t *testing.T) {
+	ch := broker(t)
+	r := New(brokerURL, discard)
+	t.Cleanup(func() { _ = r.Close() })
+	for _, n := range []int{0, 1, 7} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			waitDepth(t, r, declare(t, ch, n), int64(n))
+		})
+	}
+
+	queue := declare(t, ch, 2)
+	waitDepth(t, r, queue, 2)
+	missing := uniqueName("missing")
+	for range 2 * maxCalls { // more than the channels the reader keeps
+		_, err := r.Depth(context.Background(), missing)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("queue %q not found", missing)) {
+			t.Fatalf("Depth of a missing queue: %v, want an error naming %s as not found", err, missing)
+		}
+		if got, err := r.Depth(context.Background(), queue); err != nil || got != 2 {
+			t.Fatalf("Depth after a missing queue = %d, %v; want 2", got, err)
+		}
+	}
+}
+
+// TestReconnect closes the reader's connection on the broker and sees it
+// dial again and report.
+func TestReconnect(t *testing.T) {
+	ch := broker(t)
+	r := New(brokerURL, discard)
+	t.Cleanup(func() { _ = r.Close() })
+	queue := declare(t, ch, 3)
+	waitDepth(t, r, queue, 3)
+	old := waitConnection(t, "")
+
+	rabbitmqctl(t, "close_connection", old, "sless queuedepth test")
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		got, err := r.Depth(context.Background(), queue)
+		if err == nil && got == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Depth after the connection was closed = %d, %v; want 3", got, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	waitConnection(t, old)
+}
+
+// TestBackoff dials a listener that is no broker: a failed dial waits its
+// backoff before the next, and neither errors nor logs show the password.
+func TestBackoff(t *testing.T) {
+	var accepted atomic.Int32
+	addr := listen(t, func(c net.Conn) {
+		accepted.Add(1)
+		c.Close()
+	})
+	var logs syncBuffer
+	r := New("amqp://guest:s3cret-pw@"+addr+"/", slog.New(slog.NewTextHandler(&logs, nil)))
+	r.minBackoff = maxBackoff
+	t.Cleanup(func() { _ = r.Close() })
+
+	for i, want := range []string{"dial broker amqp://guest:xxxxx@" + addr, "unreachable, next dial in", "unreachable, next dial in"} {
+		_, err := r.Depth(context.Background(), "q")
+		if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret-pw") {
+			t.Fatalf("call %d: %v, want an error with %q and without the password", i, err, want)
+		}
+	}
+	if got := accepted.Load(); got != 1 {
+		t.Errorf("%d dials within the backoff, want 1", got)
+	}
+	if got := strings.Count(logs.String(), "broker unreachable"); got != 1 || strings.Contains(logs.String(), "s3cret-pw") {
+		t.Errorf("logs %q: want one warning and no password", logs.String())
+	}
+
+	_, err := New("amqp://guest:s3cret-pw@127.0.0.1:port/", discard).Depth(context.Background(), "q")
+	if err == nil || strings.Contains(err.Error(), "s3cret-pw") {
+		t.Errorf("Depth with a bad URL: %v, want an error without the password", err)
+	}
+}
+
+// TestCancel gives up a call stuck in a dial to a listener that never
+// answers, and closes the reader meanwhile.
+func TestCancel(t *testing.T) {
+	accepted := make(chan net.Conn, 1)
+	addr := listen(t, func(c net.Conn) {
+		t.Cleanup(func() { c.Close() })
+		accepted <- c
+	})
+	r := New("amqp://guest:guest@"+addr+"/", discard)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.Depth(ctx, "q")
+		done <- err
+	}()
+	<-accepted // the call waits for the handshake, up to dialTimeout
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Depth after cancel: %v, want context.Canceled", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("Close during a dial: %v", err)
+	}
+	if _, err := r.Depth(context.Background(), "q"); !errors.Is(err, errClosed) {
+		t.Errorf("Depth after Close: %v, want %v", err, errClosed)
+	}
+}
+
+// TestAutoscaler scales a function on a real queue's depth through the
+// autoscaler: ⌈ready / target⌉ above activation, and the last value while
+// reads fail.
+func TestAutoscaler(t *testing.T) {
+	ch := broker(t)
+	r := New(brokerURL, discard)
+	t.Cleanup(func() { _ = r.Close() })
+	queue := declare(t, ch, 7)
+	waitDepth(t, r, queue, 7)
+
+	for _, tc := range []struct {
+		name               string
+		max                int32
+		target, activation int64
+		want               int32
+	}{
+		{"ceil of ready over target", 10, 3, 0, 3},
+		{"at activation", 10, 3, 7, 0},
+		{"above activation", 10, 10, 6, 1},
+		{"clamped to max", 2, 1, 0, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, w := newAutoscaler(t, discard)
+			a.SetQueueReader(r)
+			a.SetFunction(time.Now(), function(tc.max, autoscaler.Queue{Name: queue, Target: tc.target, Activation: tc.activation}))
+			a.Step(context.Background(), time.Now()) // the first step decides
+			if got := w.replicas(); got != tc.want {
+				t.Errorf("desired %d, want %d", got, tc.want)
+			}
+		})
+	}
+
+	t.Run("failed reads keep the last value", func(t *testing.T) {
+		var logs syncBuffer
+		a, w := newAutoscaler(t, slog.New(slog.NewTextHandler(&logs, nil)))
+		failing := New(brokerURL, discard)
+		a.SetQueueReader(failing)
+		a.SetFunction(time.Now(), function(10,
+			autoscaler.Queue{Name: queue, Target: 3}, autoscaler.Queue{Name: uniqueName("missing"), Target: 1}))
+		now := time.Now()
+		a.Step(context.Background(), now)
+		if got := w.replicas(); got != 3 {
+			t.Fatalf("desired %d with one queue missing, want 3", got)
+		}
+		if err := failing.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for range 4 {
+			now = now.Add(time.Second)
+			a.Step(context.Background(), now)
+		}
+		if got := w.replicas(); got != 3 {
+			t.Errorf("desired %d while reads fail, want the last value 3", got)
+		}
+		if got := strings.Count(logs.String(), `msg="queue depth"`); got != 2 {
+			t.Errorf("%d queue depth warnings for two failing queues over five steps, want 2:\n%s", got, &logs)
+		}
+	})
+}
+
+func function(max int32, queues ...autoscaler.Queue) autoscaler.Function {
+	return autoscaler.Function{Namespace: "default", Name: "fn", Queues: queues, Spec: autoscaler.Spec{
+		Max: max, Target: 1, StableWindow: 6 * time.Second}}
+}
+
+func newAutoscaler(t *testing.T, log *slog.Logger) (*autoscaler.Autoscaler, *recorder) {
+	t.Helper()
+	w := &recorder{last: -1}
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, w
+}
+
+// recorder is the ReplicaWriter: it keeps the last replicas written, -1
+// before the first.
+type recorder struct {
+	mu   sync.Mutex
+	last int32
+}
+
+func (r *recorder) Scale(_ context.Context, _, _ string, replicas int32) (int32, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	had := r.last
+	r.last = replicas
+	return had, nil
+}
+
+func (r *recorder) replicas() int32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.last
+}
+
+// broker returns a channel on the real RabbitMQ; without it the test fails
+// in CI and skips elsewhere.
+func broker(t *testing.T) *amqp.Channel {
+	t.Helper()
+	conn, err := amqp.Dial(brokerURL)
+	if err != nil {
+		missing(t, "RabbitMQ on 127.0.0.1:5672 (hack/services.sh starts it): %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+func missing(t *testing.T, format string, args ...any) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("missing "+format, args...)
+	}
+	t.Skipf("missing "+format, args...)
+}
+
+var names atomic.Int64
+
+func uniqueName(what string) string {
+	return fmt.Sprintf("sless-queuedepth-test-%s-%d-%d", what, os.Getpid(), names.Add(1))
+}
+
+// declare declares a queue that expires unused, deleted at cleanup, and
+// publishes n messages to it.
+func declare(t *testing.T, ch *amqp.Channel, n int) string {
+	t.Helper()
+	name := uniqueName("queue")
+	if _, err := ch.QueueDeclare(name, false, false, false, false, amqp.Table{"x-expires": int32(60_000)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = ch.QueueDelete(name, false, false, false) })
+	for i := range n {
+		msg := amqp.Publishing{Body: fmt.Appendf(nil, "message %d", i)}
+		if err := ch.PublishWithContext(context.Background(), "", name, true, false, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return name
+}
+
+// waitDepth polls until the reader reads want: publishing is asynchronous.
+func waitDepth(t *testing.T, r *Reader, queue string, want int64) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		got, err := r.Depth(context.Background(), queue)
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Depth(%s) = %d, %v; want %d", queue, got, err, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// rabbitmqctl runs the broker's management command; without it the test
+// fails in CI and skips elsewhere.
+func rabbitmqctl(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
+	if err != nil {
+		missing(t, "a working rabbitmqctl: rabbitmqctl %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// waitConnection polls the broker until this process has exactly one
+// reader connection, other than not, and returns its Erlang pid.
+func waitConnection(t *testing.T, not string) string {
+	t.Helper()
+	mark := fmt.Sprintf(`{"connection_name","%s"}`, connectionName())
+	var pids []string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		pids = pids[:0]
+		for line := range strings.Lines(rabbitmqctl(t, "-q", "--no-table-headers", "list_connections", "pid", "client_properties")) {
+			if pid, props, ok := strings.Cut(line, "\t"); ok && strings.Contains(props, mark) {
+				pids = append(pids, pid)
+			}
+		}
+		if len(pids) == 1 && pids[0] != not {
+			return pids[0]
+		}
+	}
+	t.Fatalf("reader connections on the broker: %q, want one other than %q", pids, not)
+	return ""
+}
+
+// listen serves connections on loopback with serve until the test ends.
+func listen(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			serve(c)
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
