@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/testfn"
+)
+
+const devManifest = `apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: hi}
+spec:
+  runtime: python
+  source: ./hi
+  scale: {initial: 2}
+`
+
+// startDev runs `sless dev` as a real process on a Python function with
+// two instances, and waits until both serve.
+func startDev(t *testing.T) (cmd *exec.Cmd, exited <-chan error, cacheDir string) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 is required in CI")
+		}
+		t.Skip("python3 not found: sless dev runs a Python function here")
+	}
+	dir, cacheDir := t.TempDir(), t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "hi"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hi", "main.py"), []byte("def handle(e):\n    return 'hi'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hi.yaml"), []byte(devManifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
+	cmd = exec.Command(os.Args[0], "dev", "--functions", dir, "--cache-dir", cacheDir, "--drain", "5s",
+		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin))
+	cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("sless dev output:\n%s", out.String())
+		}
+	})
+	waitFor(t, "two instances", func() bool { return len(processesUsing(cacheDir)) == 2 })
+	url := "http://127.0.0.1:" + strconv.Itoa(serving) + "/fn/default/hi"
+	if code, body := fetch(t, url, ""); code != 200 || body != "hi" {
+		t.Fatalf("GET %s = %d %q, want 200 hi", url, code, body)
+	}
+	return cmd, done, cacheDir
+}
+
+// processesUsing lists the processes whose command line names dir: the
+// runtime processes of a platform with that cache directory.
+func processesUsing(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && strings.Contains(string(cmdline), dir) && !strings.Contains(string(cmdline), "--cache-dir") {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(60 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Ctrl-C drains and stops every instance, and sless dev exits 0.
+func TestDevInterruptLeavesNoProcess(t *testing.T) {
+	cmd, exited, cacheDir := startDev(t)
+	if err := cmd.Process.Signal(os.Interrupt); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("sless dev exited with %v after Ctrl-C, want 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("sless dev did not exit after Ctrl-C")
+	}
+	if pids := processesUsing(cacheDir); len(pids) > 0 {
+		t.Errorf("processes left after sless dev exited: %v", pids)
+	}
+}
+
+// Killed without a chance to clean up, sless dev still leaves no process:
+// the kernel ends its children with it.
+func TestDevKilledLeavesNoProcess(t *testing.T) {
+	cmd, exited, cacheDir := startDev(t)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-exited
+	waitFor(t, "the instances to die with sless dev", func() bool { return len(processesUsing(cacheDir)) == 0 })
+}
