@@ -21,10 +21,9 @@ all: build
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/sless ./cmd/sless
 
-## run: the local platform on the samples (lands with `sless dev`)
-run:
-	@echo "make run: the local platform (sless dev) is not implemented yet; see docs/ and issue 7" >&2
-	@exit 1
+## run: the local platform (sless dev) on the samples in config/samples/functions
+run: build
+	bin/sless dev --functions config/samples/functions
 
 ## test: everything CI runs: generated files up to date, then all tests
 ## against a real kube-apiserver and etcd (built on first use)

@@ -210,16 +210,18 @@ func (p *Platform) reportLoadErrors(errs []error) {
 // finds what it calls.
 func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string) {
 	start := time.Now()
+	p.mu.Lock()
+	e := p.fns[fn.Key()]
+	if e == nil {
+		e = &entry{fn: fn} // shown as building
+		p.fns[fn.Key()] = e
+	}
+	p.mu.Unlock()
 	proc, err := runtimes.Prepare(ctx, runtimes.Source{
 		Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,
 		Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler(),
 	}, runtimes.Options{CacheDir: p.opts.CacheDir, Progress: p.opts.Out})
 	p.mu.Lock()
-	e := p.fns[fn.Key()]
-	if e == nil {
-		e = &entry{}
-		p.fns[fn.Key()] = e
-	}
 	e.fn, e.fingerprint = fn, fp
 	if err != nil {
 		e.err = err.Error()
