@@ -25,6 +25,9 @@ type FunctionStatus struct {
 	Starting  int    `json:"starting"`
 	Crashes   int    `json:"crashes"`
 	LastCrash string `json:"lastCrash,omitempty"`
+	// LastStartupMs is how long the latest instance took from the start of
+	// its process to ready.
+	LastStartupMs float64 `json:"lastStartupMs"`
 }
 
 // Functions reports every function, sorted by namespace and name.
@@ -54,6 +57,7 @@ func (p *Platform) status(e *entry) FunctionStatus {
 	if ok {
 		st.Desired, st.Ready, st.Starting = sup.Desired, sup.Ready, sup.Starting
 		st.Crashes, st.LastCrash = sup.Crashes, sup.LastError
+		st.LastStartupMs = float64(sup.LastStartup.Microseconds()) / 1000
 	}
 	switch {
 	case e.err != "":

@@ -32,6 +32,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error
 		return err
 	}
 	out := newOutput(s.opts.Output, name)
+	start := time.Now()
 	proc, err := startProcess(spec, port, out)
 	if err != nil {
 		return err
@@ -41,13 +42,13 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error
 		proc.terminate(s.opts.StopTimeout)
 		return err
 	}
-	start := time.Now()
 	timeout := time.NewTimer(s.opts.StartTimeout)
 	defer timeout.Stop()
 	select {
 	case <-qp.srv.FirstReady():
-		s.opts.Log.Debug("instance ready", "instance", name, "after", time.Since(start))
-		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin})
+		startup := time.Since(start)
+		s.opts.Log.Debug("instance ready", "instance", name, "after", startup)
+		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin}, startup)
 	case <-proc.exited:
 		qp.stop()
 		return fmt.Errorf("process exited before it was ready: %w%s", proc.err, out.tail())

@@ -87,8 +87,9 @@ type function struct {
 	removed   bool
 	crashes   int
 	lastError string
-	failures  int       // crashes since an instance was last ready
-	notBefore time.Time // no start before this (backoff)
+	failures  int           // crashes since an instance was last ready
+	startup   time.Duration // the latest instance's start: exec to ready
+	notBefore time.Time     // no start before this (backoff)
 	retry     *time.Timer
 }
 
@@ -289,8 +290,9 @@ func (s *Supervisor) exited(namespace, name string, in *instance, err error) {
 	s.forgetIfIdle(namespace, name, f)
 }
 
-// becameReady marks an instance ready, unless it is being stopped.
-func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoint) {
+// becameReady marks an instance ready, unless it is being stopped; it
+// took startup from the start of its process.
+func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoint, startup time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fns[key(namespace, name)]
@@ -298,7 +300,7 @@ func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoi
 		return
 	}
 	in.ready, in.ep = true, ep
-	f.failures = 0
+	f.failures, f.startup = 0, startup
 	s.changed(f)
 	s.reconcile(f) // old generations may retire now
 }
@@ -333,6 +335,9 @@ type Status struct {
 	Generation int    `json:"generation"`
 	Crashes    int    `json:"crashes"`
 	LastError  string `json:"lastError,omitempty"`
+	// LastStartup is how long the latest instance took from the start of
+	// its process to its first healthy answer: a cold start's own share.
+	LastStartup time.Duration `json:"lastStartupNs"`
 }
 
 // Status reports one function; ok is false when it is unknown.
@@ -344,7 +349,7 @@ func (s *Supervisor) Status(namespace, name string) (st Status, ok bool) {
 		return Status{}, false
 	}
 	st = Status{Namespace: namespace, Name: name, Desired: f.desired, Generation: f.gen,
-		Crashes: f.crashes, LastError: f.lastError}
+		Crashes: f.crashes, LastError: f.lastError, LastStartup: f.startup}
 	for _, in := range f.insts {
 		switch {
 		case in.stopping:

@@ -120,8 +120,8 @@ func TestScaleUpAndDown(t *testing.T) {
 			t.Errorf("instance admin %s: /readyz %d", ep.Admin, code)
 		}
 	}
-	if st := status(t, s); st.Ready != 2 || st.Desired != 2 {
-		t.Errorf("status %+v, want 2 ready of 2", st)
+	if st := status(t, s); st.Ready != 2 || st.Desired != 2 || st.LastStartup <= 0 {
+		t.Errorf("status %+v, want 2 ready of 2 and the startup time", st)
 	}
 	if had, err := s.Scale(context.Background(), "test", "fn", 0); err != nil || had != 2 {
 		t.Fatalf("Scale = %d, %v; want 2, nil", had, err)
