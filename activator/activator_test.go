@@ -191,10 +191,15 @@ func TestScaleFromZero(t *testing.T) {
 	if total != requests {
 		t.Fatalf("%d invocation records, want %d", total, requests)
 	}
+	ids := map[string]bool{}
 	for _, r := range records {
 		if !r.ColdStart || r.ColdStartWait <= 0 || r.Status != 200 || r.Trigger != "http" || r.Function != "cold" {
 			t.Fatalf("record %+v, want a 200 cold start of cold over http", r)
 		}
+		ids[r.RequestID] = true
+	}
+	if len(ids) != requests || ids[""] {
+		t.Errorf("%d distinct request ids in %d records, want one each", len(ids), requests)
 	}
 	if n := testutil.ToFloat64(a.metrics.coldStarts.WithLabelValues("ns", "cold")); n != requests {
 		t.Errorf("sless_cold_starts_total = %v, want %d", n, requests)

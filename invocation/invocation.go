@@ -14,6 +14,9 @@ type Record struct {
 	Function  string `json:"function"`
 	// Trigger is the kind of trigger that invoked: http, cron or rabbitmq.
 	Trigger string `json:"trigger"`
+	// RequestID is the X-Request-Id the function saw, to find the
+	// invocation in the function's own logs.
+	RequestID string `json:"requestId,omitempty"`
 	// Status is the HTTP status code answered (499: the client left).
 	Status int       `json:"status"`
 	Start  time.Time `json:"start"`
