@@ -1,0 +1,309 @@
+// Command bench-coldstart measures cold starts and warm throughput of the
+// local platform, per runtime, on the hello samples. A cold start is one
+// request to a function at zero instances, from sent to answered; it is
+// split into the instance's start (process started to first healthy
+// answer, as the supervisor measures it) and the rest, the platform's own
+// share: the poke, the decision, starting the queue-proxy, the readiness
+// probe's granularity and the forward. The same runtime process started
+// directly, with no platform, is measured in the same run as the
+// baseline. Warm throughput is closed-loop load through the activator and
+// the queue-proxy, against the same function process loaded directly.
+//
+//	go run ./benchmarks/cmd/bench-coldstart [-runs 20] [-duration 5s]
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/loadgen"
+	"sless.dev/sless/local"
+	"sless.dev/sless/runtimes"
+)
+
+var runtimeNames = []string{"go", "python", "node"}
+
+func main() {
+	var (
+		runs     = flag.Int("runs", 20, "cold starts per runtime")
+		duration = flag.Duration("duration", 5*time.Second, "measured time of each warm throughput run")
+		samples  = flag.String("samples", "config/samples/functions", "the directory holding hello-go, hello-python and hello-node")
+		cacheDir = flag.String("cache-dir", "bin/bench-cache", "builds kept between runs (Go cold starts are measured with the binary cached)")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *runs, *duration, *samples, *cacheDir); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-coldstart:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDir string) error {
+	samples, err := filepath.Abs(samples)
+	if err != nil {
+		return err
+	}
+	if cacheDir, err = filepath.Abs(cacheDir); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "bench-coldstart")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	if err := writeManifests(dir, samples, runs); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
+		CacheDir: cacheDir, Out: os.Stderr, Log: log, Poll: time.Hour, Drain: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx) }()
+	defer func() { cancel(); <-done }()
+	fmt.Fprintln(os.Stderr, "preparing functions...")
+	if err := waitIdle(ctx, p, len(runtimeNames)*(runs+1)); err != nil {
+		return err
+	}
+
+	fmt.Println("### Cold start from zero, per runtime (ms)")
+	fmt.Printf("%d runs each; instance start = process start to first healthy answer; platform = cold start − instance start; direct = the runtime process alone, started and polled every 0.2 ms.\n\n", runs)
+	fmt.Println("| runtime | cold start p50 | p95 | instance start p50 | platform p50 | platform p95 | direct start p50 | direct p95 |")
+	fmt.Println("|---|---|---|---|---|---|---|---|")
+	for _, rt := range runtimeNames {
+		var total, inst, platform []time.Duration
+		for i := 1; i <= runs; i++ {
+			name := fmt.Sprintf("cold-%s-%02d", rt, i)
+			t, err := invoke(ctx, p.URL("default", name))
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			st := status(p, name)
+			startup := time.Duration(st.LastStartupMs * float64(time.Millisecond))
+			total, inst, platform = append(total, t), append(inst, startup), append(platform, t-startup)
+		}
+		direct, err := directStarts(ctx, rt, samples, cacheDir, runs)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", rt, ms(pct(total, 50)), ms(pct(total, 95)),
+			ms(pct(inst, 50)), ms(pct(platform, 50)), ms(pct(platform, 95)), ms(pct(direct, 50)), ms(pct(direct, 95)))
+	}
+
+	fmt.Println()
+	fmt.Println("### Warm hello throughput, per runtime (closed loop, 16 connections)")
+	fmt.Println()
+	fmt.Println("| runtime | direct rps | through sless rps | ratio | direct p50 ms | sless p50 ms |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, rt := range runtimeNames {
+		warm := fmt.Sprintf("warm-%s", rt)
+		if _, err := invoke(ctx, p.URL("default", warm)); err != nil {
+			return err
+		}
+		viaSless, err := load(ctx, p.URL("default", warm), duration)
+		if err != nil {
+			return err
+		}
+		direct, err := directLoad(ctx, rt, samples, cacheDir, duration)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("| %s | %.0f | %.0f | %.2f | %s | %s |\n", rt, direct.Throughput, viaSless.Throughput,
+			viaSless.Throughput/direct.Throughput, ms(direct.Latency.P50), ms(viaSless.Latency.P50))
+	}
+	return nil
+}
+
+// writeManifests writes runs cold functions and one warm function per
+// runtime, each at zero instances with a window long enough to stay up.
+func writeManifests(dir, samples string, runs int) error {
+	var b strings.Builder
+	doc := func(name, rt string) {
+		fmt.Fprintf(&b, `apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: %s}
+spec:
+  runtime: %s
+  source: %s
+  scale: {initial: 0, max: 1, window: 1h}
+---
+`, name, rt, filepath.Join(samples, "hello-"+rt))
+	}
+	for _, rt := range runtimeNames {
+		for i := 1; i <= runs; i++ {
+			doc(fmt.Sprintf("cold-%s-%02d", rt, i), rt)
+		}
+		doc("warm-"+rt, rt)
+	}
+	return os.WriteFile(filepath.Join(dir, "functions.yaml"), []byte(b.String()), 0o644)
+}
+
+func waitIdle(ctx context.Context, p *local.Platform, n int) error {
+	for deadline := time.Now().Add(10 * time.Minute); ; {
+		idle := 0
+		for _, st := range p.Functions() {
+			if st.State == "failed" {
+				return fmt.Errorf("%s/%s: %s", st.Namespace, st.Name, st.Error)
+			}
+			if st.State == "idle" {
+				idle++
+			}
+		}
+		if idle == n {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%d of %d functions prepared", idle, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func status(p *local.Platform, name string) local.FunctionStatus {
+	for _, st := range p.Functions() {
+		if st.Name == name {
+			return st
+		}
+	}
+	return local.FunctionStatus{}
+}
+
+var client = &http.Client{Timeout: time.Minute}
+
+// invoke sends one GET and returns how long the answer took.
+func invoke(ctx context.Context, url string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if resp.StatusCode != 200 || !json.Valid(body) {
+		return 0, fmt.Errorf("%s: %d %s", url, resp.StatusCode, body)
+	}
+	return took, nil
+}
+
+// prepare readies the hello sample of rt to run with no platform.
+func prepare(ctx context.Context, rt, samples, cacheDir string) (runtimes.Process, error) {
+	return runtimes.Prepare(ctx, runtimes.Source{Namespace: "default", Name: "direct-" + rt,
+		Runtime: v1alpha1.Runtime(rt), Dir: filepath.Join(samples, "hello-"+rt),
+		Handler: (&v1alpha1.FunctionSpec{Runtime: v1alpha1.Runtime(rt)}).EffectiveHandler()},
+		runtimes.Options{CacheDir: cacheDir})
+}
+
+// start starts a prepared runtime process on a free port.
+func start(proc runtimes.Process) (*exec.Cmd, string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(proc.Path, proc.Args...)
+	cmd.Dir = proc.Dir
+	cmd.Env = append(append(os.Environ(), proc.Env...), "PORT="+strconv.Itoa(port))
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	return cmd, "127.0.0.1:" + strconv.Itoa(port), nil
+}
+
+// directStarts starts the runtime process alone runs times and measures
+// each start to its first healthy answer.
+func directStarts(ctx context.Context, rt, samples, cacheDir string, runs int) ([]time.Duration, error) {
+	proc, err := prepare(ctx, rt, samples, cacheDir)
+	if err != nil {
+		return nil, err
+	}
+	var out []time.Duration
+	for range runs {
+		begin := time.Now()
+		cmd, addr, err := start(proc)
+		if err != nil {
+			return nil, err
+		}
+		for {
+			resp, err := http.Get("http://" + addr + "/healthz")
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					break
+				}
+			}
+			if time.Since(begin) > time.Minute {
+				_ = cmd.Process.Kill()
+				return nil, fmt.Errorf("direct %s: not healthy within a minute", rt)
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		out = append(out, time.Since(begin))
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	return out, nil
+}
+
+func load(ctx context.Context, url string, duration time.Duration) (loadgen.Result, error) {
+	res, err := loadgen.Run(ctx, loadgen.Options{URL: url, Connections: 16, Duration: duration, Warmup: time.Second})
+	if err == nil && (res.Errors > 0 || res.Codes[200] != res.Requests) {
+		err = fmt.Errorf("%s: %d errors, codes %v", url, res.Errors, res.Codes)
+	}
+	return res, err
+}
+
+func directLoad(ctx context.Context, rt, samples, cacheDir string, duration time.Duration) (loadgen.Result, error) {
+	proc, err := prepare(ctx, rt, samples, cacheDir)
+	if err != nil {
+		return loadgen.Result{}, err
+	}
+	cmd, addr, err := start(proc)
+	if err != nil {
+		return loadgen.Result{}, err
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Since(start) > time.Minute {
+			return loadgen.Result{}, fmt.Errorf("direct %s: not healthy within a minute", rt)
+		}
+	}
+	return load(ctx, "http://"+addr+"/", duration)
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func ms(d time.Duration) string { return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64) }
