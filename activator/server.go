@@ -26,7 +26,7 @@ import (
 type Server struct {
 	Activator *Activator
 	// Registry is served on /metrics.
-	Registry *prometheus.Registry
+	Registry prometheus.Gatherer
 	// Records is served on /v1/invocations.
 	Records *invocation.Ring
 	// Token, when set, is the bearer token the /v1/ API requires.

@@ -114,7 +114,8 @@ func (p *Platform) AdminAddr() string { return p.admin.Addr().String() }
 func (p *Platform) Run(ctx context.Context) error {
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()
-	srv := &activator.Server{Activator: p.act, Registry: p.reg, Records: p.records, Token: p.opts.AdminToken,
+	metrics := gatherer{platform: p.reg, instances: p.sup.Metrics}
+	srv := &activator.Server{Activator: p.act, Registry: metrics, Records: p.records, Token: p.opts.AdminToken,
 		Functions: p.adminHandler(), DrainTimeout: p.opts.Drain, Log: p.opts.Log}
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(ctx, p.serving, p.admin) }()

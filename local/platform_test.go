@@ -246,6 +246,24 @@ func TestConcurrencyOneHolds(t *testing.T) {
 	if peak.Load() != 1 {
 		t.Errorf("an instance had %d requests at once, want 1", peak.Load())
 	}
+	// One /metrics page for every component, the instances labelled.
+	resp, err := http.Get("http://" + p.AdminAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`sless_activator_requests_total{code="200",function="one",namespace="default"}`,
+		`sless_autoscaler_desired_replicas{function="one",namespace="default"}`,
+		`sless_queueproxy_inflight_requests{function="one",instance="default/one#`,
+		`sless_queueproxy_requests_total{code="200",function="one",instance="default/one#`,
+		"go_goroutines ",
+	} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
 }
 
 // A crashed process is replaced and counted.

@@ -100,6 +100,10 @@ func (s *Server) Ready() bool {
 	return s.prober.ready.Load() && !s.draining.Load()
 }
 
+// Gatherer is the queue-proxy's Prometheus registry, served on /metrics:
+// the local platform gathers its instances' series from it into one page.
+func (s *Server) Gatherer() prometheus.Gatherer { return s.registry }
+
 // FirstReady is closed when the user process first answers its health
 // check: the moment a new instance can take requests.
 func (s *Server) FirstReady() <-chan struct{} { return s.prober.first }

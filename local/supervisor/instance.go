@@ -26,7 +26,7 @@ const (
 // run starts one instance and serves until ctx ends (a stop: nil) or the
 // runtime process exits (a crash: the error says why).
 func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error {
-	name := fmt.Sprintf("%s/%s#%d", spec.Namespace, spec.Name, in.id)
+	name := instanceName(spec.Namespace, spec.Name, in.id)
 	port, err := freePort()
 	if err != nil {
 		return err
@@ -48,7 +48,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error
 	case <-qp.srv.FirstReady():
 		startup := time.Since(start)
 		s.opts.Log.Debug("instance ready", "instance", name, "after", startup)
-		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin}, startup)
+		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin}, qp.srv.Gatherer(), startup)
 	case <-proc.exited:
 		qp.stop()
 		return fmt.Errorf("process exited before it was ready: %w%s", proc.err, out.tail())

@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"sless.dev/sless/runtimes"
 )
 
@@ -99,6 +101,7 @@ type instance struct {
 	stopping bool
 	ep       Endpoint
 	stop     context.CancelFunc
+	metrics  prometheus.Gatherer // its queue-proxy's, once ready
 }
 
 // New returns a supervisor with no functions.
@@ -292,14 +295,14 @@ func (s *Supervisor) exited(namespace, name string, in *instance, err error) {
 
 // becameReady marks an instance ready, unless it is being stopped; it
 // took startup from the start of its process.
-func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoint, startup time.Duration) {
+func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoint, metrics prometheus.Gatherer, startup time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fns[key(namespace, name)]
 	if f == nil || in.stopping {
 		return
 	}
-	in.ready, in.ep = true, ep
+	in.ready, in.ep, in.metrics = true, ep, metrics
 	f.failures, f.startup = 0, startup
 	s.changed(f)
 	s.reconcile(f) // old generations may retire now
@@ -361,6 +364,32 @@ func (s *Supervisor) Status(namespace, name string) (st Status, ok bool) {
 		}
 	}
 	return st, true
+}
+
+// InstanceMetrics is a ready instance's queue-proxy metrics.
+type InstanceMetrics struct {
+	// Instance names it: namespace/name#id.
+	Instance string
+	Gatherer prometheus.Gatherer
+}
+
+// Metrics lists the metrics of every ready instance.
+func (s *Supervisor) Metrics() []InstanceMetrics {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []InstanceMetrics
+	for _, f := range s.fns {
+		for _, in := range f.insts {
+			if in.ready {
+				out = append(out, InstanceMetrics{Instance: instanceName(f.spec.Namespace, f.spec.Name, in.id), Gatherer: in.metrics})
+			}
+		}
+	}
+	return out
+}
+
+func instanceName(namespace, name string, id int) string {
+	return fmt.Sprintf("%s/%s#%d", namespace, name, id)
 }
 
 // Shutdown drains and stops every instance and waits for them, or for ctx.

@@ -1,0 +1,60 @@
+package local
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/protobuf/proto"
+
+	"sless.dev/sless/local/supervisor"
+)
+
+// gatherer is the platform's one /metrics page: its own registry (the
+// activator, the autoscaler, the Go runtime) and every ready instance's
+// queue-proxy series, labelled with the instance as Prometheus labels
+// each pod it scrapes on Kubernetes.
+type gatherer struct {
+	platform  prometheus.Gatherer
+	instances func() []supervisor.InstanceMetrics
+}
+
+// queueProxyPrefix selects an instance's own series; its Go runtime
+// series are the platform's, already on the page.
+const queueProxyPrefix = "sless_queueproxy_"
+
+func (g gatherer) Gather() ([]*dto.MetricFamily, error) {
+	fams, err := g.platform.Gather()
+	if err != nil {
+		return fams, err
+	}
+	byName := make(map[string]*dto.MetricFamily, len(fams))
+	for _, f := range fams {
+		byName[f.GetName()] = f
+	}
+	for _, im := range g.instances() {
+		ifams, err := im.Gatherer.Gather()
+		if err != nil {
+			return fams, err
+		}
+		for _, f := range ifams {
+			if !strings.HasPrefix(f.GetName(), queueProxyPrefix) {
+				continue
+			}
+			for _, m := range f.Metric {
+				m.Label = append(m.Label, &dto.LabelPair{Name: proto.String("instance"), Value: proto.String(im.Instance)})
+				slices.SortFunc(m.Label, func(a, b *dto.LabelPair) int { return cmp.Compare(a.GetName(), b.GetName()) })
+			}
+			if have := byName[f.GetName()]; have != nil {
+				have.Metric = append(have.Metric, f.Metric...)
+				continue
+			}
+			byName[f.GetName()] = f
+			fams = append(fams, f)
+		}
+	}
+	slices.SortFunc(fams, func(a, b *dto.MetricFamily) int { return cmp.Compare(a.GetName(), b.GetName()) })
+	return fams, nil
+}
