@@ -254,8 +254,8 @@ func (a *Activator) finish(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 	a.sink.Add(invocation.Record{
 		Namespace: rt.fn.Namespace, Function: rt.fn.Name, Trigger: "http", Status: res.code,
 		Start: start, Duration: d, ColdStart: res.cold, ColdStartWait: res.wait,
-		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")),
 		BytesIn: max(ctx.Request.Header.ContentLength(), -1), BytesOut: max(ctx.Response.Header.ContentLength(), -1),
+		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")),
 	})
 }
 
