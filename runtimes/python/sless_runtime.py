@@ -12,15 +12,14 @@ crash: the traceback and a line naming it go to stderr, and the exit code
 is 1. Standard library only.
 """
 
-import asyncio
 import base64
 import http.server
 import importlib
-import inspect
 import json
 import os
 import sys
 import traceback
+import types
 import urllib.parse
 
 DEFAULT_HANDLER = "main.handle"
@@ -109,7 +108,9 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
             return
         try:
             result = self.server.handler(make_event(self, body))
-            if inspect.iscoroutine(result):
+            if isinstance(result, types.CoroutineType):
+                import asyncio  # imported by async handlers only: it costs start-up time
+
                 result = asyncio.run(result)
             status, content_type, payload = encode_result(result)
         except SystemExit as e:  # the handler asked the process to stop
