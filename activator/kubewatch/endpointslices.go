@@ -7,9 +7,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
-	"slices"
-	"strconv"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,10 +16,16 @@ import (
 	listers "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+
+	"sless.dev/sless/internal/endpointslice"
 )
 
 // FunctionLabel marks the Services, and so the EndpointSlices, of functions.
 const FunctionLabel = "sless.dev/function"
+
+// ServingPortName names the queue-proxy's serving port in a function's
+// Service; a slice without it is served on its first port.
+const ServingPortName = "http"
 
 // EndpointSink receives the ready instances of a function.
 type EndpointSink interface {
@@ -90,29 +93,5 @@ func (w *Endpoints) changed(obj any) {
 		w.log.Error("list endpoint slices", "namespace", slice.Namespace, "function", name, "err", err)
 		return
 	}
-	w.sink.SetEndpoints(slice.Namespace, name, readyAddrs(all))
-}
-
-// readyAddrs lists host:port of every endpoint that is ready and not
-// terminating, once each, in a stable order.
-func readyAddrs(all []*discoveryv1.EndpointSlice) []string {
-	var addrs []string
-	for _, s := range all {
-		if len(s.Ports) == 0 || s.Ports[0].Port == nil {
-			continue
-		}
-		port := strconv.Itoa(int(*s.Ports[0].Port))
-		for _, e := range s.Endpoints {
-			c := e.Conditions
-			// A nil ready condition means ready (the API's convention).
-			if (c.Ready != nil && !*c.Ready) || (c.Terminating != nil && *c.Terminating) {
-				continue
-			}
-			for _, a := range e.Addresses {
-				addrs = append(addrs, net.JoinHostPort(a, port))
-			}
-		}
-	}
-	slices.Sort(addrs)
-	return slices.Compact(addrs)
+	w.sink.SetEndpoints(slice.Namespace, name, endpointslice.ReadyAddrs(all, ServingPortName, 0))
 }

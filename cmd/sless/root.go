@@ -28,7 +28,7 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 		newDevCommand(),
 		notImplemented("controller", "Reconcile Functions into Deployments, Services and ScaledObjects", 6),
 		newActivatorCommand(),
-		notImplemented("autoscaler", "Decide and apply replicas for every Function", 5),
+		newAutoscalerCommand(),
 		newQueueProxyCommand(),
 	)
 	return root

@@ -37,9 +37,9 @@ func TestHelpListsSubcommands(t *testing.T) {
 }
 
 func TestNotImplementedFails(t *testing.T) {
-	_, err := run("autoscaler")
+	_, err := run("controller")
 	if !errors.Is(err, errNotImplemented) {
-		t.Fatalf("sless autoscaler = %v, want errNotImplemented", err)
+		t.Fatalf("sless controller = %v, want errNotImplemented", err)
 	}
 }
 

@@ -1,0 +1,315 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/kedascaler"
+	"sless.dev/sless/autoscaler/kubewatch"
+	"sless.dev/sless/autoscaler/queuedepth"
+)
+
+// autoscalerOptions are the flags of `sless autoscaler`.
+type autoscalerOptions struct {
+	listen, grpc, admin string
+	leaderElect         bool
+	leaderNamespace     string
+	rabbitmqURL         string
+}
+
+// leaderElectionID names the Lease the autoscaler replicas compete for.
+const leaderElectionID = "sless-autoscaler"
+
+// rabbitmqURLEnv supplies --rabbitmq-url, so the password stays out of the
+// pod spec's arguments.
+const rabbitmqURLEnv = "SLESS_RABBITMQ_URL"
+
+func newAutoscalerCommand() *cobra.Command {
+	var o autoscalerOptions
+	cmd := &cobra.Command{
+		Use:   "autoscaler",
+		Short: "Decide and apply replicas for every Function",
+		Long: `autoscaler decides how many instances every Function needs and makes it so:
+through the Deployment's scale subresource for functions sless owns, through
+KEDA's external scaler (served on --grpc) for those KEDA owns. It learns the
+Functions and their ready instances by watching the API server (the cluster's
+in-cluster config, or KUBECONFIG), and the requests waiting in activators from
+their pushes on --listen. Health and metrics are on --admin.
+
+Replicas run with leader election (the Lease "sless-autoscaler"): only the
+leader watches, decides and writes, and only the leader is ready, so the
+Service sends activators and KEDA to it; the others answer 503 (HTTP) or
+Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
+--rabbitmq-url.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAutoscaler(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.listen, "listen", ":8090", "address of the port activators push pokes and buffered counts to")
+	f.StringVar(&o.grpc, "grpc", ":9095", "address of KEDA's external scaler (gRPC)")
+	f.StringVar(&o.admin, "admin", ":9090", "address of the health and metrics port")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "run as one of several replicas, the leader deciding")
+	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker whose queue depths count ["+rabbitmqURLEnv+"] (queues not read when empty)")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if !cmd.Flags().Changed("rabbitmq-url") {
+			o.rabbitmqURL = os.Getenv(rabbitmqURLEnv)
+		}
+		return o.check()
+	}
+	return cmd
+}
+
+// check refuses malformed or clashing addresses before anything starts.
+func (o autoscalerOptions) check() error {
+	seen := map[string]string{}
+	for _, a := range [][2]string{{"--listen", o.listen}, {"--grpc", o.grpc}, {"--admin", o.admin}} {
+		_, port, err := net.SplitHostPort(a[1])
+		if err != nil {
+			return fmt.Errorf("%s %q: want host:port: %w", a[0], a[1], err)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+			return fmt.Errorf("%s %q: port must be a number from 0 to 65535", a[0], a[1])
+		}
+		if other, clash := seen[a[1]]; clash && port != "0" {
+			return fmt.Errorf("%s and %s are both %q: each needs its own port", other, a[0], a[1])
+		}
+		seen[a[1]] = a[0]
+	}
+	return checkRabbitMQURL(o.rabbitmqURL)
+}
+
+// checkRabbitMQURL refuses a broker URL that is not AMQP, without quoting
+// it: it may hold a password.
+func checkRabbitMQURL(u string) error {
+	if u == "" {
+		return nil
+	}
+	if _, err := amqp.ParseURI(u); err != nil {
+		if urlErr, ok := errors.AsType[*url.Error](err); ok {
+			err = urlErr.Err
+		}
+		return fmt.Errorf("--rabbitmq-url: %w", err)
+	}
+	return nil
+}
+
+func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	restCfg, err := ctrlconfig.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubernetes configuration: %w", err)
+	}
+	listeners, err := listenAll(o)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	kube, err := client.New(restCfg, client.Options{})
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	keda := kedascaler.New(log)
+	router := kubewatch.NewReplicaRouter(&autoscaler.KubernetesScaler{Client: kube}, keda)
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, reg, log)
+	if err != nil {
+		return err
+	}
+	if o.rabbitmqURL != "" {
+		queues := queuedepth.New(o.rabbitmqURL, log)
+		defer queues.Close()
+		a.SetQueueReader(queues)
+	}
+	watcher, err := kubewatch.New(restCfg, a, router, log)
+	if err != nil {
+		return err
+	}
+	mgr, err := manager.New(restCfg, manager.Options{
+		Logger:                        logr.FromSlogHandler(log.Handler()),
+		LeaderElection:                o.leaderElect,
+		LeaderElectionID:              leaderElectionID,
+		LeaderElectionNamespace:       o.leaderNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Metrics:                       metricsserver.Options{BindAddress: "0"}, // served on --admin
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	var leading atomic.Bool
+	runnables := []manager.Runnable{
+		manager.RunnableFunc(func(ctx context.Context) error { return lead(ctx, watcher, a, &leading, log) }),
+		httpServer("push", listeners[0], leaderOnly(&leading, a.Handler())),
+		&grpcServer{lis: listeners[1], keda: keda, leading: &leading},
+		httpServer("admin", listeners[2], adminHandler(&leading, reg)),
+	}
+	for _, r := range runnables {
+		if err := mgr.Add(r); err != nil {
+			return err
+		}
+	}
+	log.Info("autoscaler starting", "push", o.listen, "grpc", o.grpc, "admin", o.admin, "leaderElection", o.leaderElect)
+	return mgr.Start(ctx)
+}
+
+// listenAll binds --listen, --grpc and --admin, in that order, so that a
+// port in use fails at start and names its flag.
+func listenAll(o autoscalerOptions) ([]net.Listener, error) {
+	var lns []net.Listener
+	for _, a := range [][2]string{{"--listen", o.listen}, {"--grpc", o.grpc}, {"--admin", o.admin}} {
+		ln, err := net.Listen("tcp", a[1])
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return nil, fmt.Errorf("%s: %w", a[0], err)
+		}
+		lns = append(lns, ln)
+	}
+	return lns, nil
+}
+
+// lead is the leader's work: watch the Functions and their instances, then
+// decide and write every second until ctx ends (leadership ends with the
+// process). The watch starts here, not before, so that a replica that has
+// waited long for the lease starts every decider afresh rather than
+// judging the load of the time it did not observe as idle.
+func lead(ctx context.Context, w *kubewatch.Watcher, a *autoscaler.Autoscaler, leading *atomic.Bool, log *slog.Logger) error {
+	if err := w.Run(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	leading.Store(true)
+	defer leading.Store(false)
+	log.Info("leading: deciding and writing replicas")
+	a.Run(ctx)
+	return nil
+}
+
+// errNotLeader is what a replica that does not lead answers on gRPC.
+var errNotLeader = status.Error(codes.Unavailable,
+	"this autoscaler replica is not the leader: reach the leader through the autoscaler Service")
+
+// leaderOnly refuses pushes while this replica does not lead: it has no
+// state to apply them to, and the leader would never see them. The
+// connection is closed, so the activator's next one goes through the
+// Service to the ready replica, the leader.
+func leaderOnly(leading *atomic.Bool, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !leading.Load() {
+			w.Header().Set("Connection", "close")
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+				"error": "this autoscaler replica is not the leader: push through the autoscaler Service"})
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// adminHandler serves /healthz (the process is up), /readyz (this replica
+// leads: the Service sends traffic to the leader only) and /metrics (the
+// autoscaler's, with controller-runtime's leader election and client
+// metrics).
+func adminHandler(leading *atomic.Bool, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !leading.Load() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "standby: not the leader"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "leading"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, ctrlmetrics.Registry}, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// httpServer serves h on ln on every replica, stopping with the manager.
+func httpServer(name string, ln net.Listener, h http.Handler) *manager.Server {
+	return &manager.Server{Name: name, Listener: ln, ShutdownTimeout: ptr.To(5 * time.Second),
+		Server: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
+}
+
+// grpcServer serves KEDA's external scaler on every replica; calls are
+// refused with Unavailable while the replica does not lead.
+type grpcServer struct {
+	lis     net.Listener
+	keda    *kedascaler.Server
+	leading *atomic.Bool
+}
+
+// Start serves until ctx ends, then ends the activation streams and stops
+// gracefully.
+func (g *grpcServer) Start(ctx context.Context) error {
+	gs := grpc.NewServer(
+		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if !g.leading.Load() {
+				return nil, errNotLeader
+			}
+			return h(ctx, req)
+		}),
+		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if !g.leading.Load() {
+				return errNotLeader
+			}
+			return h(srv, ss)
+		}),
+	)
+	externalscaler.RegisterExternalScalerServer(gs, g.keda)
+	served := make(chan error, 1)
+	go func() { served <- gs.Serve(g.lis) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("--grpc: %w", err)
+	case <-ctx.Done():
+	}
+	g.keda.Close()
+	gs.GracefulStop()
+	return nil
+}
+
+// NeedLeaderElection is false: every replica serves, so that KEDA gets a
+// clear Unavailable from one that does not lead.
+func (*grpcServer) NeedLeaderElection() bool { return false }

@@ -1,0 +1,388 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/autoscaler/kedascaler"
+	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/testfn"
+)
+
+func TestAutoscalerHelpListsFlags(t *testing.T) {
+	out, err := run("autoscaler", "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`--listen string`, `(default ":8090")`,
+		`--grpc string`, `(default ":9095")`,
+		`--admin string`, `(default ":9090")`,
+		`--leader-elect`, `(default true)`,
+		`--leader-election-namespace string`,
+		`--rabbitmq-url string`, `[SLESS_RABBITMQ_URL]`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("sless autoscaler --help lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestAutoscalerFlagErrors: bad flag values are refused before anything
+// starts, naming the flag, and a broker URL's password is never quoted.
+func TestAutoscalerFlagErrors(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"listen without port", []string{"--listen", "localhost"}, `--listen "localhost": want host:port`},
+		{"grpc port out of range", []string{"--grpc", ":70000"}, `--grpc ":70000": port must be a number from 0 to 65535`},
+		{"admin port not a number", []string{"--admin", ":http"}, `--admin ":http": port must be a number`},
+		{"same port twice", []string{"--admin", ":8090"}, `--listen and --admin are both ":8090"`},
+		{"leader-elect not a bool", []string{"--leader-elect=maybe"}, `invalid argument "maybe" for "--leader-elect"`},
+		{"rabbitmq-url not amqp", []string{"--rabbitmq-url", "http://guest:s3cret@host/"}, `--rabbitmq-url: `},
+		{"rabbitmq-url malformed", []string{"--rabbitmq-url", "amqp://guest:s3cret@host:port/"}, `--rabbitmq-url: `},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(append([]string{"autoscaler"}, tc.args...)...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("sless autoscaler %v = %v, want an error with %q", tc.args, err, tc.want)
+			}
+			if strings.Contains(err.Error(), "s3cret") {
+				t.Errorf("the error quotes the password: %v", err)
+			}
+		})
+	}
+	t.Run("rabbitmq-url from the environment", func(t *testing.T) {
+		t.Setenv(rabbitmqURLEnv, "redis://guest:s3cret@host/")
+		_, err := run("autoscaler")
+		if err == nil || !strings.Contains(err.Error(), "--rabbitmq-url: ") || strings.Contains(err.Error(), "s3cret") {
+			t.Fatalf("sless autoscaler with a bad %s = %v, want a --rabbitmq-url error without the password", rabbitmqURLEnv, err)
+		}
+	})
+}
+
+// TestAutoscalerNetworkPolicy decodes config/autoscaler/networkpolicy.yaml
+// strictly, checks that it admits activators to the push port, KEDA's
+// namespace to the gRPC port and anyone to the admin port, at the
+// subcommand's default ports, and that a real API server accepts it.
+func TestAutoscalerNetworkPolicy(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "config", "autoscaler", "networkpolicy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	if err := networkingv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	obj, _, err := serializer.NewCodecFactory(scheme, serializer.EnableStrict).UniversalDeserializer().Decode(data, nil, nil)
+	if err != nil {
+		t.Fatalf("decode strictly: %v", err)
+	}
+	policy, ok := obj.(*networkingv1.NetworkPolicy)
+	if !ok {
+		t.Fatalf("decoded a %T, want a NetworkPolicy", obj)
+	}
+	if got := policy.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"]; got != "sless-autoscaler" {
+		t.Errorf("the policy selects app.kubernetes.io/name=%q, want sless-autoscaler", got)
+	}
+	flags := newAutoscalerCommand().Flags()
+	activators := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
+		MatchLabels: map[string]string{"app.kubernetes.io/name": "sless-activator"}}}}
+	keda := []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+		MatchLabels: map[string]string{"kubernetes.io/metadata.name": "keda"}}}}
+	want := map[int]struct {
+		flag string
+		from []networkingv1.NetworkPolicyPeer
+	}{
+		defaultPort(t, flags.Lookup("listen").DefValue): {"--listen", activators},
+		defaultPort(t, flags.Lookup("grpc").DefValue):   {"--grpc", keda},
+		defaultPort(t, flags.Lookup("admin").DefValue):  {"--admin", nil},
+	}
+	seen := map[int]bool{}
+	for _, rule := range policy.Spec.Ingress {
+		for _, p := range rule.Ports {
+			port := p.Port.IntValue()
+			w, ok := want[port]
+			switch {
+			case !ok:
+				t.Errorf("port %d is no default port of sless autoscaler", port)
+			case ptr.Deref(p.Protocol, corev1.ProtocolTCP) != corev1.ProtocolTCP:
+				t.Errorf("port %d (%s) is %s, want TCP", port, w.flag, *p.Protocol)
+			case !equality.Semantic.DeepEqual(rule.From, w.from):
+				t.Errorf("port %d (%s) admits %+v, want %+v", port, w.flag, rule.From, w.from)
+			}
+			seen[port] = true
+		}
+	}
+	for port, w := range want {
+		if !seen[port] {
+			t.Errorf("the policy does not mention %s's port %d", w.flag, port)
+		}
+	}
+
+	cfg := controlplane.Start(t)
+	c := controlplane.Client(t, cfg)
+	ctx := context.Background()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: policy.Namespace}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, policy.DeepCopy()); err != nil {
+		t.Fatalf("the API server refuses the policy: %v", err)
+	}
+	var stored networkingv1.NetworkPolicy
+	if err := c.Get(ctx, client.ObjectKeyFromObject(policy), &stored); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(stored.Spec, policy.Spec) {
+		t.Errorf("stored policy spec %+v, want %+v", stored.Spec, policy.Spec)
+	}
+}
+
+func defaultPort(t *testing.T, addr string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// autoscalerProcess is a `sless autoscaler` run as a real process.
+type autoscalerProcess struct {
+	cmd                *exec.Cmd
+	exited             chan error
+	push, admin, gaddr string
+	keda               externalscaler.ExternalScalerClient
+}
+
+func startAutoscaler(t *testing.T, kubeconfig string) *autoscalerProcess {
+	t.Helper()
+	push, grpcPort, admin := testfn.FreePort(t), testfn.FreePort(t), testfn.FreePort(t)
+	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
+	cmd := exec.Command(os.Args[0], "autoscaler", "--listen", addr(push), "--grpc", addr(grpcPort),
+		"--admin", addr(admin), "--leader-election-namespace", "default")
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBECONFIG="+kubeconfig)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &autoscalerProcess{cmd: cmd, exited: make(chan error, 1),
+		push: "http://" + addr(push), admin: "http://" + addr(admin), gaddr: addr(grpcPort)}
+	go func() { p.exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	conn, err := grpc.NewClient(p.gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	p.keda = externalscaler.NewExternalScalerClient(conn)
+	return p
+}
+
+// ready reports whether the process answers /readyz with 200 (it leads).
+func (p *autoscalerProcess) ready() bool {
+	resp, err := http.Get(p.admin + "/readyz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// post pushes what an activator would and returns the response.
+func (p *autoscalerProcess) post(t *testing.T, path, body string) *http.Response {
+	t.Helper()
+	resp, err := http.Post(p.push+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// demand reports buffered requests for default/web and pokes it.
+func (p *autoscalerProcess) demand(t *testing.T, buffered int) {
+	t.Helper()
+	for _, push := range [][2]string{
+		{"/v1/buffered", `{"namespace":"default","name":"web","count":` + strconv.Itoa(buffered) + `}`},
+		{"/v1/poke", `{"namespace":"default","name":"web"}`},
+	} {
+		if resp := p.post(t, push[0], push[1]); resp.StatusCode != http.StatusNoContent {
+			t.Fatalf("%s to the leader: %s", push[0], resp.Status)
+		}
+	}
+}
+
+func (p *autoscalerProcess) stop(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-p.exited:
+		if err != nil {
+			t.Errorf("autoscaler exited with %v, want 0", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("autoscaler did not exit after SIGTERM")
+	}
+}
+
+func metricSpec(p *autoscalerProcess) codes.Code {
+	_, err := p.keda.GetMetricSpec(context.Background(), &externalscaler.ScaledObjectRef{Name: "so", Namespace: "default",
+		ScalerMetadata: map[string]string{kedascaler.MetadataFunction: "web"}})
+	return status.Code(err)
+}
+
+// TestAutoscalerCommandLeaderElection runs two `sless autoscaler` processes
+// against a real API server: one leads, is ready, takes pushes and writes
+// the Deployment's replicas through the scale subresource; the other is
+// not ready and refuses pushes (503) and KEDA (Unavailable). When the
+// leader stops, the other takes over and writes.
+func TestAutoscalerCommandLeaderElection(t *testing.T) {
+	cfg := controlplane.Start(t)
+	kubeconfig := writeKubeconfig(t, cfg)
+	c := controlplane.Client(t, cfg)
+	createWebFunction(t, c)
+
+	one, two := startAutoscaler(t, kubeconfig), startAutoscaler(t, kubeconfig)
+	var leader, standby *autoscalerProcess
+	waitUntil(t, "one autoscaler to lead", 30*time.Second, func() bool {
+		switch a, b := one.ready(), two.ready(); {
+		case a && b:
+			t.Fatal("both autoscalers are ready: two leaders")
+		case a:
+			leader, standby = one, two
+		case b:
+			leader, standby = two, one
+		}
+		return leader != nil
+	})
+	if standby.ready() {
+		t.Fatal("the standby autoscaler is ready too")
+	}
+	resp := standby.post(t, "/v1/poke", `{"namespace":"default","name":"web"}`)
+	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
+		t.Errorf("poke to the standby: %s (close %v), want 503 closing the connection", resp.Status, resp.Close)
+	}
+	if code := metricSpec(standby); code != codes.Unavailable {
+		t.Errorf("KEDA call to the standby: %v, want Unavailable", code)
+	}
+	if code := metricSpec(leader); code != codes.OK {
+		t.Errorf("KEDA call to the leader: %v, want OK", code)
+	}
+
+	// 250 waiting requests at 70 per instance: 4 instances.
+	leader.demand(t, 250)
+	if got := deploymentReplicas(t, c); got != 4 {
+		t.Errorf("after the leader's decision: %d replicas, want 4", got)
+	}
+	code, body := fetch(t, leader.admin+"/metrics", "")
+	if code != http.StatusOK || !strings.Contains(body, `sless_autoscaler_desired_replicas{function="web",namespace="default"} 4`) ||
+		!strings.Contains(body, `leader_election_master_status{name="sless-autoscaler"} 1`) {
+		t.Errorf("leader's /metrics: %d, want the desired replicas and the leader status:\n%s", code, body)
+	}
+
+	leader.stop(t)
+	waitUntil(t, "the standby to take over", 30*time.Second, standby.ready)
+	standby.demand(t, 500)
+	if got := deploymentReplicas(t, c); got != 8 {
+		t.Errorf("after the new leader's decision: %d replicas, want 8", got)
+	}
+	standby.stop(t)
+}
+
+// createWebFunction creates the Function default/web, starting at zero,
+// and its Deployment.
+func createWebFunction(t *testing.T, c client.Client) {
+	t.Helper()
+	ctx := context.Background()
+	labels := map[string]string{"app": "web"}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(0)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "fn", Image: "x"}}},
+			},
+		},
+	}
+	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x", Scale: v1alpha1.Scale{Initial: ptr.To(int32(0))}}}
+	for _, obj := range []client.Object{dep, fn} {
+		if err := c.Create(ctx, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func deploymentReplicas(t *testing.T, c client.Client) int32 {
+	t.Helper()
+	var dep appsv1.Deployment
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "default", Name: "web"}, &dep); err != nil {
+		t.Fatal(err)
+	}
+	return *dep.Spec.Replicas
+}
+
+func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	err := clientcmd.WriteToFile(clientcmdapi.Config{
+		Clusters:       map[string]*clientcmdapi.Cluster{"test": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
+		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"test": {ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}},
+		Contexts:       map[string]*clientcmdapi.Context{"test": {Cluster: "test", AuthInfo: "test"}},
+		CurrentContext: "test",
+	}, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(limit); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
