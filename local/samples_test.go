@@ -225,7 +225,7 @@ func startSamples(t *testing.T) *platform {
 // Go builds are the slow part: pgx's first build takes a minute on two
 // cores.
 func (p *platform) waitForSamples() {
-	const within = 5 * time.Minute
+	const within = 10 * time.Minute // a cold Go build cache compiles the standard library first
 	var seen []string
 	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
 		seen = seen[:0]

@@ -114,7 +114,7 @@ func call(ctx context.Context, h Handler, e Event) (result any, err error) {
 func newEvent(r *http.Request, body []byte) Event {
 	query := make(map[string]string)
 	for k, vs := range r.URL.Query() {
-		query[k] = strings.Join(vs, ",")
+		query[k] = vs[0] // the first, as in Python and Node
 	}
 	headers := make(map[string]string, len(r.Header)+1)
 	for k, vs := range r.Header {

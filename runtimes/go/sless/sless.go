@@ -24,8 +24,8 @@ type Event struct {
 	Method string
 	// Path is the URL path, percent-decoded, without the query string.
 	Path string
-	// Query holds the query parameters; a repeated key's values are
-	// joined with "," so that e.Query["id"] is all a handler reads.
+	// Query holds the query parameters; a repeated key keeps its first
+	// value, as in the Python and Node runtimes.
 	Query map[string]string
 	// Headers holds the request headers by lower-case name (host
 	// included), a repeated header's values joined with ", ".
