@@ -132,6 +132,10 @@ func (p *Platform) Run(ctx context.Context) error {
 	return errors.Join(err, p.sup.Shutdown(shutdown))
 }
 
+// maxParallelPrepare bounds the builds and installs run at once: a
+// first start prepares every function, and each go build uses every core.
+const maxParallelPrepare = 4
+
 // watch applies changes to Dir until ctx ends.
 func (p *Platform) watch(ctx context.Context) {
 	t := time.NewTicker(p.opts.Poll)
@@ -163,6 +167,8 @@ func (p *Platform) sync(ctx context.Context) {
 		return // the directory itself is unreadable: change nothing
 	}
 	seen := map[string]bool{}
+	var deploys sync.WaitGroup
+	slots := make(chan struct{}, maxParallelPrepare)
 	for _, fn := range fns {
 		seen[fn.Key()] = true
 		fp, err := manifests.Fingerprint(fn)
@@ -175,9 +181,14 @@ func (p *Platform) sync(ctx context.Context) {
 		unchanged := e != nil && e.fingerprint == fp
 		p.mu.Unlock()
 		if !unchanged {
-			p.deploy(ctx, fn, fp)
+			deploys.Go(func() {
+				slots <- struct{}{}
+				defer func() { <-slots }()
+				p.deploy(ctx, fn, fp)
+			})
 		}
 	}
+	deploys.Wait()
 	p.mu.Lock()
 	var gone []*entry
 	for key, e := range p.fns {
