@@ -35,10 +35,13 @@ test-unit:
 	$(GO) test -race ./...
 
 ## bench: Go benchmarks of the request path, then the queue-proxy and the
-## activator against the direct path under load (the tables in benchmarks/RESULTS.md)
+## activator against the direct path under load, then the autoscaler's tick and
+## its simulation traces against plain Knative KPA (the tables in benchmarks/RESULTS.md)
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./queueproxy/ ./activator/
 	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless
+	$(GO) test -run '^$$' -bench . -benchmem ./autoscaler/
+	$(GO) run ./benchmarks/cmd/bench-autoscaler
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue

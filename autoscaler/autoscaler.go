@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -11,6 +12,13 @@ import (
 
 // DecideEvery is the tick of decisions; load is observed every second.
 const DecideEvery = 2 * time.Second
+
+// stepWorkers bounds the goroutines of a step, which share its functions.
+// A goroutine per function cost half of a tick's CPU over 10,000 functions
+// (BenchmarkStep10k); this many still wait out as many slow scrapes, queue
+// reads or replica writes at once, so a step outlasts their timeout only
+// when more functions than this are slow together.
+const stepWorkers = 1024
 
 // ReplicaWriter makes a function's replicas so: the Deployment's scale
 // subresource on Kubernetes, the supervisor locally. It returns the
@@ -83,6 +91,7 @@ type state struct {
 	queue    int32                // queue-depth desired: the most any queue asks for
 	reads    map[string]queueRead // by queue name
 	desired  int32                // last decision
+	series   *series              // its gauges, from its first decision
 	mu       sync.Mutex
 }
 
@@ -194,19 +203,30 @@ func (a *Autoscaler) Step(ctx context.Context, now time.Time) {
 	decide := a.steps%int(DecideEvery/time.Second) == 1
 	queues := a.queues
 	a.mu.Unlock()
-	var wg sync.WaitGroup
-	for _, st := range states {
+	var (
+		wg   sync.WaitGroup
+		next atomic.Int64 // index of the next state to work on
+	)
+	for range min(stepWorkers, len(states)) {
 		wg.Go(func() {
-			if queues != nil {
-				a.readQueues(ctx, st, queues)
-			}
-			a.observe(ctx, now, st)
-			if decide {
-				a.decide(ctx, now, st)
+			for i := int(next.Add(1) - 1); i < len(states); i = int(next.Add(1) - 1) {
+				a.stepFunction(ctx, now, states[i], queues, decide)
 			}
 		})
 	}
 	wg.Wait()
+}
+
+// stepFunction is one function's second: read its queues, observe its load
+// and, on a deciding step, decide.
+func (a *Autoscaler) stepFunction(ctx context.Context, now time.Time, st *state, queues QueueReader, decide bool) {
+	if queues != nil {
+		a.readQueues(ctx, st, queues)
+	}
+	a.observe(ctx, now, st)
+	if decide {
+		a.decide(ctx, now, st)
+	}
 }
 
 func (a *Autoscaler) observe(ctx context.Context, now time.Time, st *state) {
@@ -273,8 +293,12 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	changed := desired != st.desired
 	st.desired = desired
 	fn := st.fn
+	if st.series == nil {
+		st.series = a.metrics.series(fn.Namespace, fn.Name)
+	}
+	series := st.series
 	st.mu.Unlock()
-	a.metrics.decided(fn.Namespace, fn.Name, desired, ready, d.Panic)
+	series.decided(desired, ready, d.Panic)
 	had, err := a.writer.Scale(ctx, fn.Namespace, fn.Name, desired)
 	if err != nil {
 		a.log.Error("scale", "namespace", fn.Namespace, "function", fn.Name, "desired", desired, "err", err)

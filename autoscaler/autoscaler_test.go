@@ -2,6 +2,7 @@ package autoscaler_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -104,6 +105,51 @@ func TestAutoscalerLoop(t *testing.T) {
 	if got := replicas(t, c, "loop"); got != 1 {
 		t.Errorf("replicas %d after a poke at zero, want 1", got)
 	}
+}
+
+// TestStepDecidesEveryFunction: with more functions than a step has
+// workers, every deciding step still decides each function once, on its
+// own load.
+func TestStepDecidesEveryFunction(t *testing.T) {
+	const n = 2500
+	w := &recordingWriter{writes: map[string][]int32{}}
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	spec := autoscaler.Spec{Max: 10, Target: 1, StableWindow: 6 * time.Second}
+	for i := range n {
+		name := fmt.Sprint("function-", i)
+		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: name, Spec: spec})
+		a.SetBuffered("default", name, i%5)
+	}
+	for range 3 { // the first and third steps decide
+		now = now.Add(time.Second)
+		a.Step(context.Background(), now)
+	}
+	if len(w.writes) != n {
+		t.Fatalf("%d functions written, want %d", len(w.writes), n)
+	}
+	for i := range n {
+		name := fmt.Sprint("function-", i)
+		if got, want := w.writes[name], int32(i%5); len(got) != 2 || got[0] != want || got[1] != want {
+			t.Fatalf("%s: written %v, want [%d %d] (its buffered requests, at two deciding steps)", name, got, want, want)
+		}
+	}
+}
+
+// recordingWriter records the replicas written for each function.
+type recordingWriter struct {
+	mu     sync.Mutex
+	writes map[string][]int32 // by name
+}
+
+func (w *recordingWriter) Scale(_ context.Context, _, name string, replicas int32) (int32, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes[name] = append(w.writes[name], replicas)
+	return replicas, nil
 }
 
 // gauge returns the value of the one gauge of the named family in reg.

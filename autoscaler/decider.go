@@ -31,6 +31,11 @@ type Spec struct {
 	StableWindow time.Duration
 	// ScaleToZeroGrace is kept after a whole idle stable window.
 	ScaleToZeroGrace time.Duration
+	// PlainKPA turns off the decider's two refinements over Knative's KPA
+	// (at zero the latest second counts; scaling down keeps what the panic
+	// window needs), so that Knative's behaviour can be measured beside
+	// ours (benchmarks/cmd/bench-autoscaler). Functions never set it.
+	PlainKPA bool
 }
 
 // Decision is one tick's outcome.
@@ -115,7 +120,7 @@ func (d *Decider) Decide(now time.Time, ready int32) Decision {
 	s := d.spec
 	stable := d.average(now, s.StableWindow)
 	panicLoad := d.average(now, s.StableWindow*PanicWindowPercent/100)
-	if ready == 0 {
+	if ready == 0 && !s.PlainKPA {
 		// From zero the demand is concrete (requests waiting in the
 		// activator), and averaging it with the idle seconds before
 		// would start one instance for a burst that needs ten.
@@ -148,7 +153,7 @@ func (d *Decider) Decide(now time.Time, ready int32) Decision {
 	if d.panicking {
 		desired = max(dPanic, d.maxPanicPods, ready) // never down in panic
 		d.maxPanicPods = desired
-	} else if desired < ready {
+	} else if desired < ready && !s.PlainKPA {
 		// Scaling down, keep what the last seconds' load needs: the
 		// stable average lags behind a load that has just grown.
 		desired = max(desired, min(dPanic, ready))

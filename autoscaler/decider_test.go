@@ -131,6 +131,38 @@ func TestDecider(t *testing.T) {
 	}
 }
 
+// TestPlainKPA: each of the two refinements over Knative's KPA changes the
+// decision where it applies, and PlainKPA takes it away.
+func TestPlainKPA(t *testing.T) {
+	tests := []struct {
+		name        string
+		trace       []step
+		ours, plain int32 // final decisions
+	}{
+		// Averaged with the 5 idle seconds before it, a burst of ten
+		// instances' worth at zero asks for 2 (panic window: 700 / 6 s).
+		{"from zero, the latest second counts", append(repeat(10, step{0, 0}), step{700, 0}), 10, 2},
+		// The stable average (175) lags a load that has grown to 700 on
+		// 10 ready instances; KPA halves them.
+		{"scaling down keeps what the panic window needs", append(repeat(50, step{70, 10}), repeat(10, step{700, 10})...), 10, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := spec()
+			s.Initial = 0
+			ours := run(NewDecider(s, t0), tt.trace)
+			s.PlainKPA = true
+			plain := run(NewDecider(s, t0), tt.trace)
+			if got := ours[len(ours)-1].Desired; got != tt.ours {
+				t.Errorf("sless: desired %d, want %d", got, tt.ours)
+			}
+			if got := plain[len(plain)-1].Desired; got != tt.plain {
+				t.Errorf("plain KPA: desired %d, want %d", got, tt.plain)
+			}
+		})
+	}
+}
+
 func TestInstancesForForgivesRounding(t *testing.T) {
 	tests := []struct {
 		load, target float64

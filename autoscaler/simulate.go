@@ -93,3 +93,13 @@ func OverProvisioning(samples []Sample, target float64, from int) float64 {
 	}
 	return sum / float64(n)
 }
+
+// InstanceSeconds is what a simulation costs: its ready instances summed
+// over its seconds.
+func InstanceSeconds(samples []Sample) int64 {
+	var sum int64
+	for _, s := range samples {
+		sum += int64(s.Ready)
+	}
+	return sum
+}

@@ -67,3 +67,21 @@ func TestSimulationScalesToZero(t *testing.T) {
 		t.Errorf("at the end %d ready, want 0", last.Ready)
 	}
 }
+
+func TestInstanceSeconds(t *testing.T) {
+	tests := []struct {
+		ready []int32
+		want  int64
+	}{
+		{nil, 0}, {[]int32{0, 0}, 0}, {[]int32{1, 3, 2}, 6},
+	}
+	for _, tt := range tests {
+		samples := make([]Sample, len(tt.ready))
+		for i, r := range tt.ready {
+			samples[i] = Sample{Second: i, Ready: r}
+		}
+		if got := InstanceSeconds(samples); got != tt.want {
+			t.Errorf("InstanceSeconds(ready %v) = %d, want %d", tt.ready, got, tt.want)
+		}
+	}
+}

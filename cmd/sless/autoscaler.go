@@ -137,7 +137,12 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 		return err
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The Go and process series are in controller-runtime's registry,
+	// served beside ours: its controller package registers them when it is
+	// linked in (the controller subcommand does), and otherwise this does.
+	for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		_ = ctrlmetrics.Registry.Register(c) // an error means they are there
+	}
 	kube, err := client.New(restCfg, client.Options{})
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
