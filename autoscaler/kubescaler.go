@@ -6,7 +6,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -14,23 +15,31 @@ import (
 // scale subresource, the one writer of replicas for functions owned by
 // sless (the controller sets them only at creation).
 type KubernetesScaler struct {
+	// Client writes the scale subresource.
 	Client client.Client
+	// Reader reads Deployments; with an informer cache behind it a
+	// decision costs the API server nothing unless replicas change (a
+	// tick decides for every function). Client when nil.
+	Reader client.Reader
 }
 
 // Scale sets the replicas of the Deployment namespace/name, writing only
 // when they differ, and returns the replicas the Deployment had.
 func (s *KubernetesScaler) Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error) {
-	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name}}
-	var scale autoscalingv1.Scale
-	if err := s.Client.SubResource("scale").Get(ctx, dep, &scale); err != nil {
-		return 0, fmt.Errorf("get scale of %s/%s: %w", namespace, name, err)
+	r := s.Reader
+	if r == nil {
+		r = s.Client
 	}
-	had := scale.Spec.Replicas
+	var dep appsv1.Deployment
+	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &dep); err != nil {
+		return 0, fmt.Errorf("get deployment %s/%s: %w", namespace, name, err)
+	}
+	had := ptr.Deref(dep.Spec.Replicas, 1)
 	if had == replicas {
 		return had, nil
 	}
-	scale.Spec.Replicas = replicas
-	if err := s.Client.SubResource("scale").Update(ctx, dep, client.WithSubResourceBody(&scale)); err != nil {
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))
+	if err := s.Client.SubResource("scale").Patch(ctx, &dep, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})); err != nil {
 		return had, fmt.Errorf("scale %s/%s to %d: %w", namespace, name, replicas, err)
 	}
 	return had, nil

@@ -88,7 +88,8 @@ func start(t *testing.T) *harness {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	keda := kedascaler.New(quiet)
-	router := kubewatch.NewReplicaRouter(&autoscaler.KubernetesScaler{Client: c}, keda)
+	kube := &autoscaler.KubernetesScaler{Client: c}
+	router := kubewatch.NewReplicaRouter(kube, keda)
 	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -98,6 +99,7 @@ func start(t *testing.T) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
+	kube.Reader = w.Deployments()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := w.Run(ctx); err != nil {
@@ -188,9 +190,9 @@ func (h *harness) kedaMetric(t *testing.T, name string) (int64, codes.Code) {
 
 func createDeployment(t *testing.T, c client.Client, name string) {
 	t.Helper()
-	labels := map[string]string{"app": name}
+	labels := map[string]string{kubewatch.FunctionLabel: name}
 	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(0)),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -52,7 +53,7 @@ type Watcher struct {
 // Functions and only the EndpointSlices labelled FunctionLabel.
 func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logger) (*Watcher, error) {
 	scheme := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, discoveryv1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, discoveryv1.AddToScheme, appsv1.AddToScheme} {
 		if err := add(scheme); err != nil {
 			return nil, err
 		}
@@ -63,6 +64,7 @@ func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logge
 	}
 	c, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: map[client.Object]cache.ByObject{
 		&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*labelled)},
+		&appsv1.Deployment{}:         {Label: labels.NewSelector().Add(*labelled)},
 	}})
 	if err != nil {
 		return nil, fmt.Errorf("autoscaler watch cache: %w", err)
@@ -70,6 +72,11 @@ func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logge
 	return &Watcher{cache: c, target: target, router: router, log: log,
 		known: map[types.NamespacedName]autoscaler.Function{}}, nil
 }
+
+// Deployments reads the functions' Deployments (labelled FunctionLabel)
+// from the watch cache, for KubernetesScaler.Reader: deciding then reads
+// nothing from the API server.
+func (w *Watcher) Deployments() client.Reader { return w.cache }
 
 // Run starts the watch and returns once the Functions that exist and their
 // instances have been pushed; the watch goes on until ctx ends.
@@ -81,6 +88,9 @@ func (w *Watcher) Run(ctx context.Context) error {
 	eps, err := w.cache.GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
 	if err != nil {
 		return fmt.Errorf("endpointslices informer: %w", err)
+	}
+	if _, err := w.cache.GetInformer(ctx, &appsv1.Deployment{}, cache.BlockUntilSynced(false)); err != nil {
+		return fmt.Errorf("deployments informer: %w", err)
 	}
 	go func() {
 		if err := w.cache.Start(ctx); err != nil {

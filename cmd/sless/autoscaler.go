@@ -148,7 +148,8 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	keda := kedascaler.New(log)
-	router := kubewatch.NewReplicaRouter(&autoscaler.KubernetesScaler{Client: kube}, keda)
+	deployments := &autoscaler.KubernetesScaler{Client: kube}
+	router := kubewatch.NewReplicaRouter(deployments, keda)
 	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, reg, log)
 	if err != nil {
 		return err
@@ -162,6 +163,7 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	if err != nil {
 		return err
 	}
+	deployments.Reader = watcher.Deployments()
 	mgr, err := manager.New(restCfg, manager.Options{
 		Logger:                        logr.FromSlogHandler(log.Handler()),
 		LeaderElection:                o.leaderElect,

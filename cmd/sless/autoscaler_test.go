@@ -332,9 +332,9 @@ func TestAutoscalerCommandLeaderElection(t *testing.T) {
 func createWebFunction(t *testing.T, c client.Client) {
 	t.Helper()
 	ctx := context.Background()
-	labels := map[string]string{"app": "web"}
+	labels := map[string]string{"sless.dev/function": "web"}
 	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To(int32(0)),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
