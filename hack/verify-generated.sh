@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # verify-generated.sh CONTROLLER_GEN: regenerates deepcopy code and the CRD in
-# a scratch copy of the module and fails, showing the difference, when the
+# a scratch copy of the module, and the controller's ClusterRole from the work
+# tree into the scratch directory, and fails, showing the difference, when the
 # committed files are stale. The work tree is left untouched.
 set -euo pipefail
 gen=$1
@@ -15,10 +16,13 @@ cp -r "$root/apis" "$scratch/apis"
 rm -f "$scratch"/apis/*/zz_generated.*.go
 (cd "$scratch" && "$gen" object:headerFile=hack/boilerplate.go.txt paths=./apis/... \
 	crd output:crd:artifacts:config=config/crd/bases)
+(cd "$root" && "$gen" rbac:roleName=sless-controller paths=./controller/... \
+	output:rbac:artifacts:config="$scratch/config/rbac")
 
 status=0
 diff -ru "$root/apis" "$scratch/apis" || status=1
 diff -ru "$root/config/crd/bases" "$scratch/config/crd/bases" || status=1
+diff -u "$root/config/rbac/role.yaml" "$scratch/config/rbac/role.yaml" || status=1
 if [ "$status" -ne 0 ]; then
 	echo "generated files are stale: run 'make generate' and commit the result" >&2
 	exit 1

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"runtime/debug"
 
@@ -26,7 +25,7 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 	root.AddCommand(
 		newVersionCommand(),
 		newDevCommand(),
-		notImplemented("controller", "Reconcile Functions into Deployments, Services and ScaledObjects", 6),
+		newControllerCommand(),
 		newActivatorCommand(),
 		newAutoscalerCommand(),
 		newQueueProxyCommand(),
@@ -63,17 +62,4 @@ func buildVersion() string {
 		}
 	}
 	return "dev"
-}
-
-// errNotImplemented is returned by the subcommands that later work fills in.
-var errNotImplemented = errors.New("not implemented yet")
-
-func notImplemented(use, short string, issue int) *cobra.Command {
-	return &cobra.Command{
-		Use:   use,
-		Short: short + " (not implemented yet)",
-		RunE: func(*cobra.Command, []string) error {
-			return fmt.Errorf("%s: %w (tracked in issue %d)", use, errNotImplemented, issue)
-		},
-	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"errors"
 	"strings"
 	"testing"
 )
@@ -33,13 +32,6 @@ func TestHelpListsSubcommands(t *testing.T) {
 		if !strings.Contains(out, "\n  "+sub+" ") {
 			t.Errorf("--help does not list %q:\n%s", sub, out)
 		}
-	}
-}
-
-func TestNotImplementedFails(t *testing.T) {
-	_, err := run("controller")
-	if !errors.Is(err, errNotImplemented) {
-		t.Fatalf("sless controller = %v, want errNotImplemented", err)
 	}
 }
 

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"sless.dev/sless/controller"
+)
+
+// controllerOptions are the flags of `sless controller`.
+type controllerOptions struct {
+	reconciler      controller.Options
+	admin           string
+	leaderElect     bool
+	leaderNamespace string
+}
+
+// defaultImage is the sless image of this binary's version: the
+// queue-proxy sidecars then speak the contract this controller writes.
+func defaultImage() string {
+	return "ghcr.io/sless-dev/sless:" + buildVersion()
+}
+
+func newControllerCommand() *cobra.Command {
+	var o controllerOptions
+	cmd := &cobra.Command{
+		Use:   "controller",
+		Short: "Reconcile Functions into Deployments, Services and ScaledObjects",
+		Long: `controller makes the cluster match every Function: a Deployment of the
+function's image beside a queue-proxy sidecar (the sless --image), a headless
+Service whose EndpointSlices the activator and the autoscaler read, and, for
+functions KEDA scales (scale.owner keda, or RabbitMQ triggers), a KEDA
+ScaledObject that asks the autoscaler (--autoscaler-address) and reads the
+queues. It reports in each Function's status, with http://<--activator-host>/fn/
+<namespace>/<name> as its URL. It reaches the API server through the cluster's
+in-cluster config, or KUBECONFIG.
+
+Replicas run with leader election (the Lease "sless-controller"): only the
+leader reconciles. /healthz, /readyz and /metrics are on --admin.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runController(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.reconciler.Image, "image", defaultImage(), "the sless image, run as the queue-proxy sidecar of every function")
+	f.StringVar(&o.reconciler.ActivatorHost, "activator-host", controller.DefaultActivatorHost, "host[:port] of the activator, for status.url")
+	f.StringVar(&o.reconciler.AutoscalerAddress, "autoscaler-address", controller.DefaultAutoscalerAddress, "host:port of the autoscaler's KEDA external scaler (gRPC)")
+	f.IntVar(&o.reconciler.Workers, "workers", controller.DefaultWorkers, "Functions reconciled at once")
+	f.StringVar(&o.admin, "admin", ":9090", "address of the health and metrics port")
+	f.BoolVar(&o.leaderElect, "leader-elect", true, "run as one of several replicas, the leader reconciling")
+	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	cmd.PreRunE = func(*cobra.Command, []string) error { return o.check() }
+	return cmd
+}
+
+// check refuses flag values that cannot work, before anything starts.
+func (o controllerOptions) check() error {
+	r := o.reconciler
+	switch {
+	case r.Image == "":
+		return errors.New("--image: name the sless image")
+	case r.ActivatorHost == "":
+		return errors.New("--activator-host: name the activator's host")
+	case r.Workers < 1:
+		return fmt.Errorf("--workers %d: must be at least 1", r.Workers)
+	}
+	if _, _, err := net.SplitHostPort(r.AutoscalerAddress); err != nil {
+		return fmt.Errorf("--autoscaler-address %q: want host:port: %w", r.AutoscalerAddress, err)
+	}
+	if _, _, err := net.SplitHostPort(o.admin); err != nil {
+		return fmt.Errorf("--admin %q: want host:port: %w", o.admin, err)
+	}
+	return nil
+}
+
+func runController(ctx context.Context, o controllerOptions) error {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
+	restCfg, err := ctrlconfig.GetConfig()
+	if err != nil {
+		return fmt.Errorf("kubernetes configuration: %w", err)
+	}
+	keda, err := controller.KEDAInstalled(restCfg)
+	if err != nil {
+		return err
+	}
+	if !keda {
+		log.Warn("KEDA is not installed: functions with RabbitMQ triggers or scale.owner keda will not be scaled")
+	}
+	o.reconciler.KEDA = keda
+	mo, err := controller.ManagerOptions(keda)
+	if err != nil {
+		return err
+	}
+	mo.Logger = logr.FromSlogHandler(log.Handler())
+	mo.LeaderElection = o.leaderElect
+	mo.LeaderElectionID = controller.Name
+	mo.LeaderElectionNamespace = o.leaderNamespace
+	mo.LeaderElectionReleaseOnCancel = true
+	// One port for metrics and probes, as in the other components. The
+	// process being up is all there is to check: standby replicas are
+	// healthy and ready too, since nothing is sent to them.
+	health := healthz.CheckHandler{Checker: healthz.Ping}
+	mo.Metrics = metricsserver.Options{BindAddress: o.admin, ExtraHandlers: map[string]http.Handler{
+		"/healthz": health,
+		"/readyz":  health,
+	}}
+	mgr, err := manager.New(restCfg, mo)
+	if err != nil {
+		return fmt.Errorf("controller manager: %w", err)
+	}
+	if err := controller.New(mgr, o.reconciler).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	log.Info("controller starting", "image", o.reconciler.Image, "activatorHost", o.reconciler.ActivatorHost,
+		"autoscalerAddress", o.reconciler.AutoscalerAddress, "keda", keda, "admin", o.admin, "leaderElection", o.leaderElect)
+	return mgr.Start(ctx)
+}

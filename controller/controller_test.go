@@ -1,0 +1,439 @@
+package controller_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/controller"
+)
+
+// TestReconcile runs the controller against a real API server and checks
+// what it makes of Functions as they are created, changed and deleted.
+// There is no kubelet, Deployment controller, KEDA or garbage collector:
+// where the controller reads their work, the test writes it.
+func TestReconcile(t *testing.T) {
+	e := newEnv(t)
+	run := e.start(t, testOptions, true, nil)
+
+	t.Run("create", func(t *testing.T) { testCreate(t, e) })
+	t.Run("update keeps replicas", func(t *testing.T) { testUpdateKeepsReplicas(t, e) })
+	t.Run("edits reverted", func(t *testing.T) { testEditsReverted(t, e) })
+	t.Run("owner switch", func(t *testing.T) { testOwnerSwitch(t, e) })
+	t.Run("rabbitmq", func(t *testing.T) { testRabbitMQ(t, e) })
+	t.Run("invalid", func(t *testing.T) { testInvalid(t, e) })
+	t.Run("invalid after valid", func(t *testing.T) { testInvalidAfterValid(t, e) })
+	t.Run("name taken", func(t *testing.T) { testNameTaken(t, e) })
+	t.Run("delete", func(t *testing.T) { testDelete(t, e, run) })
+}
+
+func testCreate(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "hello", func(fn *v1alpha1.Function) {
+		fn.Spec.Runtime = v1alpha1.RuntimePython
+		fn.Spec.Env = []corev1.EnvVar{{Name: "GREETING", Value: "hi"}}
+		fn.Spec.Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m")}
+		fn.Spec.Concurrency = 5
+		fn.Spec.TimeoutSeconds = 60
+		fn.Spec.Scale = v1alpha1.Scale{Max: 5, Initial: ptr.To[int32](2)}
+	}))
+	d := waitObject(t, e, ns, "hello", &appsv1.Deployment{})
+	var fn v1alpha1.Function
+	e.get(t, ns, "hello", &fn)
+	controlledBy(t, d, &fn)
+
+	labels := map[string]string{controller.FunctionLabel: "hello", controller.NamespaceLabel: ns}
+	if *d.Spec.Replicas != 2 {
+		t.Errorf("replicas = %d, want scale.initial 2", *d.Spec.Replicas)
+	}
+	if !equality.Semantic.DeepEqual(d.Spec.Selector.MatchLabels, labels) || !equality.Semantic.DeepEqual(d.Spec.Template.Labels, labels) {
+		t.Errorf("selector %v, pod labels %v; want %v", d.Spec.Selector.MatchLabels, d.Spec.Template.Labels, labels)
+	}
+	for k, v := range labels {
+		if d.Labels[k] != v {
+			t.Errorf("deployment label %s = %q, want %q", k, d.Labels[k], v)
+		}
+	}
+	for k, v := range map[string]string{"prometheus.io/scrape": "true", "prometheus.io/port": "9091", "prometheus.io/path": "/metrics"} {
+		if got := d.Spec.Template.Annotations[k]; got != v {
+			t.Errorf("pod annotation %s = %q, want %q", k, got, v)
+		}
+	}
+	pod := d.Spec.Template.Spec
+	if len(pod.Containers) != 2 {
+		t.Fatalf("containers: %d, want function and queue-proxy", len(pod.Containers))
+	}
+	if g := ptr.Deref(pod.TerminationGracePeriodSeconds, 0); g <= 60 {
+		t.Errorf("terminationGracePeriodSeconds = %d, want more than the 60 s drain", g)
+	}
+	if ptr.Deref(pod.EnableServiceLinks, true) {
+		t.Error("service links are enabled")
+	}
+
+	fc := container(t, d, controller.FunctionContainer)
+	if fc.Image != "registry.test/hello:1" {
+		t.Errorf("function image = %q", fc.Image)
+	}
+	wantEnv := map[string]string{"PORT": "8080", "SLESS_HANDLER": "main.handle", "GREETING": "hi"}
+	if got := envMap(fc); !equality.Semantic.DeepEqual(got, wantEnv) {
+		t.Errorf("function env = %v, want %v", got, wantEnv)
+	}
+	if q := fc.Resources.Requests[corev1.ResourceCPU]; q.Cmp(resource.MustParse("100m")) != 0 {
+		t.Errorf("function cpu request = %v, want 100m", q.String())
+	}
+	if fc.Lifecycle == nil || fc.Lifecycle.PreStop == nil || fc.Lifecycle.PreStop.Sleep == nil {
+		t.Error("function container has no preStop sleep")
+	}
+
+	qp := container(t, d, controller.QueueProxyContainer)
+	if qp.Image != testOptions.Image || !equality.Semantic.DeepEqual(qp.Args, []string{"queue-proxy"}) {
+		t.Errorf("queue-proxy image %q args %v", qp.Image, qp.Args)
+	}
+	wantQP := map[string]string{
+		"SLESS_NAMESPACE": ns, "SLESS_FUNCTION": "hello", "SLESS_USER_PORT": "8080",
+		"SLESS_SERVING_PORT": "8012", "SLESS_ADMIN_PORT": "9091", "SLESS_CONCURRENCY": "5",
+		"SLESS_TIMEOUT_SECONDS": "60", "SLESS_DRAIN_SECONDS": "60",
+	}
+	if got := envMap(qp); !equality.Semantic.DeepEqual(got, wantQP) {
+		t.Errorf("queue-proxy env = %v, want %v", got, wantQP)
+	}
+	if p := qp.ReadinessProbe; p == nil || p.HTTPGet == nil || p.HTTPGet.Path != "/readyz" || p.HTTPGet.Port != intstr.FromInt32(9091) {
+		t.Errorf("queue-proxy readiness probe = %+v, want GET /readyz on 9091", p)
+	}
+	if _, limited := qp.Resources.Limits[corev1.ResourceCPU]; limited {
+		t.Error("queue-proxy has a CPU limit")
+	}
+	if qp.Resources.Requests.Cpu().IsZero() || qp.Resources.Limits.Memory().IsZero() {
+		t.Errorf("queue-proxy resources = %+v, want a CPU request and a memory limit", qp.Resources)
+	}
+
+	svc := waitObject(t, e, ns, "hello", &corev1.Service{})
+	controlledBy(t, svc, &fn)
+	if !equality.Semantic.DeepEqual(svc.Spec.Selector, labels) || svc.Labels[controller.FunctionLabel] != "hello" {
+		t.Errorf("service selector %v labels %v", svc.Spec.Selector, svc.Labels)
+	}
+	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("service cluster IP = %q, want a headless service", svc.Spec.ClusterIP)
+	}
+	wantPorts := []struct {
+		name string
+		port int32
+	}{{"http", 8012}, {"admin", 9091}}
+	if len(svc.Spec.Ports) != len(wantPorts) {
+		t.Fatalf("service ports = %+v", svc.Spec.Ports)
+	}
+	for i, w := range wantPorts {
+		p := svc.Spec.Ports[i]
+		if p.Name != w.name || p.Port != w.port || p.TargetPort != intstr.FromInt32(w.port) {
+			t.Errorf("service port %d = %+v, want %s %d → %d", i, p, w.name, w.port, w.port)
+		}
+	}
+	if e.get(t, ns, "hello", &kedav1alpha1.ScaledObject{}) {
+		t.Error("a ScaledObject exists for a function the autoscaler scales")
+	}
+
+	got := e.waitCondition(t, ns, "hello", v1alpha1.ConditionDeploymentReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
+	if got.Status.URL != "http://activator.test/fn/"+ns+"/hello" || got.Status.DesiredReplicas != 2 {
+		t.Errorf("status url %q desired %d", got.Status.URL, got.Status.DesiredReplicas)
+	}
+	for _, c := range []struct {
+		typ    string
+		status metav1.ConditionStatus
+		reason string
+	}{
+		{v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler},
+		{v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending},
+	} {
+		if got := meta.FindStatusCondition(got.Status.Conditions, c.typ); got == nil || got.Status != c.status || got.Reason != c.reason {
+			t.Errorf("condition %s = %+v, want %s %s", c.typ, got, c.status, c.reason)
+		}
+	}
+
+	e.markAvailable(t, ns, "hello")
+	ready := e.waitCondition(t, ns, "hello", v1alpha1.ConditionReady, metav1.ConditionTrue, controller.ReasonReady)
+	if ready.Status.Replicas != 2 || ready.Status.ReadyReplicas != 2 {
+		t.Errorf("replicas %d ready %d, want 2 and 2", ready.Status.Replicas, ready.Status.ReadyReplicas)
+	}
+	e.waitEvent(t, ns, "hello", "Created", "Deployment hello")
+}
+
+func testUpdateKeepsReplicas(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "busy", func(fn *v1alpha1.Function) {
+		fn.Spec.Env = []corev1.EnvVar{{Name: "OLD", Value: "1"}}
+		fn.Spec.Resources.Limits = corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("128Mi")}
+	}))
+	waitObject(t, e, ns, "busy", &appsv1.Deployment{})
+
+	// The autoscaler writes replicas through the scale subresource.
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "busy"}}
+	scale := &autoscalingv1.Scale{Spec: autoscalingv1.ScaleSpec{Replicas: 7}}
+	if err := e.c.SubResource("scale").Update(context.Background(), d, client.WithSubResourceBody(scale)); err != nil {
+		t.Fatal(err)
+	}
+	e.updateFunction(t, ns, "busy", func(fn *v1alpha1.Function) {
+		fn.Spec.Env = []corev1.EnvVar{{Name: "NEW", Value: "2"}}
+		fn.Spec.Resources = corev1.ResourceRequirements{}
+		fn.Spec.Scale.Initial = ptr.To[int32](3)
+		fn.Spec.Image = "registry.test/hello:2"
+	})
+	var got appsv1.Deployment
+	waitFor(t, "the new image in the pod template", func() bool {
+		e.get(t, ns, "busy", &got)
+		return container(t, &got, controller.FunctionContainer).Image == "registry.test/hello:2"
+	})
+	fc := container(t, &got, controller.FunctionContainer)
+	if env := envMap(fc); env["NEW"] != "2" || env["OLD"] != "" {
+		t.Errorf("function env = %v, want NEW and no OLD", env)
+	}
+	if len(fc.Resources.Limits) != 0 {
+		t.Errorf("function limits = %v, want the removed limit gone", fc.Resources.Limits)
+	}
+	if *got.Spec.Replicas != 7 {
+		t.Errorf("replicas = %d, want the autoscaler's 7 kept", *got.Spec.Replicas)
+	}
+	waitFor(t, "desiredReplicas 7 in the status", func() bool {
+		var fn v1alpha1.Function
+		e.get(t, ns, "busy", &fn)
+		return fn.Status.DesiredReplicas == 7
+	})
+}
+
+func testEditsReverted(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "guarded"))
+	d := waitObject(t, e, ns, "guarded", &appsv1.Deployment{})
+	edited := d.DeepCopy()
+	for i := range edited.Spec.Template.Spec.Containers {
+		if edited.Spec.Template.Spec.Containers[i].Name == controller.QueueProxyContainer {
+			edited.Spec.Template.Spec.Containers[i].Image = "registry.test/other:1"
+		}
+	}
+	if err := e.c.Patch(context.Background(), edited, client.MergeFrom(d)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the queue-proxy image restored", func() bool {
+		var got appsv1.Deployment
+		e.get(t, ns, "guarded", &got)
+		return container(t, &got, controller.QueueProxyContainer).Image == testOptions.Image
+	})
+}
+
+func testOwnerSwitch(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "switch", func(fn *v1alpha1.Function) {
+		fn.Spec.Scale = v1alpha1.Scale{Min: 1, Max: 4, Window: &metav1.Duration{Duration: 20 * time.Second},
+			ScaleToZeroGracePeriod: &metav1.Duration{Duration: 5500 * time.Millisecond}}
+	}))
+	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler)
+	if e.get(t, ns, "switch", &kedav1alpha1.ScaledObject{}) {
+		t.Fatal("a ScaledObject exists for owner sless")
+	}
+
+	e.updateFunction(t, ns, "switch", func(fn *v1alpha1.Function) { fn.Spec.Scale.Owner = v1alpha1.OwnerKEDA })
+	so := waitObject(t, e, ns, "switch", &kedav1alpha1.ScaledObject{})
+	var fn v1alpha1.Function
+	e.get(t, ns, "switch", &fn)
+	controlledBy(t, so, &fn)
+	s := so.Spec
+	if s.ScaleTargetRef == nil || s.ScaleTargetRef.Name != "switch" || s.ScaleTargetRef.Kind != "Deployment" {
+		t.Errorf("scaleTargetRef = %+v", s.ScaleTargetRef)
+	}
+	if ptr.Deref(s.MinReplicaCount, -1) != 1 || ptr.Deref(s.MaxReplicaCount, -1) != 4 || ptr.Deref(s.CooldownPeriod, -1) != 26 {
+		t.Errorf("min %v max %v cooldown %v, want 1, 4 and 26 (20 s + 5.5 s rounded up)", s.MinReplicaCount, s.MaxReplicaCount, s.CooldownPeriod)
+	}
+	want := []kedav1alpha1.ScaleTriggers{{Type: "external-push", Name: "sless-autoscaler", Metadata: map[string]string{
+		"scalerAddress": testOptions.AutoscalerAddress, "function": "switch", "namespace": ns,
+	}}}
+	if !equality.Semantic.DeepEqual(s.Triggers, want) {
+		t.Errorf("triggers = %+v, want %+v", s.Triggers, want)
+	}
+	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, controller.ReasonWaitingForKEDA)
+	e.markKEDAReady(t, ns, "switch")
+	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonScaledObjectReady)
+
+	e.updateFunction(t, ns, "switch", func(fn *v1alpha1.Function) { fn.Spec.Scale.Owner = v1alpha1.OwnerSless })
+	waitFor(t, "the ScaledObject deleted", func() bool { return !e.get(t, ns, "switch", &kedav1alpha1.ScaledObject{}) })
+	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler)
+	e.waitEvent(t, ns, "switch", "Deleted", "ScaledObject switch")
+}
+
+func testRabbitMQ(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "orders", func(fn *v1alpha1.Function) {
+		fn.Spec.Triggers = []v1alpha1.Trigger{
+			{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
+			{Name: "new", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "orders.new", ConnectionSecret: "amqp", TargetQueueLength: 7, ActivationQueueLength: 2}},
+			{Name: "audit", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "audit", ConnectionSecret: "amqp-audit"}},
+		}
+	}))
+	so := waitObject(t, e, ns, "orders", &kedav1alpha1.ScaledObject{})
+	wantTriggers := []kedav1alpha1.ScaleTriggers{
+		{Type: "external-push", Name: "sless-autoscaler", Metadata: map[string]string{
+			"scalerAddress": testOptions.AutoscalerAddress, "function": "orders", "namespace": ns}},
+		{Type: "rabbitmq", Name: "rabbitmq-new", Metadata: map[string]string{
+			"protocol": "amqp", "queueName": "orders.new", "mode": "QueueLength", "value": "7", "activationValue": "2"},
+			AuthenticationRef: &kedav1alpha1.AuthenticationRef{Name: "orders.new"}},
+		{Type: "rabbitmq", Name: "rabbitmq-audit", Metadata: map[string]string{
+			"protocol": "amqp", "queueName": "audit", "mode": "QueueLength", "value": "5", "activationValue": "0"},
+			AuthenticationRef: &kedav1alpha1.AuthenticationRef{Name: "orders.audit"}},
+	}
+	if !equality.Semantic.DeepEqual(so.Spec.Triggers, wantTriggers) {
+		t.Errorf("triggers = %+v\nwant %+v", so.Spec.Triggers, wantTriggers)
+	}
+	for _, a := range []struct{ name, secret string }{{"orders.new", "amqp"}, {"orders.audit", "amqp-audit"}} {
+		ta := waitObject(t, e, ns, a.name, &kedav1alpha1.TriggerAuthentication{})
+		want := []kedav1alpha1.AuthSecretTargetRef{{Parameter: "host", Name: a.secret, Key: "url"}}
+		if !equality.Semantic.DeepEqual(ta.Spec.SecretTargetRef, want) || ta.Labels[controller.FunctionLabel] != "orders" {
+			t.Errorf("TriggerAuthentication %s: %+v labels %v", a.name, ta.Spec.SecretTargetRef, ta.Labels)
+		}
+	}
+
+	e.updateFunction(t, ns, "orders", func(fn *v1alpha1.Function) { fn.Spec.Triggers = fn.Spec.Triggers[:2] })
+	waitFor(t, "the audit TriggerAuthentication deleted", func() bool {
+		return !e.get(t, ns, "orders.audit", &kedav1alpha1.TriggerAuthentication{})
+	})
+	waitFor(t, "the audit trigger gone", func() bool {
+		e.get(t, ns, "orders", so)
+		return len(so.Spec.Triggers) == 2
+	})
+
+	e.updateFunction(t, ns, "orders", func(fn *v1alpha1.Function) { fn.Spec.Triggers = fn.Spec.Triggers[:1] })
+	waitFor(t, "the ScaledObject and TriggerAuthentications deleted", func() bool {
+		return !e.get(t, ns, "orders", &kedav1alpha1.ScaledObject{}) && !e.get(t, ns, "orders.new", &kedav1alpha1.TriggerAuthentication{})
+	})
+}
+
+func testInvalid(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	for _, tc := range []struct {
+		name, field string
+		change      func(*v1alpha1.Function)
+	}{
+		{"no-image", "spec.image", func(fn *v1alpha1.Function) { fn.Spec.Image = "" }},
+		{"reserved-env", "spec.env[0].name", func(fn *v1alpha1.Function) {
+			fn.Spec.Env = []corev1.EnvVar{{Name: "PORT", Value: "1"}}
+		}},
+		{"bad-cron", "spec.triggers[0].cron.schedule", func(fn *v1alpha1.Function) {
+			fn.Spec.Triggers = []v1alpha1.Trigger{{Name: "tick", Cron: &v1alpha1.CronTrigger{Schedule: "every tuesday"}}}
+		}},
+		{"no-secret", "spec.triggers[0].rabbitmq.connectionSecret", func(fn *v1alpha1.Function) {
+			fn.Spec.Triggers = []v1alpha1.Trigger{{Name: "q", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "q"}}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e.create(t, newFunction(ns, tc.name, tc.change))
+			fn := e.waitCondition(t, ns, tc.name, v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonInvalidSpec)
+			if msg := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, tc.field) {
+				t.Errorf("Ready message %q does not name %s", msg, tc.field)
+			}
+			e.waitEvent(t, ns, tc.name, controller.ReasonInvalidSpec, tc.field)
+			for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &kedav1alpha1.ScaledObject{}} {
+				if e.get(t, ns, tc.name, obj) {
+					t.Errorf("a %T was created for an invalid Function", obj)
+				}
+			}
+		})
+	}
+	// Fixed, the function gets its objects.
+	e.updateFunction(t, ns, "no-image", func(fn *v1alpha1.Function) { fn.Spec.Image = "registry.test/hello:1" })
+	waitObject(t, e, ns, "no-image", &appsv1.Deployment{})
+	e.waitCondition(t, ns, "no-image", v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
+}
+
+func testInvalidAfterValid(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "spoiled", func(fn *v1alpha1.Function) { fn.Spec.Scale.Owner = v1alpha1.OwnerKEDA }))
+	e.waitCondition(t, ns, "spoiled", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, controller.ReasonWaitingForKEDA)
+	objects := []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &kedav1alpha1.ScaledObject{}}
+	versions := make([]string, len(objects))
+	for i, obj := range objects {
+		e.get(t, ns, "spoiled", obj)
+		versions[i] = obj.GetResourceVersion()
+	}
+	e.updateFunction(t, ns, "spoiled", func(fn *v1alpha1.Function) {
+		fn.Spec.Image = "registry.test/hello:2"
+		fn.Spec.Scale.Owner = v1alpha1.OwnerSless
+		fn.Spec.Handler = "not a handler"
+	})
+	e.waitCondition(t, ns, "spoiled", v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonInvalidSpec)
+	for i, obj := range objects {
+		if !e.get(t, ns, "spoiled", obj) || obj.GetResourceVersion() != versions[i] {
+			t.Errorf("%T of an invalid Function changed or went (version %s → %s)", obj, versions[i], obj.GetResourceVersion())
+		}
+	}
+}
+
+func testNameTaken(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	labels := map[string]string{"app": "mine"}
+	theirs := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "taken"},
+		Spec: appsv1.DeploymentSpec{
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "registry.test/app:1"}}},
+			},
+		},
+	}
+	e.create(t, theirs)
+	e.create(t, newFunction(ns, "taken"))
+	fn := e.waitCondition(t, ns, "taken", v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonResourceConflict)
+	if msg := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "Deployment taken") {
+		t.Errorf("Ready message %q does not name the Deployment", msg)
+	}
+	var got appsv1.Deployment
+	e.get(t, ns, "taken", &got)
+	if got.ResourceVersion != theirs.ResourceVersion {
+		t.Error("the controller changed a Deployment it does not own")
+	}
+}
+
+func testDelete(t *testing.T, e *env, run *running) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "gone", func(fn *v1alpha1.Function) { fn.Spec.Scale.Owner = v1alpha1.OwnerKEDA }))
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &kedav1alpha1.ScaledObject{}} {
+		waitObject(t, e, ns, "gone", obj)
+	}
+	var fn v1alpha1.Function
+	e.get(t, ns, "gone", &fn)
+	if err := e.c.Delete(context.Background(), &fn); err != nil {
+		t.Fatal(err)
+	}
+	// No finalizer: the Function is gone at once, and the garbage
+	// collector (not running here) deletes what it controls.
+	waitFor(t, "the Function gone", func() bool { return !e.get(t, ns, "gone", &v1alpha1.Function{}) })
+	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &kedav1alpha1.ScaledObject{}} {
+		e.get(t, ns, "gone", obj)
+		if err := e.c.Delete(context.Background(), obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the controller's cache to see the deletions", func() bool {
+		err := run.mgr.GetClient().Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "gone"}, &appsv1.Deployment{})
+		return client.IgnoreNotFound(err) == nil && err != nil
+	})
+	if _, err := run.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "gone"}}); err != nil {
+		t.Fatalf("reconcile of a deleted Function: %v", err)
+	}
+	if e.get(t, ns, "gone", &appsv1.Deployment{}) || e.get(t, ns, "gone", &corev1.Service{}) {
+		t.Error("the controller recreated objects of a deleted Function")
+	}
+}

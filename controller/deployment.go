@@ -1,0 +1,179 @@
+package controller
+
+import (
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
+
+// Labels on every object the controller creates and on the pods. The
+// activator and the autoscaler find a function's EndpointSlices by
+// FunctionLabel (the slices inherit the Service's labels).
+const (
+	FunctionLabel  = "sless.dev/function"
+	NamespaceLabel = "sless.dev/namespace"
+)
+
+// The containers of a function's pod.
+const (
+	FunctionContainer   = "function"
+	QueueProxyContainer = "queue-proxy"
+)
+
+// Ports of a function's pod: the user process on 127.0.0.1 (the runtime
+// contract's PORT), and the queue-proxy's serving and admin ports.
+const (
+	UserPort    = 8080
+	ServingPort = 8012
+	AdminPort   = 9091
+)
+
+const (
+	// preStopSleep keeps the user process up after its pod is deleted,
+	// while the activator learns that the instance is going (endpoint
+	// updates take a moment) and the queue-proxy serves what still arrives.
+	preStopSleep = 5
+	// graceMargin is added to the drain time (the Function's timeout) for
+	// the queue-proxy's quiet period and exit.
+	graceMargin = 10
+)
+
+// queueProxyResources are the sidecar's requests and limits. There is no CPU
+// limit: the queue-proxy's CPU grows with the function's traffic, and CFS
+// throttling of a limited sidecar stalls every request for the rest of a
+// 100 ms quota period, so latency would suffer exactly under load. The
+// request lets the scheduler count it; memory, which cannot be throttled,
+// is capped.
+var queueProxyResources = corev1.ResourceRequirements{
+	Requests: corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("25m"),
+		corev1.ResourceMemory: resource.MustParse("32Mi"),
+	},
+	Limits: corev1.ResourceList{
+		corev1.ResourceMemory: resource.MustParse("256Mi"),
+	},
+}
+
+// functionLabels are the labels of a Function's objects and pods, and the
+// selector of its pods.
+func functionLabels(fn *v1alpha1.Function) map[string]string {
+	return map[string]string{FunctionLabel: fn.Name, NamespaceLabel: fn.Namespace}
+}
+
+func objectMeta(fn *v1alpha1.Function, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Namespace: fn.Namespace, Name: name, Labels: functionLabels(fn)}
+}
+
+// deployment is the desired Deployment of a defaulted Function. Replicas
+// count only when it is created; after that the autoscaler or KEDA owns
+// them.
+func (r *FunctionReconciler) deployment(fn *v1alpha1.Function) *appsv1.Deployment {
+	drain := int64(fn.Spec.TimeoutSeconds)
+	return &appsv1.Deployment{
+		ObjectMeta: objectMeta(fn, fn.Name),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(fn.Spec.Scale.InitialReplicas()),
+			Selector: &metav1.LabelSelector{MatchLabels: functionLabels(fn)},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{
+					Labels: functionLabels(fn),
+					Annotations: map[string]string{
+						"prometheus.io/scrape":                    "true",
+						"prometheus.io/port":                      strconv.Itoa(AdminPort),
+						"prometheus.io/path":                      "/metrics",
+						"kubectl.kubernetes.io/default-container": FunctionContainer,
+					},
+				},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{functionContainer(fn), r.queueProxyContainer(fn, drain)},
+					// The queue-proxy drains for up to the timeout, and
+					// the kubelet must not kill it before.
+					TerminationGracePeriodSeconds: ptr.To(drain + graceMargin),
+					// Service links would put a variable per Service of
+					// the namespace into every pod: thousands with many
+					// functions, and none is needed.
+					EnableServiceLinks: ptr.To(false),
+				},
+			},
+		},
+	}
+}
+
+// functionContainer runs the Function's image: the runtime listens on
+// 127.0.0.1:PORT and loads SLESS_HANDLER.
+func functionContainer(fn *v1alpha1.Function) corev1.Container {
+	env := []corev1.EnvVar{
+		{Name: "PORT", Value: strconv.Itoa(UserPort)},
+		{Name: "SLESS_HANDLER", Value: fn.Spec.EffectiveHandler()},
+	}
+	return corev1.Container{
+		Name:      FunctionContainer,
+		Image:     fn.Spec.Image,
+		Env:       append(env, fn.Spec.Env...),
+		Resources: fn.Spec.Resources,
+		Lifecycle: &corev1.Lifecycle{
+			PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: preStopSleep}},
+		},
+	}
+}
+
+// queueProxyContainer runs `sless queue-proxy`, configured by the
+// environment contract of the queue-proxy (docs/queue-proxy.md).
+func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain int64) corev1.Container {
+	env := []corev1.EnvVar{
+		{Name: "SLESS_NAMESPACE", Value: fn.Namespace},
+		{Name: "SLESS_FUNCTION", Value: fn.Name},
+		{Name: "SLESS_USER_PORT", Value: strconv.Itoa(UserPort)},
+		{Name: "SLESS_SERVING_PORT", Value: strconv.Itoa(ServingPort)},
+		{Name: "SLESS_ADMIN_PORT", Value: strconv.Itoa(AdminPort)},
+		{Name: "SLESS_CONCURRENCY", Value: strconv.Itoa(int(fn.Spec.Concurrency))},
+		{Name: "SLESS_TIMEOUT_SECONDS", Value: strconv.Itoa(int(fn.Spec.TimeoutSeconds))},
+		{Name: "SLESS_DRAIN_SECONDS", Value: strconv.FormatInt(drain, 10)},
+	}
+	return corev1.Container{
+		Name:  QueueProxyContainer,
+		Image: r.opts.Image,
+		Args:  []string{"queue-proxy"},
+		Env:   env,
+		Ports: []corev1.ContainerPort{
+			{Name: "http", ContainerPort: ServingPort},
+			{Name: "admin", ContainerPort: AdminPort},
+		},
+		// Every field the API server would default is set, so that live
+		// and desired compare equal.
+		ReadinessProbe: &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: "/readyz", Port: intstr.FromInt32(AdminPort),
+			}},
+			PeriodSeconds:    1,
+			TimeoutSeconds:   1,
+			SuccessThreshold: 1,
+			FailureThreshold: 3,
+		},
+		Resources: queueProxyResources,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		},
+	}
+}
+
+// deploymentPart owns the pod template. Replicas and the selector (which
+// cannot change) are set at creation only. Annotations others put on the
+// template (kubectl rollout restart's) are kept.
+var deploymentPart = part[*appsv1.Deployment]{
+	owned: func(d *appsv1.Deployment) any { return &d.Spec.Template },
+	set: func(dst, src *appsv1.Deployment) {
+		keep := dst.Spec.Template.Annotations
+		dst.Spec.Template = *src.Spec.Template.DeepCopy()
+		dst.Spec.Template.Annotations = merged(keep, src.Spec.Template.Annotations)
+	},
+}

@@ -1,0 +1,202 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/autoscaler/kedascaler"
+)
+
+// autoscalerTrigger names the external-push trigger in a ScaledObject; the
+// RabbitMQ ones are named rabbitmq-<trigger>, so the names never clash.
+const autoscalerTrigger = "sless-autoscaler"
+
+// needsKEDA reports whether KEDA writes a defaulted Function's replicas:
+// when the Function says so, and always with RabbitMQ triggers, whose
+// queue depth KEDA's rabbitmq scaler reads.
+func needsKEDA(fn *v1alpha1.Function) bool {
+	return fn.Spec.Scale.Owner == v1alpha1.OwnerKEDA ||
+		slices.ContainsFunc(fn.Spec.Triggers, func(t v1alpha1.Trigger) bool { return t.RabbitMQ != nil })
+}
+
+// ensureKEDA creates or updates the ScaledObject and TriggerAuthentications
+// of a Function that needs KEDA, and deletes them from one that does not.
+// A TriggerAuthentication is created before and deleted after the
+// ScaledObject that refers to it. It returns the live ScaledObject, or nil
+// when there is none.
+func (r *FunctionReconciler) ensureKEDA(ctx context.Context, fn, spec *v1alpha1.Function) (*kedav1alpha1.ScaledObject, error) {
+	if !needsKEDA(spec) {
+		so := &kedav1alpha1.ScaledObject{ObjectMeta: metav1.ObjectMeta{Namespace: fn.Namespace, Name: fn.Name}}
+		if err := r.deleteOwned(ctx, fn, so); err != nil {
+			return nil, err
+		}
+		return nil, r.deleteStaleAuths(ctx, fn, nil)
+	}
+	auths := triggerAuthentications(spec)
+	for _, a := range auths {
+		if _, err := ensure(ctx, r, fn, a, &kedav1alpha1.TriggerAuthentication{}, triggerAuthPart); err != nil {
+			return nil, err
+		}
+	}
+	so, err := ensure(ctx, r, fn, r.scaledObject(spec), &kedav1alpha1.ScaledObject{}, scaledObjectPart)
+	if err != nil {
+		return nil, err
+	}
+	return so, r.deleteStaleAuths(ctx, fn, auths)
+}
+
+// scaledObject is the desired ScaledObject of a defaulted Function: the
+// autoscaler's external-push trigger carries HTTP load and cron floors,
+// and each RabbitMQ trigger becomes a rabbitmq trigger on its queue length.
+func (r *FunctionReconciler) scaledObject(fn *v1alpha1.Function) *kedav1alpha1.ScaledObject {
+	s := fn.Spec.Scale
+	// KEDA scales to zero cooldownPeriod after the last active report,
+	// which is what the autoscaler's idle window plus grace period mean.
+	cooldown := int32(math.Ceil((s.Window.Duration + s.ScaleToZeroGracePeriod.Duration).Seconds()))
+	triggers := []kedav1alpha1.ScaleTriggers{{
+		Type: "external-push",
+		Name: autoscalerTrigger,
+		Metadata: map[string]string{
+			"scalerAddress":              r.opts.AutoscalerAddress,
+			kedascaler.MetadataFunction:  fn.Name,
+			kedascaler.MetadataNamespace: fn.Namespace,
+		},
+	}}
+	for _, t := range fn.Spec.Triggers {
+		if q := t.RabbitMQ; q != nil {
+			triggers = append(triggers, kedav1alpha1.ScaleTriggers{
+				Type: "rabbitmq",
+				Name: "rabbitmq-" + t.Name,
+				Metadata: map[string]string{
+					"protocol":        "amqp",
+					"queueName":       q.Queue,
+					"mode":            "QueueLength",
+					"value":           strconv.Itoa(int(q.TargetQueueLength)),
+					"activationValue": strconv.Itoa(int(q.ActivationQueueLength)),
+				},
+				AuthenticationRef: &kedav1alpha1.AuthenticationRef{Name: triggerAuthName(fn, t.Name)},
+			})
+		}
+	}
+	return &kedav1alpha1.ScaledObject{
+		ObjectMeta: objectMeta(fn, fn.Name),
+		Spec: kedav1alpha1.ScaledObjectSpec{
+			ScaleTargetRef:  &kedav1alpha1.ScaleTarget{APIVersion: "apps/v1", Kind: "Deployment", Name: fn.Name},
+			MinReplicaCount: ptr.To(s.Min),
+			MaxReplicaCount: ptr.To(s.Max),
+			CooldownPeriod:  ptr.To(cooldown),
+			Triggers:        triggers,
+		},
+	}
+}
+
+// triggerAuthName names a RabbitMQ trigger's TriggerAuthentication. A
+// Function name and a trigger name hold no dot, so <function>.<trigger>
+// cannot clash with another Function's.
+func triggerAuthName(fn *v1alpha1.Function, trigger string) string {
+	return fn.Name + "." + trigger
+}
+
+// triggerAuthentications hands each RabbitMQ trigger's AMQP URL, the "url"
+// key of its connectionSecret, to KEDA as the rabbitmq scaler's host.
+func triggerAuthentications(fn *v1alpha1.Function) []*kedav1alpha1.TriggerAuthentication {
+	var auths []*kedav1alpha1.TriggerAuthentication
+	for _, t := range fn.Spec.Triggers {
+		if t.RabbitMQ == nil {
+			continue
+		}
+		auths = append(auths, &kedav1alpha1.TriggerAuthentication{
+			ObjectMeta: objectMeta(fn, triggerAuthName(fn, t.Name)),
+			Spec: kedav1alpha1.TriggerAuthenticationSpec{
+				SecretTargetRef: []kedav1alpha1.AuthSecretTargetRef{
+					{Parameter: "host", Name: t.RabbitMQ.ConnectionSecret, Key: "url"},
+				},
+			},
+		})
+	}
+	return auths
+}
+
+// deleteStaleAuths deletes the Function's TriggerAuthentications not in
+// keep.
+func (r *FunctionReconciler) deleteStaleAuths(ctx context.Context, fn *v1alpha1.Function, keep []*kedav1alpha1.TriggerAuthentication) error {
+	var list kedav1alpha1.TriggerAuthenticationList
+	if err := r.client.List(ctx, &list, client.InNamespace(fn.Namespace), client.MatchingLabels{FunctionLabel: fn.Name}); err != nil {
+		return fmt.Errorf("list TriggerAuthentications of %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	for i := range list.Items {
+		a := &list.Items[i]
+		if !slices.ContainsFunc(keep, func(k *kedav1alpha1.TriggerAuthentication) bool { return k.Name == a.Name }) {
+			if err := r.deleteOwned(ctx, fn, a); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// deleteOwned deletes obj when it exists and fn controls it.
+func (r *FunctionReconciler) deleteOwned(ctx context.Context, fn *v1alpha1.Function, obj client.Object) error {
+	kind := kindOf(obj)
+	if err := r.client.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if !metav1.IsControlledBy(obj, fn) {
+		return nil
+	}
+	err := r.client.Delete(ctx, obj, client.Preconditions{UID: ptr.To(obj.GetUID())})
+	if client.IgnoreNotFound(err) != nil {
+		return fmt.Errorf("delete %s %s/%s: %w", kind, obj.GetNamespace(), obj.GetName(), err)
+	}
+	if !apierrors.IsNotFound(err) {
+		r.events.Eventf(fn, obj, corev1.EventTypeNormal, "Deleted", "Delete", "Deleted %s %s, no longer needed", kind, obj.GetName())
+	}
+	return nil
+}
+
+// KEDAInstalled reports whether the API server serves KEDA's ScaledObjects
+// and TriggerAuthentications. The answer holds for the controller's life:
+// KEDA installed later is seen after a restart.
+func KEDAInstalled(cfg *rest.Config) (bool, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return false, fmt.Errorf("discover KEDA: %w", err)
+	}
+	list, err := dc.ServerResourcesForGroupVersion(kedav1alpha1.GroupVersion.String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("discover KEDA: %w", err)
+	}
+	served := 0
+	for _, r := range list.APIResources {
+		if r.Name == "scaledobjects" || r.Name == "triggerauthentications" {
+			served++
+		}
+	}
+	return served == 2, nil
+}
+
+var scaledObjectPart = part[*kedav1alpha1.ScaledObject]{
+	owned: func(s *kedav1alpha1.ScaledObject) any { return &s.Spec },
+	set:   func(dst, src *kedav1alpha1.ScaledObject) { dst.Spec = *src.Spec.DeepCopy() },
+}
+
+var triggerAuthPart = part[*kedav1alpha1.TriggerAuthentication]{
+	owned: func(a *kedav1alpha1.TriggerAuthentication) any { return &a.Spec },
+	set:   func(dst, src *kedav1alpha1.TriggerAuthentication) { dst.Spec = *src.Spec.DeepCopy() },
+}
