@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-unit bench bench-knative generate verify lint controlplane tools clean
+.PHONY: all build run test test-unit bench bench-coldstart bench-knative generate verify lint controlplane tools clean
 
 all: build
 
@@ -42,6 +42,10 @@ bench: build
 	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless
 	$(GO) test -run '^$$' -bench . -benchmem ./autoscaler/
 	$(GO) run ./benchmarks/cmd/bench-autoscaler
+
+## bench-coldstart: cold starts and warm throughput per runtime through sless dev
+bench-coldstart:
+	$(GO) run ./benchmarks/cmd/bench-coldstart
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue
