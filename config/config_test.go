@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -319,5 +320,29 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestKubernetesSamples checks the samples for kubectl are valid for
+// Kubernetes by the shared validation and accepted by a real API server.
+func TestKubernetesSamples(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("samples", "kubernetes", "functions.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns, err := v1alpha1.DecodeManifest(data)
+	if err != nil || len(fns) == 0 {
+		t.Fatalf("decode: %d functions, %v", len(fns), err)
+	}
+	c := controlplane.Client(t, controlplane.Start(t))
+	for i := range fns {
+		fn := &fns[i]
+		if err := c.Create(context.Background(), fn.DeepCopy(), client.DryRunAll); err != nil {
+			t.Errorf("%s: the API server refused it: %v", fn.Name, err)
+		}
+		fn.Default()
+		if errs := v1alpha1.Validate(fn, v1alpha1.ModeKubernetes); len(errs) > 0 {
+			t.Errorf("%s: %v", fn.Name, errs.ToAggregate())
+		}
 	}
 }
