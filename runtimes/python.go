@@ -40,8 +40,10 @@ func preparePython(ctx context.Context, src Source, opts Options) (Process, erro
 	}
 	env := append(scriptEnv(src, handler),
 		"PYTHONUNBUFFERED=1", // print() reaches the logs when it happens
-		// Bytecode goes to the cache, not into the user's source directory.
-		"PYTHONPYCACHEPREFIX="+filepath.Join(opts.CacheDir, "python", "pycache"))
+		// No bytecode written into the user's source directory. (A
+		// PYTHONPYCACHEPREFIX would move the standard library's bytecode
+		// too, and made every start about 370 ms slower here.)
+		"PYTHONDONTWRITEBYTECODE=1")
 	deps, err := pythonRequirements(ctx, src, opts, python, version)
 	if err != nil {
 		return Process{}, err
