@@ -177,8 +177,11 @@ func (a *Autoscaler) Poke(ctx context.Context, now time.Time, namespace, name st
 		return
 	}
 	st.mu.Lock()
-	st.buffered = max(st.buffered, float64(buffered))
-	st.decider.Record(now, st.buffered)
+	// The poke counts for this decision only: the buffered count is the
+	// activators' to report, and they report nothing (not even 0) for
+	// requests served within a second, so a stored poke would keep the
+	// function up for good.
+	st.decider.Record(now, max(st.buffered, float64(buffered)))
 	st.mu.Unlock()
 	a.decide(ctx, now, st)
 }

@@ -152,6 +152,16 @@ func (w *recordingWriter) Scale(_ context.Context, _, name string, replicas int3
 	return replicas, nil
 }
 
+// last is the replicas last written for name, or -1.
+func (w *recordingWriter) last(name string) int32 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if ws := w.writes[name]; len(ws) > 0 {
+		return ws[len(ws)-1]
+	}
+	return -1
+}
+
 // gauge returns the value of the one gauge of the named family in reg.
 func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
@@ -202,4 +212,30 @@ func release(t *testing.T, in *testinstance.Instance) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+}
+
+// TestPokeDoesNotHoldTheFunctionUp: a poke at zero asks for an instance
+// at once, and the function still goes back to zero after window and
+// grace when no load follows, with no buffered count ever reported (the
+// requests were served within a second of the poke).
+func TestPokeDoesNotHoldTheFunctionUp(t *testing.T) {
+	w := &recordingWriter{writes: map[string][]int32{}}
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "f", Spec: autoscaler.Spec{
+		Max: 10, Target: 1, StableWindow: 6 * time.Second, ScaleToZeroGrace: time.Second}})
+	a.Poke(context.Background(), now, "default", "f", 1)
+	if got := w.last("f"); got != 1 {
+		t.Fatalf("after a poke at zero: %d replicas, want 1", got)
+	}
+	for range 6 + 1 + 2 {
+		now = now.Add(time.Second)
+		a.Step(context.Background(), now)
+	}
+	if got := w.last("f"); got != 0 {
+		t.Errorf("idle for window and grace after a poke: %d replicas, want 0", got)
+	}
 }

@@ -102,10 +102,17 @@ func startPlatform(t *testing.T, manifests string) *platform {
 	}
 	write(t, filepath.Join(dir, "fn", "main.py"), handler)
 	write(t, filepath.Join(dir, "functions.yaml"), manifests)
+	return runPlatform(t, dir, 50*time.Millisecond)
+}
+
+// runPlatform runs the platform on dir, with a cache of its own, until the
+// test ends, checking every poll for changes.
+func runPlatform(t *testing.T, dir string, poll time.Duration) *platform {
+	t.Helper()
 	out := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(out, nil))
 	p, err := New(Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
-		Out: out, Log: log, Poll: 50 * time.Millisecond, Drain: 10 * time.Second})
+		Out: out, Log: log, Poll: poll, Drain: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +129,7 @@ func startPlatform(t *testing.T, manifests string) *platform {
 		}
 	})
 	return &platform{Platform: p, t: t, dir: dir, out: out,
-		client: &http.Client{Timeout: 60 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 300}}}
+		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 300}}}
 }
 
 func write(t *testing.T, path, content string) {

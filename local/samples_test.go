@@ -1,13 +1,10 @@
 package local
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"reflect"
@@ -197,27 +194,7 @@ func postgresUp() error {
 // so every function is prepared as on a first `sless dev`.
 func startSamples(t *testing.T) *platform {
 	t.Helper()
-	out := &syncBuffer{}
-	log := slog.New(slog.NewTextHandler(out, nil))
-	p, err := New(Options{Dir: samplesDir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
-		Out: out, Log: log, Poll: 500 * time.Millisecond, Drain: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("platform output:\n%s", out.String())
-		}
-	})
-	return &platform{Platform: p, t: t, dir: samplesDir, out: out,
-		client: &http.Client{Timeout: 2 * time.Minute}}
+	return runPlatform(t, samplesDir, 500*time.Millisecond)
 }
 
 // waitForSamples waits until every sample is prepared and has a ready
