@@ -58,6 +58,7 @@ type Platform struct {
 	act            *activator.Activator
 	scaler         *autoscaler.Autoscaler
 	sup            *supervisor.Supervisor
+	pokes          poker
 
 	mu  sync.Mutex
 	fns map[string]*entry
@@ -92,7 +93,8 @@ func New(opts Options) (*Platform, error) {
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
 		return nil, err
 	}
-	if p.act, err = activator.New(activator.Config{}, poker{p}, p.records, p.reg, opts.Log); err != nil {
+	p.pokes = make(poker, maxPendingPokes)
+	if p.act, err = activator.New(activator.Config{}, p.pokes, p.records, p.reg, opts.Log); err != nil {
 		return nil, err
 	}
 	if p.serving, err = net.Listen("tcp", opts.Listen); err != nil {
@@ -121,6 +123,7 @@ func (p *Platform) Run(ctx context.Context) error {
 	go func() { served <- srv.Run(ctx, p.serving, p.admin) }()
 	go p.scaler.Run(bg)
 	go p.reportBuffered(bg)
+	go p.deliverPokes(bg)
 
 	p.sync(ctx)
 	p.printTable()
@@ -289,10 +292,33 @@ func (p *Platform) instancesChanged(namespace, name string, ready []supervisor.E
 }
 
 // poker wakes the in-process autoscaler for a request waiting at zero.
-type poker struct{ p *Platform }
+// Poke never blocks: the activator pokes from inside SetEndpoints, which
+// the supervisor calls with its lock held, and the autoscaler's decision
+// calls back into the supervisor. A goroutine takes the pokes in order;
+// when it lags, a poke is dropped, since the buffered counts reported
+// every second ask for the same instance.
+type poker chan [2]string
+
+// maxPendingPokes bounds the pokes waiting for the autoscaler.
+const maxPendingPokes = 1024
 
 func (k poker) Poke(namespace, name string) {
-	k.p.scaler.Poke(context.Background(), time.Now(), namespace, name, 1)
+	select {
+	case k <- [2]string{namespace, name}:
+	default:
+	}
+}
+
+// deliverPokes hands the pokes to the autoscaler until ctx ends.
+func (p *Platform) deliverPokes(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case fn := <-p.pokes:
+			p.scaler.Poke(ctx, time.Now(), fn[0], fn[1], 1)
+		}
+	}
 }
 
 // reportBuffered tells the autoscaler every second how many requests wait

@@ -344,3 +344,34 @@ func TestManifestChanges(t *testing.T) {
 		return code == 404
 	})
 }
+
+// A crash under load is noticed at once: the dead instance leaves the
+// activator's set (no stream of 502s until a timeout), a new one starts,
+// and the platform keeps answering, its admin API too.
+func TestCrashUnderLoad(t *testing.T) {
+	p := startPlatform(t, manifest("one", oneFn))
+	p.waitFor("a ready instance", 30*time.Second, func() bool { return p.status("one").Ready == 1 })
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	var okAfter atomic.Int64
+	var crashed atomic.Bool
+	for range 8 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if code, _, _ := p.invoke("one", "sleep=0.005"); code == 200 && crashed.Load() {
+					okAfter.Add(1)
+				}
+			}
+		})
+	}
+	if code, _, _ := p.invoke("one", "crash"); code == 200 {
+		t.Fatal("crash request answered 200")
+	}
+	crashed.Store(true)
+	p.waitFor("the crash counted and requests served again", 30*time.Second, func() bool {
+		return p.status("one").Crashes >= 1 && okAfter.Load() > 10
+	})
+	stop()
+}

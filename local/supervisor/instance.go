@@ -50,6 +50,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error
 		s.opts.Log.Debug("instance ready", "instance", name, "after", startup)
 		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin}, qp.srv.Gatherer(), startup)
 	case <-proc.exited:
+		signalGroup(proc.cmd.Process.Pid, killSignal) // what it left behind
 		qp.stop()
 		return fmt.Errorf("process exited before it was ready: %w%s", proc.err, out.tail())
 	case <-timeout.C:
@@ -63,6 +64,11 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error
 	}
 	select {
 	case <-proc.exited:
+		// Out of the activator's set first: the queue-proxy's drain then
+		// ends as soon as the requests at the dead process have failed,
+		// instead of serving 502s until its timeout.
+		s.notReady(spec.Namespace, spec.Name, in)
+		signalGroup(proc.cmd.Process.Pid, killSignal)
 		qp.stop()
 		return fmt.Errorf("process exited: %w%s", proc.err, out.tail())
 	case <-ctx.Done():
@@ -95,6 +101,9 @@ func startProcess(spec Function, port int, out *output) (*process, error) {
 	cmd.Dir = spec.Process.Dir
 	cmd.Env = append(append(append(os.Environ(), spec.Process.Env...), spec.Env...), "PORT="+strconv.Itoa(port))
 	cmd.Stdout, cmd.Stderr = out, out
+	// A child the process left holding its output must not delay the
+	// news of its exit.
+	cmd.WaitDelay = time.Second
 	cmd.SysProcAttr = procAttr()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Process.Path, err)

@@ -308,6 +308,17 @@ func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoi
 	s.reconcile(f) // old generations may retire now
 }
 
+// notReady takes an instance whose process died out of the ready set at
+// once; exited records the crash once its queue-proxy has stopped.
+func (s *Supervisor) notReady(namespace, name string, in *instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f := s.fns[key(namespace, name)]; f != nil && in.ready {
+		in.ready = false
+		s.changed(f)
+	}
+}
+
 func (s *Supervisor) changed(f *function) {
 	var ready []Endpoint
 	for _, in := range f.insts {
