@@ -37,7 +37,7 @@ func (g gatherer) Gather() ([]*dto.MetricFamily, error) {
 	for _, im := range g.instances() {
 		ifams, err := im.Gatherer.Gather()
 		if err != nil {
-			return fams, err
+			continue // one instance's trouble must not cost the whole page
 		}
 		for _, f := range ifams {
 			if !strings.HasPrefix(f.GetName(), queueProxyPrefix) {
