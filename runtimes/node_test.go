@@ -75,30 +75,10 @@ func TestNodeLoadFailures(t *testing.T) {
 		"index.js":  "exports.handle = (e) => e;\n",
 		"broken.js": "require('not-a-module-anywhere');\n",
 	})
-	cases := []struct {
-		handler string
-		want    []string
-	}{
+	scriptLoadFailures(t, v1alpha1.RuntimeNode, dir, []scriptLoadFailure{
 		{"index.missing", []string{`module "index" has no function "missing" (handler index.missing)`}},
 		{"broken.handle", []string{"Cannot find module 'not-a-module-anywhere'", `cannot load module "broken" of handler broken.handle from ` + dir}},
-	}
-	for _, c := range cases {
-		t.Run(c.handler, func(t *testing.T) {
-			p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimeNode, Dir: dir, Handler: c.handler}, t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			inst := scriptLaunch(t, p)
-			if code := inst.scriptExit(t); code != 1 {
-				t.Errorf("exit code = %d, want 1", code)
-			}
-			for _, want := range c.want {
-				if out := inst.output.String(); !strings.Contains(out, want) {
-					t.Errorf("output does not contain %q:\n%s", want, out)
-				}
-			}
-		})
-	}
+	})
 }
 
 // TestNodePackagesInstalled installs is-number from the npm registry,

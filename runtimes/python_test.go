@@ -97,30 +97,10 @@ func TestPythonLoadFailures(t *testing.T) {
 		"main.py":   "def handle(event):\n    return event\n",
 		"broken.py": "import not_a_module_anywhere\n",
 	})
-	cases := []struct {
-		handler string
-		want    []string
-	}{
+	scriptLoadFailures(t, v1alpha1.RuntimePython, dir, []scriptLoadFailure{
 		{"main.missing", []string{"module 'main' (" + filepath.Join(dir, "main.py") + ") has no function 'missing'"}},
 		{"broken.handle", []string{"No module named 'not_a_module_anywhere'", "cannot import module 'broken' of handler broken.handle from " + dir}},
-	}
-	for _, c := range cases {
-		t.Run(c.handler, func(t *testing.T) {
-			p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir, Handler: c.handler}, t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			inst := scriptLaunch(t, p)
-			if code := inst.scriptExit(t); code != 1 {
-				t.Errorf("exit code = %d, want 1", code)
-			}
-			for _, want := range c.want {
-				if out := inst.output.String(); !strings.Contains(out, want) {
-					t.Errorf("output does not contain %q:\n%s", want, out)
-				}
-			}
-		})
-	}
+	})
 }
 
 // TestPythonRequirementsFailure checks that a failed pip install is an

@@ -416,3 +416,33 @@ func TestScriptRuntimeFiles(t *testing.T) {
 		})
 	}
 }
+
+// scriptLoadFailure is a handler that cannot be loaded and what the
+// process must say about it.
+type scriptLoadFailure struct {
+	handler string
+	want    []string
+}
+
+// scriptLoadFailures checks that each handler ends the process with exit
+// code 1 and a message naming what is wrong.
+func scriptLoadFailures(t *testing.T, rt v1alpha1.Runtime, dir string, cases []scriptLoadFailure) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.handler, func(t *testing.T) {
+			p, _, err := scriptPrepare(t, Source{Runtime: rt, Dir: dir, Handler: c.handler}, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := scriptLaunch(t, p)
+			if code := inst.scriptExit(t); code != 1 {
+				t.Errorf("exit code = %d, want 1", code)
+			}
+			for _, want := range c.want {
+				if out := inst.output.String(); !strings.Contains(out, want) {
+					t.Errorf("output does not contain %q:\n%s", want, out)
+				}
+			}
+		})
+	}
+}
