@@ -70,17 +70,7 @@ func TestActivatorCommand(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, `"name":"hi"`) {
 		t.Errorf("/v1/functions: %d %s", code, body)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("activator exited with %v, want 0", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("activator did not exit after SIGTERM")
-	}
+	stopAndWait(t, "activator", cmd, exited, syscall.SIGTERM, 15*time.Second)
 }
 
 func fetch(t *testing.T, url, token string) (int, string) {

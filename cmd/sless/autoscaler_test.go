@@ -250,17 +250,7 @@ func (p *autoscalerProcess) demand(t *testing.T, buffered int) {
 
 func (p *autoscalerProcess) stop(t *testing.T) {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-p.exited:
-		if err != nil {
-			t.Errorf("autoscaler exited with %v, want 0", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("autoscaler did not exit after SIGTERM")
-	}
+	stopAndWait(t, "autoscaler", p.cmd, p.exited, syscall.SIGTERM, 30*time.Second)
 }
 
 func metricSpec(p *autoscalerProcess) codes.Code {

@@ -118,15 +118,5 @@ func TestControllerCommand(t *testing.T) {
 		t.Errorf("/metrics: %d, want reconcile counts and the leader status:\n%s", code, body)
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("controller exited with %v, want 0", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("controller did not exit after SIGTERM")
-	}
+	stopAndWait(t, "controller", cmd, exited, syscall.SIGTERM, 30*time.Second)
 }

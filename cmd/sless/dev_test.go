@@ -99,17 +99,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // Ctrl-C drains and stops every instance, and sless dev exits 0.
 func TestDevInterruptLeavesNoProcess(t *testing.T) {
 	cmd, exited, cacheDir := startDev(t)
-	if err := cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("sless dev exited with %v after Ctrl-C, want 0", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("sless dev did not exit after Ctrl-C")
-	}
+	stopAndWait(t, "sless dev", cmd, exited, os.Interrupt, 30*time.Second)
 	if pids := processesUsing(cacheDir); len(pids) > 0 {
 		t.Errorf("processes left after sless dev exited: %v", pids)
 	}

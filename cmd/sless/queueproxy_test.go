@@ -84,14 +84,7 @@ func TestQueueProxyCommandDrainsOnSIGTERM(t *testing.T) {
 	if code := <-inFlight; code != http.StatusOK {
 		t.Errorf("request in flight at SIGTERM got %d, want 200", code)
 	}
-	select {
-	case err := <-exited:
-		if err != nil {
-			t.Errorf("queue-proxy exited with %v, want 0", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("queue-proxy did not exit after draining")
-	}
+	waitExit(t, "queue-proxy", exited, 15*time.Second)
 }
 
 func waitStatus(t *testing.T, url string, want int) {
@@ -107,5 +100,29 @@ func waitStatus(t *testing.T, url string, want int) {
 			t.Fatalf("%s never answered %d", url, want)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stopAndWait sends sig to a real sless process and waits, up to within,
+// for it to exit 0.
+func stopAndWait(t *testing.T, what string, cmd *exec.Cmd, exited <-chan error, sig os.Signal, within time.Duration) {
+	t.Helper()
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, what, exited, within)
+}
+
+// waitExit waits, up to within, for a real sless process, stopped, to
+// exit 0.
+func waitExit(t *testing.T, what string, exited <-chan error, within time.Duration) {
+	t.Helper()
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Errorf("%s exited with %v, want 0", what, err)
+		}
+	case <-time.After(within):
+		t.Fatalf("%s did not exit within %s of being stopped", what, within)
 	}
 }
