@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -87,29 +86,11 @@ func goPrepare(t *testing.T, dir, handler, name, cacheDir string) (Process, stri
 	return p, progress.String(), err
 }
 
-// goLockedBuffer collects a process's stderr while tests read it.
-type goLockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *goLockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *goLockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // goInstance is a started function process.
 type goInstance struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *goLockedBuffer
+	stderr *lockedBuffer
 	exited chan error
 }
 
@@ -126,7 +107,7 @@ func goStart(t *testing.T, p Process) *goInstance {
 	inst := &goInstance{
 		cmd:    exec.Command(p.Path, p.Args...),
 		url:    "http://127.0.0.1:" + strconv.Itoa(port),
-		stderr: &goLockedBuffer{},
+		stderr: &lockedBuffer{},
 		exited: make(chan error, 1),
 	}
 	inst.cmd.Dir = p.Dir

@@ -70,19 +70,19 @@ func scriptPrepare(t *testing.T, src Source, cacheDir string) (Process, string, 
 	return p, progress.String(), err
 }
 
-// scriptOutput collects a process's stdout and stderr.
-type scriptOutput struct {
+// lockedBuffer collects a process's output while tests read it.
+type lockedBuffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (o *scriptOutput) Write(p []byte) (int, error) {
+func (o *lockedBuffer) Write(p []byte) (int, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.buf.Write(p)
 }
 
-func (o *scriptOutput) String() string {
+func (o *lockedBuffer) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.buf.String()
@@ -91,7 +91,7 @@ func (o *scriptOutput) String() string {
 // scriptInstance is a started runtime process.
 type scriptInstance struct {
 	url    string
-	output *scriptOutput
+	output *lockedBuffer
 	exited chan struct{} // closed when the process has exited
 	err    error         // Wait's result, set before exited closes
 }
@@ -111,7 +111,7 @@ func scriptLaunch(t *testing.T, p Process) *scriptInstance {
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Dir = p.Dir
 	cmd.Env = append(append(os.Environ(), p.Env...), "PORT="+strconv.Itoa(port))
-	inst := &scriptInstance{url: "http://127.0.0.1:" + strconv.Itoa(port), output: &scriptOutput{}, exited: make(chan struct{})}
+	inst := &scriptInstance{url: "http://127.0.0.1:" + strconv.Itoa(port), output: &lockedBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = inst.output, inst.output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
