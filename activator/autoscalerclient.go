@@ -107,6 +107,16 @@ type BufferedSource interface {
 // 0 when they are gone.
 func (p *AutoscalerClient) ReportBuffered(ctx context.Context, src BufferedSource, interval time.Duration) {
 	p.once.Do(p.init)
+	ReportBuffered(ctx, src, interval, func(namespace, name string, n int) {
+		p.post(ctx, "/v1/buffered", map[string]any{"namespace": namespace, "name": name, "count": n})
+	})
+}
+
+// ReportBuffered reads src every interval until ctx ends and reports each
+// function with requests waiting, and once more with 0 when they are
+// gone: how an autoscaler learns the activator's buffered load, over the
+// network or in process.
+func ReportBuffered(ctx context.Context, src BufferedSource, interval time.Duration, report func(namespace, name string, n int)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var last map[string]int
@@ -118,18 +128,15 @@ func (p *AutoscalerClient) ReportBuffered(ctx context.Context, src BufferedSourc
 		}
 		now := src.Buffered()
 		for key, n := range now {
-			p.postBuffered(ctx, key, n)
+			ns, name, _ := strings.Cut(key, "/")
+			report(ns, name, n)
 		}
 		for key := range last {
 			if _, still := now[key]; !still {
-				p.postBuffered(ctx, key, 0)
+				ns, name, _ := strings.Cut(key, "/")
+				report(ns, name, 0)
 			}
 		}
 		last = now
 	}
-}
-
-func (p *AutoscalerClient) postBuffered(ctx context.Context, key string, n int) {
-	ns, name, _ := strings.Cut(key, "/")
-	p.post(ctx, "/v1/buffered", map[string]any{"namespace": ns, "name": name, "count": n})
 }

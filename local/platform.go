@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
-	"strings"
 	"sync"
 	"time"
 
@@ -122,7 +121,9 @@ func (p *Platform) Run(ctx context.Context) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(ctx, p.serving, p.admin) }()
 	go p.scaler.Run(bg)
-	go p.reportBuffered(bg)
+	// The activator's waiting requests reach the autoscaler every second,
+	// as activators report them over the network on Kubernetes.
+	go activator.ReportBuffered(bg, p.act, time.Second, p.scaler.SetBuffered)
 	go p.deliverPokes(bg)
 
 	p.sync(ctx)
@@ -318,33 +319,6 @@ func (p *Platform) deliverPokes(ctx context.Context) {
 		case fn := <-p.pokes:
 			p.scaler.Poke(ctx, time.Now(), fn[0], fn[1], 1)
 		}
-	}
-}
-
-// reportBuffered tells the autoscaler every second how many requests wait
-// in the activator, as activators do over the network on Kubernetes.
-func (p *Platform) reportBuffered(ctx context.Context) {
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	var last map[string]int
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		now := p.act.Buffered()
-		for key, n := range now {
-			ns, name, _ := strings.Cut(key, "/")
-			p.scaler.SetBuffered(ns, name, n)
-		}
-		for key := range last {
-			if _, still := now[key]; !still {
-				ns, name, _ := strings.Cut(key, "/")
-				p.scaler.SetBuffered(ns, name, 0)
-			}
-		}
-		last = now
 	}
 }
 
