@@ -137,6 +137,11 @@ func (s *Supervisor) Set(fn Function) {
 		f = &function{spec: fn}
 		s.fns[key(fn.Namespace, fn.Name)] = f
 	case f.removed || !reflect.DeepEqual(f.spec, fn):
+		if f.removed {
+			// Added back while its instances drain: it starts from zero
+			// like a new function, since the autoscaler forgot it too.
+			f.desired = 0
+		}
 		f.spec, f.removed = fn, false
 		f.gen++
 		f.failures, f.notBefore = 0, time.Time{}

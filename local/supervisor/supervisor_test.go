@@ -236,6 +236,25 @@ func TestRemoveAndShutdown(t *testing.T) {
 	}
 }
 
+// A function added back while its removed instances drain starts from
+// zero, as a new one does: the autoscaler, which forgot it, scales it.
+func TestReAddedStartsFromZero(t *testing.T) {
+	s, rec := start(t)
+	s.Set(testFunction())
+	_, _ = s.Scale(context.Background(), "test", "fn", 2)
+	rec.waitReady(t, 2)
+	s.Remove("test", "fn")
+	s.Set(testFunction())
+	if st := status(t, s); st.Desired != 0 || st.Starting != 0 {
+		t.Fatalf("status after re-adding %+v, want nothing desired or starting", st)
+	}
+	waitFor(t, "old instances stopped", func() bool { st := status(t, s); return st.Stopping+st.Starting+st.Ready == 0 })
+	if had, err := s.Scale(context.Background(), "test", "fn", 1); err != nil || had != 0 {
+		t.Fatalf("Scale = %d, %v; want 0, nil", had, err)
+	}
+	rec.waitReady(t, 1)
+}
+
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	for deadline := time.Now().Add(20 * time.Second); !cond(); {
