@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -428,6 +430,31 @@ func wantInstances(t *testing.T, h *harness, name string, want ...string) {
 			t.Fatalf("instances of %s = %q, want %q", name, got, want)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A watcher whose cache cannot list gives up after SyncTimeout and says
+// why, rather than keeping the Lease and scaling nothing.
+func TestRunFailsWhenForbidden(t *testing.T) {
+	cfg := rest.CopyConfig(controlplane.Start(t))
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rbac"}
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), nil, prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := kubewatch.New(cfg, a, nil, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.SyncTimeout = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = w.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "did not sync within 2s") || !strings.Contains(err.Error(), "ServiceAccount") {
+		t.Fatalf("Run = %v, want the sync timeout naming the ServiceAccount", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("Run returned only when the test's context ended")
 	}
 }
 

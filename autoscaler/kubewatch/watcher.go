@@ -43,11 +43,20 @@ type Watcher struct {
 	router *ReplicaRouter
 	log    *slog.Logger
 
+	// SyncTimeout bounds the first list of the watched objects. A cache
+	// that cannot list (its ServiceAccount lacks RBAC, or the API server
+	// is unreachable) would otherwise keep the leader waiting forever,
+	// holding the Lease and scaling nothing. Set before Run.
+	SyncTimeout time.Duration
+
 	// mu serialises what is pushed, so that of two reads of a function's
 	// EndpointSlices the later one is pushed last.
 	mu    sync.Mutex
 	known map[types.NamespacedName]autoscaler.Function
 }
+
+// DefaultSyncTimeout is the SyncTimeout of a new Watcher.
+const DefaultSyncTimeout = 2 * time.Minute
 
 // New returns a watcher using cfg to reach the API server. It caches the
 // Functions and only the EndpointSlices labelled FunctionLabel.
@@ -69,8 +78,20 @@ func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("autoscaler watch cache: %w", err)
 	}
-	return &Watcher{cache: c, target: target, router: router, log: log,
+	return &Watcher{cache: c, target: target, router: router, log: log, SyncTimeout: DefaultSyncTimeout,
 		known: map[types.NamespacedName]autoscaler.Function{}}, nil
+}
+
+// waitForSync waits for the cache's first lists, up to SyncTimeout. It
+// returns nil when ctx ends first: the caller is stopping.
+func (w *Watcher) waitForSync(ctx context.Context) error {
+	syncCtx, cancel := context.WithTimeout(ctx, w.SyncTimeout)
+	defer cancel()
+	if w.cache.WaitForCacheSync(syncCtx) || ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("autoscaler watch cache did not sync within %v: check that the autoscaler's "+
+		"ServiceAccount may list and watch functions.sless.dev, endpointslices and deployments", w.SyncTimeout)
 }
 
 // Deployments reads the functions' Deployments (labelled FunctionLabel)
@@ -97,8 +118,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.Error("autoscaler watch cache stopped", "err", err)
 		}
 	}()
-	if !w.cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("autoscaler watch cache did not sync")
+	if err := w.waitForSync(ctx); err != nil {
+		return err
 	}
 	// The handlers come after the sync, so that a function's instances
 	// are read from a complete cache when the function is first pushed.
