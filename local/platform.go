@@ -46,7 +46,14 @@ type Options struct {
 	AdminToken string
 	// Drain bounds the drain of requests and instances at shutdown.
 	Drain time.Duration
+	// InstallRetry is the first wait before a function whose dependencies
+	// failed to install is prepared again with the same source; the wait
+	// doubles with each failure, up to maxInstallRetry.
+	InstallRetry time.Duration
 }
+
+// maxInstallRetry bounds the wait between retries of a failed install.
+const maxInstallRetry = 5 * time.Minute
 
 // Platform is a running local platform.
 type Platform struct {
@@ -72,6 +79,15 @@ type entry struct {
 	scaling     autoscaler.Function
 	running     bool   // handed to the supervisor
 	err         string // the last build error
+	// installFailures counts the failed installs of this fingerprint in
+	// a row; retryAt is when to try again, zero when there is no retry.
+	installFailures int
+	retryAt         time.Time
+}
+
+// due reports whether e, at fingerprint fp, needs preparing at now.
+func (e *entry) due(fp string, now time.Time) bool {
+	return e == nil || e.fingerprint != fp || !e.retryAt.IsZero() && !now.Before(e.retryAt)
 }
 
 // New binds the platform's ports and builds its parts; Run starts it.
@@ -84,6 +100,9 @@ func New(opts Options) (*Platform, error) {
 	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
+	}
+	if opts.InstallRetry == 0 {
+		opts.InstallRetry = 10 * time.Second
 	}
 	p := &Platform{opts: opts, reg: prometheus.NewRegistry(), records: invocation.NewRing(10_000), fns: map[string]*entry{}}
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -181,10 +200,9 @@ func (p *Platform) sync(ctx context.Context) {
 			continue
 		}
 		p.mu.Lock()
-		e := p.fns[fn.Key()]
-		unchanged := e != nil && e.fingerprint == fp
+		due := p.fns[fn.Key()].due(fp, time.Now())
 		p.mu.Unlock()
-		if !unchanged {
+		if due {
 			deploys.Go(func() {
 				slots <- struct{}{}
 				defer func() { <-slots }()
@@ -238,14 +256,24 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 		Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler(),
 	}, runtimes.Options{CacheDir: p.opts.CacheDir, Progress: p.opts.Out})
 	p.mu.Lock()
-	e.fn, e.fingerprint = fn, fp
+	if e.fingerprint != fp {
+		e.installFailures = 0
+	}
+	e.fn, e.fingerprint, e.retryAt = fn, fp, time.Time{}
 	if err != nil {
 		e.err = err.Error()
+		retry := ""
+		if _, ok := errors.AsType[*runtimes.InstallError](err); ok {
+			wait := min(p.opts.InstallRetry<<min(e.installFailures, 10), maxInstallRetry)
+			e.installFailures++
+			e.retryAt = time.Now().Add(wait)
+			retry = fmt.Sprintf(" (retrying in %v)", wait)
+		}
 		p.mu.Unlock()
-		fmt.Fprintf(p.opts.Out, "error: %s: %s: %v\n", fn.File, fn.Key(), err)
+		fmt.Fprintf(p.opts.Out, "error: %s: %s: %v%s\n", fn.File, fn.Key(), err, retry)
 		return
 	}
-	e.err = ""
+	e.err, e.installFailures = "", 0
 	scaling := autoscaler.FunctionFor(fn.Function)
 	rescale := !e.running || !reflect.DeepEqual(e.scaling, scaling)
 	e.running, e.scaling = true, scaling

@@ -1,8 +1,12 @@
 package local
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -107,12 +111,16 @@ func startPlatform(t *testing.T, manifests string) *platform {
 
 // runPlatform runs the platform on dir, with a cache of its own, until the
 // test ends, checking every poll for changes.
-func runPlatform(t *testing.T, dir string, poll time.Duration) *platform {
+func runPlatform(t *testing.T, dir string, poll time.Duration, set ...func(*Options)) *platform {
 	t.Helper()
 	out := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(out, nil))
-	p, err := New(Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
-		Out: out, Log: log, Poll: poll, Drain: 10 * time.Second})
+	opts := Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
+		Out: out, Log: log, Poll: poll, Drain: 10 * time.Second}
+	for _, f := range set {
+		f(&opts)
+	}
+	p, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -374,4 +382,66 @@ func TestCrashUnderLoad(t *testing.T) {
 		return p.status("one").Crashes >= 1 && okAfter.Load() > 10
 	})
 	stop()
+}
+
+// A function whose dependencies failed to install (as when the registry is
+// unreachable; here a package tarball that is not there yet) is prepared
+// again with the same source after a wait, and serves once they install.
+func TestFailedInstallIsRetried(t *testing.T) {
+	requireTools(t, "node", "npm")
+	dir, dep := t.TempDir(), filepath.Join(t.TempDir(), "dep.tgz")
+	if err := os.MkdirAll(filepath.Join(dir, "fn"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "fn", "package.json"),
+		fmt.Sprintf(`{"name": "fn", "version": "1.0.0", "dependencies": {"dep": "file:%s"}}`, dep))
+	write(t, filepath.Join(dir, "fn", "index.js"), `exports.handle = async () => ({greeting: require("dep").greeting});`)
+	write(t, filepath.Join(dir, "functions.yaml"), `apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: needs-dep}
+spec: {runtime: node, source: ./fn, handler: index.handle}
+`)
+	p := runPlatform(t, dir, 50*time.Millisecond, func(o *Options) { o.InstallRetry = 100 * time.Millisecond })
+	p.waitFor("the install to fail", time.Minute, func() bool { return strings.Contains(p.out.String(), "(retrying in 100ms)") })
+
+	writePackage(t, dep, map[string]string{
+		"package.json": `{"name": "dep", "version": "1.0.0", "main": "index.js"}`,
+		"index.js":     `exports.greeting = "hi";`,
+	})
+	p.waitFor("the function to serve", 2*time.Minute, func() bool {
+		resp, err := p.client.Get("http://" + p.Addr() + "/fn/default/needs-dep")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && strings.Contains(string(body), `"greeting":"hi"`)
+	})
+}
+
+// writePackage writes an npm package tarball holding files.
+func writePackage(t *testing.T, path string, files map[string]string) {
+	t.Helper()
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for name, content := range files {
+		hdr := &tar.Header{Name: "package/" + name, Mode: 0o644, Size: int64(len(content)), ModTime: time.Now()}
+		if err := tw.WriteHeader(hdr); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(content)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := errors.Join(tw.Close(), gz.Close()); err != nil {
+		t.Fatal(err)
+	}
+	// Written aside and renamed, so that npm never reads half a tarball.
+	if err := os.WriteFile(path+".tmp", buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -110,6 +110,14 @@ func scriptHash(parts ...[]byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// InstallError is a failure of a function's package manager (npm, pip) to
+// install its dependencies. The registry may be unreachable for a while,
+// so unlike a compile error it is worth retrying with the same source.
+type InstallError struct{ Err error }
+
+func (e *InstallError) Error() string { return e.Err.Error() }
+func (e *InstallError) Unwrap() error { return e.Err }
+
 // scriptInstall makes dest (what, for progress lines) once: install runs
 // on an empty directory that is then renamed to dest, so an interrupted or
 // failed install is never taken for a cached one.
@@ -128,7 +136,7 @@ func scriptInstall(src Source, opts Options, what, dest string, install func(tmp
 	start := time.Now()
 	fmt.Fprintf(opts.Progress, "%s %s/%s: installing %s\n", src.Runtime, src.Namespace, src.Name, what)
 	if err := install(tmp); err != nil {
-		return err
+		return &InstallError{Err: err}
 	}
 	if err := os.Rename(tmp, dest); err != nil {
 		if _, statErr := os.Stat(dest); statErr != nil {
