@@ -39,7 +39,7 @@ test-unit:
 ## its simulation traces against plain Knative KPA (the tables in benchmarks/RESULTS.md)
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem ./queueproxy/ ./activator/
-	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless
+	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless -rounds 3
 	$(GO) test -run '^$$' -bench . -benchmem ./autoscaler/
 	$(GO) run ./benchmarks/cmd/bench-autoscaler
 
@@ -49,7 +49,7 @@ bench-coldstart:
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue
-	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless -knative bin/knative/queue
+	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless -knative bin/knative/queue -rounds 3
 
 bin/knative/queue: hack/knative/go.mod
 	cd hack/knative && $(GO) build -o $(CURDIR)/$@ knative.dev/serving/cmd/queue

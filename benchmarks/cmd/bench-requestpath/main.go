@@ -1,12 +1,16 @@
 // Command bench-requestpath measures what sless costs on the request path:
-// the same function process is loaded directly, through a real `sless
-// queue-proxy` process, and through an activator process in front of that
-// queue-proxy, in one run, at fixed rates and at maximum throughput, and
-// each is compared with the direct path. Given -knative, Knative
-// Serving's queue-proxy (built by `make knative-queue`) is measured the same
-// way beside it. It prints a Markdown table for benchmarks/RESULTS.md.
+// the same function process is loaded directly, through a plain TCP relay
+// process (the floor: what any extra process on the path costs on this
+// machine), through a real `sless queue-proxy` process, and through an
+// activator process in front of that queue-proxy, at fixed rates and at
+// maximum throughput, and each is compared with the direct path. Given
+// -knative, Knative Serving's queue-proxy (built by `make bench-knative`) is
+// measured the same way beside them. With -rounds N every path is measured
+// N times in turn and compared with the direct run of its own round, which
+// steadies the figures on a machine whose speed drifts. It prints a
+// Markdown table for benchmarks/RESULTS.md.
 //
-//	go run ./benchmarks/cmd/bench-requestpath -sless bin/sless [-knative bin/knative/queue]
+//	go run ./benchmarks/cmd/bench-requestpath -sless bin/sless [-knative bin/knative/queue] [-rounds 3]
 package main
 
 import (
@@ -21,7 +25,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +48,10 @@ func main() {
 		serveHello(port)
 		return
 	}
+	if ports := os.Getenv("BENCH_RELAY"); ports != "" {
+		serveRelay(ports)
+		return
+	}
 	if ports := os.Getenv("BENCH_ACTIVATOR"); ports != "" {
 		serveActivator(ports)
 		return
@@ -54,6 +64,8 @@ func main() {
 		connections = flag.Int("connections", 64, "connections for every scenario")
 		concurrency = flag.Int("concurrency", 0, "SLESS_CONCURRENCY of the queue-proxy (0 = unlimited)")
 		procs       = flag.Int("qp-gomaxprocs", 0, "GOMAXPROCS of the queue-proxy (0 = Go's default)")
+		rounds      = flag.Int("rounds", 1, "measurements of each path per scenario, taken in turn; the table shows medians")
+		only        = flag.String("only", "", "measure only the paths whose names match this regular expression (direct, the baseline, always runs)")
 		knative     = flag.String("knative", "", "Knative's queue-proxy binary, to measure beside sless's (it binds 8022, 9090, 9091)")
 	)
 	flag.Parse()
@@ -62,7 +74,7 @@ func main() {
 	if *procs > 0 {
 		qpEnv = append(qpEnv, "GOMAXPROCS="+strconv.Itoa(*procs))
 	}
-	if err := run(ctx, *slessBin, *knative, *duration, *warmup, *rates, *connections, *concurrency); err != nil {
+	if err := run(ctx, *slessBin, *knative, *only, *duration, *warmup, *rates, *connections, *concurrency, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-requestpath:", err)
 		os.Exit(1)
 	}
@@ -109,17 +121,49 @@ func serveActivator(ports string) {
 	os.Exit(1)
 }
 
+// serveRelay is the floor of any proxy process: "listen,target" ports, a
+// byte relay that knows nothing of HTTP, two goroutines per connection
+// copying each way. What it adds to the direct path is what one more
+// process on the path costs on this machine, before any proxy logic.
+func serveRelay(ports string) {
+	p := strings.Split(ports, ",")
+	ln, err := net.Listen("tcp", "127.0.0.1:"+p[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		go relay(c, "127.0.0.1:"+p[1])
+	}
+}
+
+func relay(c net.Conn, target string) {
+	defer c.Close()
+	up, err := net.Dial("tcp", target)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+	_, _ = io.Copy(c, up)
+}
+
 type nopPoker struct{}
 
 func (nopPoker) Poke(string, string) {}
 
-func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time.Duration, rateList string, conns, concurrency int) error {
-	ports, err := freePorts(7)
+func run(ctx context.Context, slessBin, knativeBin, only string, duration, warmup time.Duration, rateList string, conns, concurrency, rounds int) error {
+	ports, err := freePorts(8)
 	if err != nil {
 		return err
 	}
 	userPort, servingPort, adminPort, knServingPort, knTLSPort := ports[0], ports[1], ports[2], ports[3], ports[4]
-	actPort, actAdminPort := ports[5], ports[6]
+	actPort, actAdminPort, relayPort := ports[5], ports[6], ports[7]
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -141,9 +185,14 @@ func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time
 	act.Env = append(os.Environ(), fmt.Sprintf("BENCH_ACTIVATOR=%d,%d,%d", actPort, actAdminPort, servingPort))
 	act.Env = append(act.Env, qpEnv...)
 	act.Stderr = os.Stderr
-	procs := []*exec.Cmd{hello, qp, act}
+	rel := exec.Command(self)
+	rel.Env = append(os.Environ(), fmt.Sprintf("BENCH_RELAY=%d,%d", relayPort, userPort))
+	rel.Env = append(rel.Env, qpEnv...)
+	rel.Stderr = os.Stderr
+	procs := []*exec.Cmd{hello, qp, act, rel}
 	paths := []path{
 		{name: "direct", url: fmt.Sprintf("http://127.0.0.1:%d/", userPort)},
+		{name: "TCP relay (floor)", url: fmt.Sprintf("http://127.0.0.1:%d/", relayPort), proc: rel},
 		{name: "sless queue-proxy", url: fmt.Sprintf("http://127.0.0.1:%d/", servingPort), proc: qp},
 		{name: "sless activator + queue-proxy", url: fmt.Sprintf("http://127.0.0.1:%d/fn/bench/bench/", actPort), proc: act, also: qp},
 	}
@@ -181,23 +230,19 @@ func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time
 			return err
 		}
 	}
-	fmt.Printf("request-path benchmark: %s, %d connections, %v per path after %v warm-up, concurrency %d, %d CPUs\n\n",
-		time.Now().UTC().Format(time.DateOnly), conns, duration, warmup, concurrency, runtime.NumCPU())
+	onlyRE, err := regexp.Compile(only)
+	if err != nil {
+		return fmt.Errorf("-only: %w", err)
+	}
+	paths = slices.DeleteFunc(paths, func(p path) bool { return p.proc != nil && !onlyRE.MatchString(p.name) })
+	scenarios, err := parseRates(rateList)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("request-path benchmark: %s, %d connections, %v per path after %v warm-up, %d rounds, concurrency %d, %d CPUs\n\n",
+		time.Now().UTC().Format(time.DateOnly), conns, duration, warmup, rounds, concurrency, runtime.NumCPU())
 	fmt.Println("| scenario | path | throughput (req/s) | p50 | p90 | p99 | errors | proxies' CPU per request |")
 	fmt.Println("|---|---|---|---|---|---|---|---|")
-
-	var scenarios []float64
-	for _, s := range strings.Split(rateList, ",") {
-		if strings.TrimSpace(s) == "" {
-			continue
-		}
-		r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
-		if err != nil {
-			return fmt.Errorf("-rates: %w", err)
-		}
-		scenarios = append(scenarios, r)
-	}
-	scenarios = append(scenarios, 0) // maximum throughput, closed loop
 	var summary []string
 	for _, rate := range scenarios {
 		name := "max throughput"
@@ -205,26 +250,120 @@ func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time
 			name = fmt.Sprintf("%.0f req/s", rate)
 		}
 		o := loadgen.Options{Rate: rate, Connections: conns, Duration: duration, Warmup: warmup}
-		var base loadgen.Result
+		runs, err := measureRounds(ctx, paths, o, rounds)
+		if err != nil {
+			return err
+		}
 		for i, p := range paths {
-			r, cpu, err := p.measure(ctx, o)
-			if err != nil {
-				return err
+			row(name, p.name, runs[i])
+			if i > 0 {
+				summary = append(summary, compare(name, p.name, runs[i], runs[0]))
 			}
-			row(name, p.name, r, cpu)
-			if i == 0 {
-				base = r
-				continue
-			}
-			summary = append(summary, fmt.Sprintf("- %s, %s: throughput ratio %.2f; added latency p50 %s, p90 %s, p99 %s",
-				name, p.name, r.Throughput/base.Throughput, diff(r.Latency.P50, base.Latency.P50),
-				diff(r.Latency.P90, base.Latency.P90), diff(r.Latency.P99, base.Latency.P99)))
 		}
 	}
 	fmt.Println()
 	fmt.Println(strings.Join(summary, "\n"))
 	return nil
 }
+
+// parseRates turns -rates into the scenarios: each fixed rate, then 0 for
+// maximum throughput.
+func parseRates(list string) ([]float64, error) {
+	var rates []float64
+	for _, s := range strings.Split(list, ",") {
+		if strings.TrimSpace(s) == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil || r <= 0 {
+			return nil, fmt.Errorf("-rates: %q is not a positive rate", s)
+		}
+		rates = append(rates, r)
+	}
+	return append(rates, 0), nil
+}
+
+// sample is one measurement of one path.
+type sample struct {
+	loadgen.Result
+	cpu time.Duration // the proxies' CPU time per request; 0 for direct
+}
+
+// measureRounds measures every path rounds times, taking the paths in turn
+// within each round, so that each proxied run has a direct run minutes, not
+// an hour, away: on a shared VM the machine's speed drifts between them.
+// It returns the runs by path, then by round.
+func measureRounds(ctx context.Context, paths []path, o loadgen.Options, rounds int) ([][]sample, error) {
+	runs := make([][]sample, len(paths))
+	for range rounds {
+		for i, p := range paths {
+			r, err := p.measure(ctx, o)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", p.name, err)
+			}
+			runs[i] = append(runs[i], r)
+		}
+	}
+	return runs, nil
+}
+
+// row prints the medians over the rounds of one path.
+func row(scenario, path string, runs []sample) {
+	var errs int64
+	for _, r := range runs {
+		errs += r.Errors + r.Requests - r.Codes[200]
+	}
+	cpu := ""
+	if c := median(runs, func(r sample) float64 { return float64(r.cpu) }); c > 0 {
+		cpu = fmt.Sprintf("%.1f µs", c/1e3)
+	}
+	fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %d | %s |\n", scenario, path,
+		median(runs, func(r sample) float64 { return r.Throughput }),
+		ms(median(runs, p50)), ms(median(runs, p90)), ms(median(runs, p99)), errs, cpu)
+}
+
+// compare summarises a path against the direct runs of the same rounds:
+// the median over the rounds of each round's ratio and differences, with
+// their range when there are several rounds.
+func compare(scenario, path string, runs, direct []sample) string {
+	paired := func(f func(r, d sample) float64, format func(float64) string) string {
+		vals := make([]float64, len(runs))
+		for i := range runs {
+			vals[i] = f(runs[i], direct[i])
+		}
+		slices.Sort(vals)
+		s := format(vals[len(vals)/2])
+		if len(vals) > 1 {
+			s += fmt.Sprintf(" (%s to %s)", format(vals[0]), format(vals[len(vals)-1]))
+		}
+		return s
+	}
+	ratio := func(v float64) string { return fmt.Sprintf("%.2f", v) }
+	added := func(pct func(sample) float64) func(r, d sample) float64 {
+		return func(r, d sample) float64 { return pct(r) - pct(d) }
+	}
+	return fmt.Sprintf("- %s, %s: throughput ratio %s; added latency p50 %s, p90 %s, p99 %s", scenario, path,
+		paired(func(r, d sample) float64 { return r.Throughput / d.Throughput }, ratio),
+		paired(added(p50), diff), paired(added(p90), diff), paired(added(p99), diff))
+}
+
+func p50(r sample) float64 { return float64(r.Latency.P50) }
+func p90(r sample) float64 { return float64(r.Latency.P90) }
+func p99(r sample) float64 { return float64(r.Latency.P99) }
+
+// median is the middle of f over runs (the upper middle of an even count).
+func median(runs []sample, f func(sample) float64) float64 {
+	vals := make([]float64, len(runs))
+	for i, r := range runs {
+		vals[i] = f(r)
+	}
+	slices.Sort(vals)
+	return vals[len(vals)/2]
+}
+
+func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
+
+func diff(ns float64) string { return fmt.Sprintf("%+.3f ms", ns/1e6) }
 
 // path is one way to the function: direct, or through a proxy process.
 type path struct {
@@ -236,26 +375,26 @@ type path struct {
 
 // measure runs the load against the path and returns the proxy's CPU time
 // per request, counting the warm-up requests in.
-func (p path) measure(ctx context.Context, o loadgen.Options) (loadgen.Result, string, error) {
+func (p path) measure(ctx context.Context, o loadgen.Options) (sample, error) {
 	o.URL = p.url
 	if p.proc == nil {
 		r, err := loadgen.Run(ctx, o)
-		return r, "", err
+		return sample{Result: r}, err
 	}
 	cpu0, err := p.cpuTime()
 	if err != nil {
-		return loadgen.Result{}, "", err
+		return sample{}, err
 	}
 	r, err := loadgen.Run(ctx, o)
 	if err != nil {
-		return r, "", err
+		return sample{}, err
 	}
 	cpu1, err := p.cpuTime()
 	if err != nil {
-		return r, "", err
+		return sample{}, err
 	}
 	total := float64(r.Requests) * float64(o.Duration+o.Warmup) / float64(o.Duration)
-	return r, fmt.Sprintf("%.1f µs", float64(cpu1-cpu0)/total/1e3), nil
+	return sample{Result: r, cpu: time.Duration(float64(cpu1-cpu0) / total)}, nil
 }
 
 // cpuTime is the CPU time of the path's proxies.
@@ -267,15 +406,6 @@ func (p path) cpuTime() (time.Duration, error) {
 	t2, err := cpuTime(p.also.Process.Pid)
 	return t + t2, err
 }
-
-func row(scenario, path string, r loadgen.Result, cpu string) {
-	fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %d | %s |\n", scenario, path, r.Throughput,
-		ms(r.Latency.P50), ms(r.Latency.P90), ms(r.Latency.P99), r.Errors+r.Requests-r.Codes[200], cpu)
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.3f ms", float64(d)/1e6) }
-
-func diff(a, b time.Duration) string { return fmt.Sprintf("%+.3f ms", float64(a-b)/1e6) }
 
 func waitReady(ctx context.Context, url string, header http.Header) error {
 	deadline := time.Now().Add(30 * time.Second)
