@@ -66,12 +66,16 @@ generate: $(TOOLS)/controller-gen
 verify: $(TOOLS)/controller-gen
 	hack/verify-generated.sh $(TOOLS)/controller-gen
 
-## lint: gofmt, go vet and staticcheck
+## lint: gofmt, go vet and staticcheck, on sless and on the samples that are modules of their own
 lint: $(TOOLS)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted >&2; exit 1; fi
 	$(GO) vet ./...
 	$(TOOLS)/staticcheck ./...
+	@# Samples with a go.mod of their own are modules apart from sless's.
+	for mod in $$(git ls-files 'config/samples/**/go.mod'); do \
+		(cd $$(dirname $$mod) && $(GO) vet ./... && $(TOOLS)/staticcheck ./...) || exit 1; \
+	done
 
 ## controlplane: kube-apiserver and etcd for envtest, built from Go modules
 controlplane: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/etcd
