@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"go/token"
 	"hash"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -67,6 +69,8 @@ func prepareGo(ctx context.Context, src Source, opts Options) (Process, error) {
 	entry := filepath.Join(cacheDir, key)
 	bin := filepath.Join(entry, goBinaryName(src.Name))
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+		now := time.Now()
+		_ = os.Chtimes(entry, now, now) // used: the last to be pruned
 		return Process{Path: bin, Dir: src.Dir}, nil
 	}
 	fmt.Fprintf(opts.Progress, "go %s/%s: building\n", src.Namespace, src.Name)
@@ -76,7 +80,54 @@ func prepareGo(ctx context.Context, src Source, opts Options) (Process, error) {
 		return fail(err)
 	}
 	fmt.Fprintf(opts.Progress, "go %s/%s: built in %s\n", src.Namespace, src.Name, time.Since(start).Round(100*time.Millisecond))
+	if err := pruneGoBuilds(cacheDir, src); err != nil {
+		fmt.Fprintf(opts.Progress, "go %s/%s: pruning older builds: %v\n", src.Namespace, src.Name, err)
+	}
 	return Process{Path: bin, Dir: src.Dir}, nil
+}
+
+// goKeptBuilds is how many builds of one function the cache keeps: the
+// newest and the ones used just before, so that undoing an edit starts
+// at once. Each build is a binary of several megabytes, one per edit.
+const goKeptBuilds = 3
+
+// goOwnerFile, in a build's entry, names the function it is a build of.
+const goOwnerFile = "function"
+
+func goOwner(src Source) string { return src.Namespace + "/" + src.Name }
+
+// pruneGoBuilds removes all but the goKeptBuilds most recently built or
+// used builds of src's function. An instance still running a removed
+// binary is not disturbed: its file lives on until the process exits.
+func pruneGoBuilds(cacheDir string, src Source) error {
+	entries, err := os.ReadDir(cacheDir)
+	if err != nil {
+		return err
+	}
+	type build struct {
+		path string
+		used time.Time
+	}
+	var builds []build
+	for _, e := range entries {
+		p := filepath.Join(cacheDir, e.Name())
+		owner, err := os.ReadFile(filepath.Join(p, goOwnerFile))
+		if err != nil || string(owner) != goOwner(src) {
+			continue // not a build of this function (or the sless package)
+		}
+		if fi, err := os.Stat(p); err == nil {
+			builds = append(builds, build{p, fi.ModTime()})
+		}
+	}
+	if len(builds) <= goKeptBuilds {
+		return nil
+	}
+	slices.SortFunc(builds, func(a, b build) int { return b.used.Compare(a.used) })
+	var errs []error
+	for _, b := range builds[goKeptBuilds:] {
+		errs = append(errs, os.RemoveAll(b.path))
+	}
+	return errors.Join(errs...)
 }
 
 // goBinaryName names the binary after the function, so that process

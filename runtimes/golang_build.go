@@ -111,6 +111,9 @@ func (b goBuild) run(ctx context.Context, entry, bin string) error {
 	if output, err := b.goCommand(ctx, modDir, append(args, ".")...); err != nil {
 		return b.explain(ctx, output, modDir, err)
 	}
+	if err := os.WriteFile(filepath.Join(out, goOwnerFile), []byte(goOwner(b.src)), 0o644); err != nil {
+		return fmt.Errorf("store binary: %w", err)
+	}
 	if err := os.Rename(out, entry); err != nil {
 		if _, statErr := os.Stat(bin); statErr == nil {
 			return nil // a concurrent build of the same source won

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -397,6 +398,38 @@ func goModuleCached(t *testing.T, moduleAtVersion string) bool {
 	}
 	_, err = os.Stat(filepath.Join(strings.TrimSpace(string(out)), moduleAtVersion))
 	return err == nil
+}
+
+// Each edit of a Go function is a new build of several megabytes: the
+// cache keeps the last few of each function and removes the older ones,
+// and leaves other functions' builds alone.
+func TestGoBuildsPruned(t *testing.T) {
+	t.Setenv("GOPROXY", "off")
+	echo := goSource(t, map[string]string{"handler.go": goEchoHandler})
+	other := goSource(t, map[string]string{"handler.go": goEchoHandler})
+	cacheDir := t.TempDir()
+	otherBuild, _, err := goPrepare(t, other, "Handle", "other", cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var builds []string
+	for i := range goKeptBuilds + 2 {
+		goWrite(t, filepath.Join(echo, "edit.go"), fmt.Sprintf("package echo\n\nconst edit = %d\n", i))
+		p, _, err := goPrepare(t, echo, "Handle", "echo", cacheDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		builds = append(builds, p.Path)
+	}
+	for i, bin := range builds {
+		_, err := os.Stat(bin)
+		if kept := i >= len(builds)-goKeptBuilds; kept != (err == nil) {
+			t.Errorf("build %d of %d: kept = %v, want %v (stat: %v)", i+1, len(builds), err == nil, kept, err)
+		}
+	}
+	if _, err := os.Stat(otherBuild.Path); err != nil {
+		t.Errorf("another function's build was removed: %v", err)
+	}
 }
 
 func TestGoBuildKey(t *testing.T) {
