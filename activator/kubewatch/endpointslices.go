@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,6 +28,17 @@ const FunctionLabel = "sless.dev/function"
 // Service; a slice without it is served on its first port.
 const ServingPortName = "http"
 
+// DefaultSyncTimeout bounds a watcher's first list. A watch that cannot
+// list (the ServiceAccount lacks RBAC, or the API server is out of reach)
+// would leave the activator waiting, unready, with nothing in its log; it
+// fails instead, naming what to check.
+const DefaultSyncTimeout = 2 * time.Minute
+
+// syncError is the error of a first list that did not complete in time.
+func syncError(what string, timeout time.Duration) error {
+	return fmt.Errorf("%s did not sync within %v: check that the activator's ServiceAccount may list and watch them", what, timeout)
+}
+
 // EndpointSink receives the ready instances of a function.
 type EndpointSink interface {
 	SetEndpoints(namespace, name string, addrs []string)
@@ -40,6 +52,9 @@ type Endpoints struct {
 	sink   EndpointSink
 	log    *slog.Logger
 	lister listers.EndpointSliceLister
+
+	// SyncTimeout bounds the first list (DefaultSyncTimeout); set before Run.
+	SyncTimeout time.Duration
 }
 
 // NewEndpoints returns a watcher using cfg to reach the API server.
@@ -48,7 +63,7 @@ func NewEndpoints(cfg *rest.Config, sink EndpointSink, log *slog.Logger) (*Endpo
 	if err != nil {
 		return nil, fmt.Errorf("endpointslices: %w", err)
 	}
-	return &Endpoints{client: client, sink: sink, log: log}, nil
+	return &Endpoints{client: client, sink: sink, log: log, SyncTimeout: DefaultSyncTimeout}, nil
 }
 
 // Run watches until ctx ends. It returns once the watch is set up and the
@@ -68,9 +83,14 @@ func (w *Endpoints) Run(ctx context.Context) error {
 		return fmt.Errorf("endpointslices: %w", err)
 	}
 	factory.Start(ctx.Done())
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+	syncCtx, cancel := context.WithTimeout(ctx, w.SyncTimeout)
+	defer cancel()
+	for _, ok := range factory.WaitForCacheSync(syncCtx.Done()) {
+		if !ok && ctx.Err() == nil {
+			return syncError("endpointslices", w.SyncTimeout)
+		}
 		if !ok {
-			return fmt.Errorf("endpointslices: %v did not sync", typ)
+			return fmt.Errorf("endpointslices: %w", ctx.Err())
 		}
 	}
 	return nil

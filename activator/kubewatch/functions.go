@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -27,6 +28,9 @@ type Functions struct {
 	cache cache.Cache
 	sink  FunctionSink
 	log   *slog.Logger
+
+	// SyncTimeout bounds the first list (DefaultSyncTimeout); set before Run.
+	SyncTimeout time.Duration
 }
 
 // NewFunctions returns a watcher of Functions using cfg to reach the API
@@ -40,7 +44,7 @@ func NewFunctions(cfg *rest.Config, sink FunctionSink, log *slog.Logger) (*Funct
 	if err != nil {
 		return nil, fmt.Errorf("functions cache: %w", err)
 	}
-	return &Functions{cache: c, sink: sink, log: log}, nil
+	return &Functions{cache: c, sink: sink, log: log, SyncTimeout: DefaultSyncTimeout}, nil
 }
 
 // Run starts the watch and returns once the Functions that exist have been
@@ -63,10 +67,15 @@ func (f *Functions) Run(ctx context.Context) error {
 			f.log.Error("functions cache stopped", "err", err)
 		}
 	}()
-	if !f.cache.WaitForCacheSync(ctx) {
-		return fmt.Errorf("functions cache did not sync")
+	syncCtx, cancel := context.WithTimeout(ctx, f.SyncTimeout)
+	defer cancel()
+	if f.cache.WaitForCacheSync(syncCtx) {
+		return nil
 	}
-	return nil
+	if ctx.Err() != nil {
+		return fmt.Errorf("functions: %w", ctx.Err())
+	}
+	return syncError("functions.sless.dev", f.SyncTimeout)
 }
 
 func (f *Functions) set(obj any) {

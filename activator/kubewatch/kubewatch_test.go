@@ -17,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"sless.dev/sless/activator"
@@ -231,4 +232,41 @@ func TestFunctionsAreServed(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "early to be gone", func() bool { fns := a.Functions(); return len(fns) == 1 && fns[0].Name == "nightly" })
+}
+
+// A watcher that cannot list gives up after its SyncTimeout and says what
+// to check, instead of leaving the activator unready and silent.
+func TestWatchFailsWhenForbidden(t *testing.T) {
+	cfg := rest.CopyConfig(controlplane.Start(t))
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rbac"}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := activator.New(activator.Config{}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns, err := kubewatch.NewFunctions(cfg, a, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, err := kubewatch.NewEndpoints(cfg, a, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fns.SyncTimeout, eps.SyncTimeout = 2*time.Second, 2*time.Second
+	for _, tc := range []struct {
+		name string
+		run  func(context.Context) error
+	}{{"functions.sless.dev", fns.Run}, {"endpointslices", eps.Run}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := tc.run(ctx)
+			if err == nil || !strings.Contains(err.Error(), tc.name+" did not sync within 2s") || !strings.Contains(err.Error(), "ServiceAccount") {
+				t.Fatalf("Run = %v, want the sync timeout naming %s and the ServiceAccount", err, tc.name)
+			}
+			if ctx.Err() != nil {
+				t.Fatal("Run returned only when the test's context ended")
+			}
+		})
+	}
 }
