@@ -63,7 +63,7 @@ func main() {
 		rates       = flag.String("rates", "1000,5000", "fixed rates (requests/s) to run open-loop")
 		connections = flag.Int("connections", 64, "connections for every scenario")
 		concurrency = flag.Int("concurrency", 0, "SLESS_CONCURRENCY of the queue-proxy (0 = unlimited)")
-		procs       = flag.Int("qp-gomaxprocs", 0, "GOMAXPROCS of the queue-proxy (0 = Go's default)")
+		procs       = flag.Int("qp-gomaxprocs", 0, "GOMAXPROCS of the proxy processes (0 = Go's default)")
 		rounds      = flag.Int("rounds", 1, "measurements of each path per scenario, taken in turn; the table shows medians")
 		only        = flag.String("only", "", "measure only the paths whose names match this regular expression (direct, the baseline, always runs)")
 		knative     = flag.String("knative", "", "Knative's queue-proxy binary, to measure beside sless's (it binds 8022, 9090, 9091)")
@@ -71,10 +71,19 @@ func main() {
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	onlyRE, err := regexp.Compile(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-requestpath: -only:", err)
+		os.Exit(2)
+	}
+	if *rounds < 1 {
+		fmt.Fprintln(os.Stderr, "bench-requestpath: -rounds must be at least 1")
+		os.Exit(2)
+	}
 	if *procs > 0 {
 		qpEnv = append(qpEnv, "GOMAXPROCS="+strconv.Itoa(*procs))
 	}
-	if err := run(ctx, *slessBin, *knative, *only, *duration, *warmup, *rates, *connections, *concurrency, *rounds); err != nil {
+	if err := run(ctx, *slessBin, *knative, onlyRE, *duration, *warmup, *rates, *connections, *concurrency, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-requestpath:", err)
 		os.Exit(1)
 	}
@@ -157,7 +166,7 @@ type nopPoker struct{}
 
 func (nopPoker) Poke(string, string) {}
 
-func run(ctx context.Context, slessBin, knativeBin, only string, duration, warmup time.Duration, rateList string, conns, concurrency, rounds int) error {
+func run(ctx context.Context, slessBin, knativeBin string, only *regexp.Regexp, duration, warmup time.Duration, rateList string, conns, concurrency, rounds int) error {
 	ports, err := freePorts(8)
 	if err != nil {
 		return err
@@ -230,11 +239,7 @@ func run(ctx context.Context, slessBin, knativeBin, only string, duration, warmu
 			return err
 		}
 	}
-	onlyRE, err := regexp.Compile(only)
-	if err != nil {
-		return fmt.Errorf("-only: %w", err)
-	}
-	paths = slices.DeleteFunc(paths, func(p path) bool { return p.proc != nil && !onlyRE.MatchString(p.name) })
+	paths = slices.DeleteFunc(paths, func(p path) bool { return p.proc != nil && !only.MatchString(p.name) })
 	scenarios, err := parseRates(rateList)
 	if err != nil {
 		return err
