@@ -82,13 +82,15 @@ func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logge
 		known: map[types.NamespacedName]autoscaler.Function{}}, nil
 }
 
-// waitForSync waits for the cache's first lists, up to SyncTimeout. It
-// returns nil when ctx ends first: the caller is stopping.
+// waitForSync waits for the cache's first lists, up to SyncTimeout.
 func (w *Watcher) waitForSync(ctx context.Context) error {
 	syncCtx, cancel := context.WithTimeout(ctx, w.SyncTimeout)
 	defer cancel()
-	if w.cache.WaitForCacheSync(syncCtx) || ctx.Err() != nil {
+	if w.cache.WaitForCacheSync(syncCtx) {
 		return nil
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("autoscaler watch: %w", ctx.Err())
 	}
 	return fmt.Errorf("autoscaler watch cache did not sync within %v: check that the autoscaler's "+
 		"ServiceAccount may list and watch functions.sless.dev, endpointslices and deployments", w.SyncTimeout)
