@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"sless.dev/sless/internal/cachesync"
 	"sless.dev/sless/internal/endpointslice"
 )
 
@@ -27,17 +28,6 @@ const FunctionLabel = "sless.dev/function"
 // ServingPortName names the queue-proxy's serving port in a function's
 // Service; a slice without it is served on its first port.
 const ServingPortName = "http"
-
-// DefaultSyncTimeout bounds a watcher's first list. A watch that cannot
-// list (the ServiceAccount lacks RBAC, or the API server is out of reach)
-// would leave the activator waiting, unready, with nothing in its log; it
-// fails instead, naming what to check.
-const DefaultSyncTimeout = 2 * time.Minute
-
-// syncError is the error of a first list that did not complete in time.
-func syncError(what string, timeout time.Duration) error {
-	return fmt.Errorf("%s did not sync within %v: check that the activator's ServiceAccount may list and watch them", what, timeout)
-}
 
 // EndpointSink receives the ready instances of a function.
 type EndpointSink interface {
@@ -53,7 +43,8 @@ type Endpoints struct {
 	log    *slog.Logger
 	lister listers.EndpointSliceLister
 
-	// SyncTimeout bounds the first list (DefaultSyncTimeout); set before Run.
+	// SyncTimeout bounds the first list (cachesync.DefaultTimeout); set
+	// before Run.
 	SyncTimeout time.Duration
 }
 
@@ -63,7 +54,7 @@ func NewEndpoints(cfg *rest.Config, sink EndpointSink, log *slog.Logger) (*Endpo
 	if err != nil {
 		return nil, fmt.Errorf("endpointslices: %w", err)
 	}
-	return &Endpoints{client: client, sink: sink, log: log, SyncTimeout: DefaultSyncTimeout}, nil
+	return &Endpoints{client: client, sink: sink, log: log, SyncTimeout: cachesync.DefaultTimeout}, nil
 }
 
 // Run watches until ctx ends. It returns once the watch is set up and the
@@ -83,17 +74,15 @@ func (w *Endpoints) Run(ctx context.Context) error {
 		return fmt.Errorf("endpointslices: %w", err)
 	}
 	factory.Start(ctx.Done())
-	syncCtx, cancel := context.WithTimeout(ctx, w.SyncTimeout)
-	defer cancel()
-	for _, ok := range factory.WaitForCacheSync(syncCtx.Done()) {
-		if !ok && ctx.Err() == nil {
-			return syncError("endpointslices", w.SyncTimeout)
+	synced := func(ctx context.Context) bool {
+		for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return false
+			}
 		}
-		if !ok {
-			return fmt.Errorf("endpointslices: %w", ctx.Err())
-		}
+		return true
 	}
-	return nil
+	return cachesync.Wait(ctx, w.SyncTimeout, synced, "activator", "endpointslices")
 }
 
 func (w *Endpoints) changed(obj any) {

@@ -13,6 +13,7 @@ import (
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/cachesync"
 )
 
 // FunctionSink receives the Functions to serve.
@@ -29,7 +30,8 @@ type Functions struct {
 	sink  FunctionSink
 	log   *slog.Logger
 
-	// SyncTimeout bounds the first list (DefaultSyncTimeout); set before Run.
+	// SyncTimeout bounds the first list (cachesync.DefaultTimeout); set
+	// before Run.
 	SyncTimeout time.Duration
 }
 
@@ -44,7 +46,7 @@ func NewFunctions(cfg *rest.Config, sink FunctionSink, log *slog.Logger) (*Funct
 	if err != nil {
 		return nil, fmt.Errorf("functions cache: %w", err)
 	}
-	return &Functions{cache: c, sink: sink, log: log, SyncTimeout: DefaultSyncTimeout}, nil
+	return &Functions{cache: c, sink: sink, log: log, SyncTimeout: cachesync.DefaultTimeout}, nil
 }
 
 // Run starts the watch and returns once the Functions that exist have been
@@ -67,15 +69,7 @@ func (f *Functions) Run(ctx context.Context) error {
 			f.log.Error("functions cache stopped", "err", err)
 		}
 	}()
-	syncCtx, cancel := context.WithTimeout(ctx, f.SyncTimeout)
-	defer cancel()
-	if f.cache.WaitForCacheSync(syncCtx) {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("functions: %w", ctx.Err())
-	}
-	return syncError("functions.sless.dev", f.SyncTimeout)
+	return cachesync.Wait(ctx, f.SyncTimeout, f.cache.WaitForCacheSync, "activator", "functions.sless.dev")
 }
 
 func (f *Functions) set(obj any) {

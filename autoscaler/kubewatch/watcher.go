@@ -24,6 +24,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/internal/cachesync"
 )
 
 // Target is what the watcher feeds: *autoscaler.Autoscaler.
@@ -55,9 +56,6 @@ type Watcher struct {
 	known map[types.NamespacedName]autoscaler.Function
 }
 
-// DefaultSyncTimeout is the SyncTimeout of a new Watcher.
-const DefaultSyncTimeout = 2 * time.Minute
-
 // New returns a watcher using cfg to reach the API server. It caches the
 // Functions and only the EndpointSlices labelled FunctionLabel.
 func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logger) (*Watcher, error) {
@@ -78,22 +76,8 @@ func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logge
 	if err != nil {
 		return nil, fmt.Errorf("autoscaler watch cache: %w", err)
 	}
-	return &Watcher{cache: c, target: target, router: router, log: log, SyncTimeout: DefaultSyncTimeout,
+	return &Watcher{cache: c, target: target, router: router, log: log, SyncTimeout: cachesync.DefaultTimeout,
 		known: map[types.NamespacedName]autoscaler.Function{}}, nil
-}
-
-// waitForSync waits for the cache's first lists, up to SyncTimeout.
-func (w *Watcher) waitForSync(ctx context.Context) error {
-	syncCtx, cancel := context.WithTimeout(ctx, w.SyncTimeout)
-	defer cancel()
-	if w.cache.WaitForCacheSync(syncCtx) {
-		return nil
-	}
-	if ctx.Err() != nil {
-		return fmt.Errorf("autoscaler watch: %w", ctx.Err())
-	}
-	return fmt.Errorf("autoscaler watch cache did not sync within %v: check that the autoscaler's "+
-		"ServiceAccount may list and watch functions.sless.dev, endpointslices and deployments", w.SyncTimeout)
 }
 
 // Deployments reads the functions' Deployments (labelled FunctionLabel)
@@ -120,7 +104,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.log.Error("autoscaler watch cache stopped", "err", err)
 		}
 	}()
-	if err := w.waitForSync(ctx); err != nil {
+	if err := cachesync.Wait(ctx, w.SyncTimeout, w.cache.WaitForCacheSync,
+		"autoscaler", "functions.sless.dev, endpointslices and deployments"); err != nil {
 		return err
 	}
 	// The handlers come after the sync, so that a function's instances
