@@ -336,10 +336,10 @@ func compare(scenario, path string, runs, direct []sample) string {
 		for i := range runs {
 			vals[i] = f(runs[i], direct[i])
 		}
-		slices.Sort(vals)
-		s := format(vals[len(vals)/2])
+		mid, lo, hi := spread(vals)
+		s := format(mid)
 		if len(vals) > 1 {
-			s += fmt.Sprintf(" (%s to %s)", format(vals[0]), format(vals[len(vals)-1]))
+			s += fmt.Sprintf(" (%s to %s)", format(lo), format(hi))
 		}
 		return s
 	}
@@ -356,14 +356,21 @@ func p50(r sample) float64 { return float64(r.Latency.P50) }
 func p90(r sample) float64 { return float64(r.Latency.P90) }
 func p99(r sample) float64 { return float64(r.Latency.P99) }
 
-// median is the middle of f over runs (the upper middle of an even count).
+// median is the median of f over runs.
 func median(runs []sample, f func(sample) float64) float64 {
 	vals := make([]float64, len(runs))
 	for i, r := range runs {
 		vals[i] = f(r)
 	}
+	mid, _, _ := spread(vals)
+	return mid
+}
+
+// spread sorts vals and returns their median (the upper middle of an even
+// count), least and greatest.
+func spread(vals []float64) (mid, lo, hi float64) {
 	slices.Sort(vals)
-	return vals[len(vals)/2]
+	return vals[len(vals)/2], vals[0], vals[len(vals)-1]
 }
 
 func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
