@@ -143,7 +143,8 @@ func (c *countingClient) Status() client.SubResourceWriter {
 }
 
 func (c *countingClient) SubResource(name string) client.SubResourceClient {
-	return countingSubResource{c.Client.SubResource(name), c.writes}
+	sub := c.Client.SubResource(name)
+	return countingSubResource{sub, countingWriter{sub, c.writes}}
 }
 
 type countingWriter struct {
@@ -166,22 +167,8 @@ func (w countingWriter) Patch(ctx context.Context, obj client.Object, patch clie
 	return w.SubResourceWriter.Patch(ctx, obj, patch, opts...)
 }
 
+// countingSubResource reads through and counts its writes.
 type countingSubResource struct {
-	client.SubResourceClient
-	writes *atomic.Int64
-}
-
-func (s countingSubResource) Create(ctx context.Context, obj, sub client.Object, opts ...client.SubResourceCreateOption) error {
-	s.writes.Add(1)
-	return s.SubResourceClient.Create(ctx, obj, sub, opts...)
-}
-
-func (s countingSubResource) Update(ctx context.Context, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-	s.writes.Add(1)
-	return s.SubResourceClient.Update(ctx, obj, opts...)
-}
-
-func (s countingSubResource) Patch(ctx context.Context, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-	s.writes.Add(1)
-	return s.SubResourceClient.Patch(ctx, obj, patch, opts...)
+	client.SubResourceReader
+	countingWriter
 }
