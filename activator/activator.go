@@ -107,23 +107,24 @@ func New(cfg Config, poker Poker, sink InvocationSink, reg prometheus.Registerer
 	return a, nil
 }
 
-// SetFunction adds a function or changes it. A change of concurrency
-// starts a new throttler; requests in flight finish on the old one.
+// SetFunction adds a function or changes it. A change keeps the
+// function's throttler, resized in place to a new concurrency, so that
+// requests waiting or in flight keep their place.
 func (a *Activator) SetFunction(fn Function) {
 	a.routes.update(func(t *routes) {
 		key := fn.Namespace + "/" + fn.Name
-		if old := t.byPath[key]; old != nil && old.fn.Concurrency == fn.Concurrency {
-			// Same throttler, new settings: a new route, so that
-			// requests reading the old one see a consistent Function.
-			t.byPath[key] = &route{fn: fn, throttler: old.throttler, metrics: old.metrics}
-			t.byHost[fn.Name+"."+fn.Namespace] = t.byPath[key]
-			return
-		}
-		poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
-		rt := &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke),
-			metrics: a.metrics.forFunction(fn.Namespace, fn.Name)}
+		var rt *route
 		if old := t.byPath[key]; old != nil {
-			rt.throttler.Update(old.throttler.addrs())
+			// A new route, so that requests reading the old one see a
+			// consistent Function.
+			rt = &route{fn: fn, throttler: old.throttler, metrics: old.metrics}
+			if old.fn.Concurrency != fn.Concurrency {
+				rt.throttler.SetCapacity(fn.Concurrency)
+			}
+		} else {
+			poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
+			rt = &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke),
+				metrics: a.metrics.forFunction(fn.Namespace, fn.Name)}
 		}
 		t.byPath[key] = rt
 		t.byHost[fn.Name+"."+fn.Namespace] = rt
@@ -139,10 +140,15 @@ func (a *Activator) SetFunction(fn Function) {
 
 // RemoveFunction forgets a function; requests waiting for it time out.
 func (a *Activator) RemoveFunction(namespace, name string) {
+	var rt *route
 	a.routes.update(func(t *routes) {
+		rt = t.byPath[namespace+"/"+name]
 		delete(t.byPath, namespace+"/"+name)
 		delete(t.byHost, name+"."+namespace)
 	})
+	if rt != nil {
+		a.closeClients(rt.throttler.Update(nil))
+	}
 }
 
 // SetEndpoints sets the ready instances of a function: the addresses of
@@ -167,14 +173,35 @@ func (a *Activator) SetEndpoints(namespace, name string, addrs []string) {
 	for _, addr := range addrs {
 		a.client(addr)
 	}
-	rt.throttler.Update(addrs)
+	a.closeClients(rt.throttler.Update(addrs))
+}
+
+// closeClients closes the connections to instances that are gone, and
+// forgets their clients.
+func (a *Activator) closeClients(addrs []string) {
+	for _, addr := range addrs {
+		if c, ok := a.clients.LoadAndDelete(addr); ok {
+			c.(*forward.Client).Close()
+		}
+	}
+}
+
+// CloseStaleConns closes the connections to instances idle for longer than
+// the instances keep them; the activator's server calls it periodically.
+func (a *Activator) CloseStaleConns() {
+	a.clients.Range(func(_, c any) bool {
+		c.(*forward.Client).CloseStale()
+		return true
+	})
 }
 
 // FunctionState is a function as the activator serves it.
 type FunctionState struct {
 	Function
 	Instances int `json:"instances"`
-	Waiting   int `json:"waiting"`
+	// InFlight counts the requests at the instances.
+	InFlight int `json:"inFlight"`
+	Waiting  int `json:"waiting"`
 }
 
 // Functions lists the functions served, sorted by namespace and name.
@@ -182,7 +209,8 @@ func (a *Activator) Functions() []FunctionState {
 	rts := a.routes.all()
 	out := make([]FunctionState, 0, len(rts))
 	for _, rt := range rts {
-		out = append(out, FunctionState{Function: rt.fn, Instances: rt.throttler.Instances(), Waiting: rt.throttler.Waiting()})
+		instances, inFlight := rt.throttler.Load()
+		out = append(out, FunctionState{Function: rt.fn, Instances: instances, InFlight: inFlight, Waiting: rt.throttler.Waiting()})
 	}
 	slices.SortFunc(out, func(x, y FunctionState) int {
 		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
@@ -212,8 +240,8 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	}
 	bytesIn := ctx.Request.Header.ContentLength()
 	if int64(bytesIn) > a.cfg.MaxBodyBytes {
-		a.fail(ctx, fasthttp.StatusRequestEntityTooLarge, "request body too large", rt)
-		a.finish(ctx, rt, start, result{code: fasthttp.StatusRequestEntityTooLarge})
+		code := a.fail(ctx, fasthttp.StatusRequestEntityTooLarge, forward.ErrBodyTooLarge.Error(), rt)
+		a.finish(ctx, rt, start, result{code: code})
 		return
 	}
 	req := &ctx.Request
@@ -222,7 +250,16 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	}
 	a.ensureRequestID(req)
 	forward.PrepareRequest(req, ctx.RemoteAddr())
-	res := a.serve(ctx, rt, start.Add(rt.fn.Timeout))
+	deadline := start.Add(rt.fn.Timeout)
+	cc, _ := ctx.Conn().(*forward.Conn)
+	held, err := forward.HoldBody(req, cc, deadline)
+	if err != nil {
+		f := forward.Classify(err)
+		a.finish(ctx, rt, start, result{code: a.fail(ctx, f.Code, f.Message(), rt)})
+		return
+	}
+	res := a.serve(ctx, rt, deadline, cc)
+	forward.ReleaseBody(req, held)
 	if res.body == nil {
 		if res.in != nil {
 			rt.throttler.Release(res.in)
@@ -232,6 +269,7 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	}
 	// A streamed body ends the request when fasthttp closes it: the one
 	// closure of a response over 64 KiB.
+	forward.StreamUntil(ctx, deadline)
 	res.body.OnClose = func() {
 		rt.throttler.Release(res.in)
 		a.finish(ctx, rt, start, res)
@@ -259,8 +297,10 @@ func (a *Activator) finish(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 	})
 }
 
-func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Time) result {
-	cc, _ := ctx.Conn().(*forward.Conn)
+// serve sends the request to an instance, and to another when one
+// refuses it untouched (forward.ErrUnsent), within the deadline and
+// MaxAttempts.
+func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Time, cc *forward.Conn) result {
 	var gone <-chan struct{}
 	if cc != nil {
 		gone = cc.Gone()
@@ -274,14 +314,13 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 		}
 		switch {
 		case errors.Is(err, ErrBufferFull):
-			ctx.Response.Header.Set("Retry-After", "1")
 			res.code = a.fail(ctx, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function", rt)
 			return res
 		case errors.Is(err, ErrTimeout):
 			res.code = a.fail(ctx, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance", rt)
 			return res
 		case err != nil: // the client left
-			res.code = statusClientClosedRequest
+			res.code = forward.StatusClientClosedRequest
 			return res
 		}
 		body, err := a.client(in.Addr).Do(&ctx.Request, &ctx.Response, deadline, cc)
@@ -290,26 +329,23 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 			res.code, res.in, res.body = ctx.Response.StatusCode(), in, body
 			return res
 		}
-		if notSent(err) {
+		f := forward.Classify(err)
+		if f.Unsent {
 			rt.throttler.Refused(in)
 		}
 		rt.throttler.Release(in)
-		ctx.Response.Reset()
-		if notSent(err) && attempt < a.cfg.MaxAttempts && time.Now().Before(deadline) {
+		if f.Unsent && attempt < a.cfg.MaxAttempts && time.Now().Before(deadline) {
+			ctx.Response.Reset()
 			continue // nothing reached that instance: another may take it
 		}
-		if errors.Is(err, forward.ErrClientGone) {
-			res.code = statusClientClosedRequest
+		if f.Code == forward.StatusClientClosedRequest {
+			res.code = f.Code
 			return res
 		}
-		res.code = a.fail(ctx, forward.Status(err), "function failed: "+forward.Cause(err), rt)
+		res.code = a.fail(ctx, f.Code, f.Message(), rt)
 		return res
 	}
 }
-
-// statusClientClosedRequest is recorded for requests whose client hung up
-// (nginx's 499); nobody receives it.
-const statusClientClosedRequest = 499
 
 // acquire takes an instance, waiting (with a timer only then) until the
 // deadline. cold reports a wait for a function with no instance.
@@ -326,18 +362,16 @@ func (a *Activator) acquire(rt *route, deadline time.Time, gone <-chan struct{})
 	return rt.throttler.Acquire(t.C, gone)
 }
 
-// notSent reports whether a failed call surely did not reach the
-// function: the connection was refused.
-func notSent(err error) bool {
-	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
-}
+// upstreamIdleTimeout is how long a connection to an instance is kept
+// idle: below the queue-proxy's 90 s, so that the activator never reuses
+// one the queue-proxy is closing.
+const upstreamIdleTimeout = 30 * time.Second
 
 func (a *Activator) client(addr string) *forward.Client {
 	if c, ok := a.clients.Load(addr); ok {
 		return c.(*forward.Client)
 	}
-	c := forward.NewClient(addr, 256, 30*time.Second, a.cfg.MaxBodyBytes)
+	c := forward.NewClient(addr, 256, upstreamIdleTimeout, a.cfg.MaxBodyBytes)
 	if a.cfg.Dial != nil {
 		c.Dial = a.cfg.Dial
 	}
@@ -365,9 +399,6 @@ func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *rou
 		body["path"] = string(ctx.Path())
 	}
 	b, _ := json.Marshal(body)
-	ctx.Response.Reset()
-	ctx.Response.SetStatusCode(code)
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.Response.SetBodyRaw(b)
+	forward.WriteError(&ctx.Response, code, b)
 	return code
 }

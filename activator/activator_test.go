@@ -59,8 +59,8 @@ func serveActivator(t *testing.T, a *Activator) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	go h.Run(ctx)
-	srv := forward.NewServer(a.ServeHTTP, nil, a.cfg.MaxBodyBytes, quiet)
-	go func() { _ = srv.Serve(h.Listener(ln)) }()
+	srv := forward.NewServer(a.ServeHTTP, nil, a.cfg.MaxBodyBytes, 0, quiet)
+	go func() { _ = srv.Serve(h.Listener(ln, 0)) }()
 	t.Cleanup(func() { _ = srv.Shutdown(); cancel(); _ = h.Close() })
 	return "http://" + ln.Addr().String()
 }
@@ -217,9 +217,14 @@ func TestBufferFull(t *testing.T) {
 		go func() { _, _ = client.Get(base + "/fn/ns/busy/echo") }()
 	}
 	waitUntil(t, func() bool { return a.Buffered()["ns/busy"] == 2 })
-	code, body := get(t, base+"/fn/ns/busy/echo")
-	if code != 503 || !strings.Contains(string(body), "too many requests waiting") {
-		t.Errorf("third request: %d %s, want 503", code, body)
+	resp, err := client.Get(base + "/fn/ns/busy/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "too many requests waiting") || resp.Header.Get("Retry-After") != "1" {
+		t.Errorf("third request: %d %s Retry-After %q, want 503 with Retry-After 1", resp.StatusCode, body, resp.Header.Get("Retry-After"))
 	}
 }
 
@@ -350,7 +355,7 @@ func TestInstanceStopsMidLoad(t *testing.T) {
 			t.Fatalf("a request got %d, want every one 200", code)
 		}
 	}
-	if fns := a.Functions(); fns[0].Instances != 1 {
-		t.Errorf("%d instances in rotation, want 1: the stopped one refused and left", fns[0].Instances)
+	if fns := a.Functions(); fns[0].InFlight != 0 || fns[0].Waiting != 0 {
+		t.Errorf("after the load: %d in flight, %d waiting; want 0, 0", fns[0].InFlight, fns[0].Waiting)
 	}
 }

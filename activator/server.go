@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -37,7 +36,13 @@ type Server struct {
 	Functions http.Handler
 	// DrainTimeout bounds the drain at shutdown.
 	DrainTimeout time.Duration
-	Log          *slog.Logger
+	// ReadTimeout bounds how long a client may take to send a request
+	// head or each part of its body (0: forward.DefaultReadTimeout).
+	ReadTimeout time.Duration
+	// MaxConns bounds the client connections served at once (0: as many
+	// as the file descriptor limit allows, forward.MaxConns(2)).
+	MaxConns int
+	Log      *slog.Logger
 
 	draining atomic.Bool
 }
@@ -50,15 +55,19 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		return err
 	}
 	defer hangups.Close()
-	fs := forward.NewServer(s.Activator.ServeHTTP, s.readError, s.Activator.cfg.MaxBodyBytes, s.Log)
-	fs.Concurrency = 100_000
+	fs := forward.NewServer(s.Activator.ServeHTTP, s.readError, s.Activator.cfg.MaxBodyBytes, s.ReadTimeout, s.Log)
+	fs.Concurrency = s.MaxConns
+	if fs.Concurrency == 0 {
+		fs.Concurrency = forward.MaxConns(2)
+	}
 	hs := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()
 	go hangups.Run(bg)
+	go forward.SweepIdle(bg, upstreamIdleTimeout/2, s.Activator.CloseStaleConns)
 
 	errc := make(chan error, 2)
-	go func() { errc <- fs.Serve(hangups.Listener(serving)) }()
+	go func() { errc <- fs.Serve(hangups.Listener(serving, s.ReadTimeout)) }()
 	go func() { errc <- hs.Serve(admin) }()
 	s.Log.Info("activator serving", "invocations", serving.Addr().String(), "admin", admin.Addr().String())
 	select {
@@ -79,10 +88,7 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 
 // readError answers a request that could not be read.
 func (s *Server) readError(ctx *fasthttp.RequestCtx, err error) {
-	code, msg := fasthttp.StatusBadRequest, "malformed request"
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		code, msg = fasthttp.StatusRequestEntityTooLarge, "request body too large"
-	}
+	code, msg := forward.ReadErrorStatus(err)
 	s.Activator.fail(ctx, code, msg, nil)
 }
 

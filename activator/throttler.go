@@ -6,6 +6,7 @@ package activator
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,9 +41,17 @@ func (b *Buffer) Waiting() int { return int(b.waiting.Load()) }
 // it: its address and the requests it is handling.
 type Instance struct {
 	Addr     string
-	inFlight int // guarded by the throttler's mutex
-	removed  bool
+	inFlight int  // guarded by the throttler's mutex, as are the flags
+	removed  bool // out of rotation: gone, or benched
+	benched  bool // refused a connection; back after benchTime
 }
+
+// benchTime is how long an instance that refused a connection stays out
+// of rotation, unless an Update settles it sooner: time enough for the
+// endpoint update of an instance that is going, and for one that was
+// restarting to listen again. Its return needs no endpoint update, which
+// may never come when the refusal was brief.
+const benchTime = time.Second
 
 // Throttler admits a function's requests to its ready instances, at most
 // capacity at once on each (0: unlimited), choosing between two random
@@ -62,6 +71,7 @@ type Throttler struct {
 
 	mu        sync.Mutex
 	instances []*Instance
+	benched   []*Instance
 	waiters   []*waiter // FIFO; the head is waiters[0]
 	poked     bool      // poke was called since the last instance left
 	rng       *rand.Rand
@@ -167,44 +177,75 @@ func (t *Throttler) releaseLocked(in *Instance) {
 }
 
 // Refused takes an instance that refused a connection out of rotation
-// until an Update lists it again: it is gone or going, and its endpoint
-// update is on its way. Requests in flight on it finish there.
+// for benchTime, or until an Update lists it again: it is gone or going
+// (its endpoint update is on its way), or restarting. Requests in flight
+// on it finish there.
 func (t *Throttler) Refused(in *Instance) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if in.removed {
 		return
 	}
-	in.removed = true
-	for i, x := range t.instances {
-		if x == in {
-			t.instances = append(t.instances[:i:i], t.instances[i+1:]...)
-			break
-		}
-	}
+	in.removed, in.benched = true, true
+	t.instances = slices.DeleteFunc(t.instances, func(x *Instance) bool { return x == in })
+	t.benched = append(t.benched, in)
+	time.AfterFunc(benchTime, func() { t.readmit(in) })
 }
 
-// Update replaces the set of ready instances. Instances that stay keep
-// their counts and traffic; removed ones get no new requests; waiting
-// requests are handed to the new capacity at once.
-func (t *Throttler) Update(addrs []string) {
+// readmit puts a benched instance back in rotation, unless an Update has
+// settled it meanwhile.
+func (t *Throttler) readmit(in *Instance) {
 	t.mu.Lock()
-	old := make(map[string]*Instance, len(t.instances))
+	defer t.mu.Unlock()
+	if !in.benched {
+		return
+	}
+	in.removed, in.benched = false, false
+	t.benched = slices.DeleteFunc(t.benched, func(x *Instance) bool { return x == in })
+	t.instances = append(t.instances, in)
+	t.dispatchLocked()
+}
+
+// SetCapacity changes the requests each instance takes at once (0:
+// unlimited), in place: requests waiting keep their place, and take the
+// new room at once.
+func (t *Throttler) SetCapacity(capacity int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.capacity = capacity
+	t.dispatchLocked()
+}
+
+// Update replaces the set of ready instances and returns the addresses
+// that left it. Instances that stay keep their counts and traffic; removed
+// ones get no new requests; waiting requests are handed to the new
+// capacity at once. A benched instance listed comes back at once, as a new
+// one.
+func (t *Throttler) Update(addrs []string) (gone []string) {
+	t.mu.Lock()
+	old := make(map[string]*Instance, len(t.instances)+len(t.benched))
+	for _, in := range t.benched {
+		in.benched = false
+		old[in.Addr] = nil
+	}
+	t.benched = t.benched[:0]
 	for _, in := range t.instances {
 		old[in.Addr] = in
 	}
-	// An instance taken out by Refused comes back as a new one.
 	next := make([]*Instance, 0, len(addrs))
 	for _, a := range addrs {
-		in, ok := old[a]
-		if !ok {
+		in := old[a]
+		if in == nil {
 			in = &Instance{Addr: a}
 		}
 		delete(old, a)
 		next = append(next, in)
 	}
-	for _, in := range old {
-		in.removed = true
+	for addr, in := range old {
+		if in != nil {
+			in.removed = true
+		}
+		gone = append(gone, addr)
 	}
 	t.instances = next
 	// The last instance left: the next activation needs a poke, now if
@@ -216,6 +257,7 @@ func (t *Throttler) Update(addrs []string) {
 	if pokeNow {
 		t.poke()
 	}
+	return gone
 }
 
 // dispatchLocked hands free capacity to waiters, first come first served.
@@ -278,20 +320,23 @@ func (t *Throttler) Waiting() int {
 	return len(t.waiters)
 }
 
+// Load is the number of instances in rotation and of requests in flight,
+// those on benched or removed instances included.
+func (t *Throttler) Load() (instances, inFlight int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, in := range t.instances {
+		inFlight += in.inFlight
+	}
+	for _, in := range t.benched {
+		inFlight += in.inFlight
+	}
+	return len(t.instances), inFlight
+}
+
 // Instances is the number of ready instances.
 func (t *Throttler) Instances() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return len(t.instances)
-}
-
-// addrs lists the addresses of the ready instances.
-func (t *Throttler) addrs() []string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]string, len(t.instances))
-	for i, in := range t.instances {
-		out[i] = in.Addr
-	}
-	return out
 }

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -267,4 +269,126 @@ func BenchmarkWakeOnUpdate(b *testing.B) {
 		total += (<-got).Sub(start)
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/wake")
+}
+
+// TestThrottlerBenchesRefused: an instance that refused a connection gets
+// no request for benchTime, then comes back by itself, counts kept: the
+// endpoint update that would bring it back may never come when its
+// refusal was brief.
+func TestThrottlerBenchesRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := NewThrottler(1, 10, NewBuffer(10), nil)
+		th.Update([]string{"a"})
+		in := th.TryAcquire()
+		th.Refused(in)
+		th.Release(in)
+		if n, _ := th.Load(); n != 0 {
+			t.Fatalf("%d instances in rotation after a refusal, want 0", n)
+		}
+		got := make(chan *Instance, 1)
+		go func() {
+			in, _, err := th.Acquire(nil, nil)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- in
+		}()
+		time.Sleep(benchTime - time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-got:
+			t.Fatal("a request went to a benched instance")
+		default:
+		}
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		if back := <-got; back != in {
+			t.Fatalf("after the bench, the waiter got %v, want the instance back", back)
+		}
+		th.Release(in)
+		if n, inFlight := th.Load(); n != 1 || inFlight != 0 {
+			t.Errorf("load %d instances, %d in flight; want 1, 0", n, inFlight)
+		}
+	})
+}
+
+// TestThrottlerUpdateSettlesBench: an Update during a bench decides: a
+// listed instance comes back at once (once), an unlisted one is gone
+// and stays gone.
+func TestThrottlerUpdateSettlesBench(t *testing.T) {
+	tests := []struct {
+		name      string
+		update    []string
+		wantGone  []string
+		instances int
+	}{
+		{"listed again", []string{"a", "b"}, nil, 2},
+		{"gone", []string{"b"}, []string{"a"}, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				th := NewThrottler(0, 10, NewBuffer(10), nil)
+				th.Update([]string{"a", "b"})
+				for in := th.TryAcquire(); ; in = th.TryAcquire() {
+					th.Release(in)
+					if in.Addr == "a" {
+						th.Refused(in)
+						break
+					}
+				}
+				if gone := th.Update(tt.update); !slices.Equal(gone, tt.wantGone) {
+					t.Errorf("Update returned gone %v, want %v", gone, tt.wantGone)
+				}
+				if n := th.Instances(); n != tt.instances {
+					t.Errorf("%d instances after the update, want %d", n, tt.instances)
+				}
+				time.Sleep(2 * benchTime)
+				synctest.Wait()
+				if n := th.Instances(); n != tt.instances {
+					t.Errorf("%d instances after the bench, want %d: the bench ended twice", n, tt.instances)
+				}
+			})
+		})
+	}
+}
+
+// TestThrottlerSetCapacity: raising the capacity hands the new room to
+// the requests waiting, in place; lowering it admits no more than the new
+// capacity.
+func TestThrottlerSetCapacity(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		th := NewThrottler(1, 10, NewBuffer(10), nil)
+		th.Update([]string{"a"})
+		first := th.TryAcquire()
+		done := make(chan *Instance, 2)
+		for range 2 {
+			go func() {
+				in, _, err := th.Acquire(nil, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				done <- in
+			}()
+		}
+		synctest.Wait()
+		if th.Waiting() != 2 {
+			t.Fatalf("%d waiting, want 2", th.Waiting())
+		}
+		th.SetCapacity(3)
+		synctest.Wait()
+		if th.Waiting() != 0 || len(done) != 2 {
+			t.Fatalf("after the resize: %d waiting, %d served; want 0, 2", th.Waiting(), len(done))
+		}
+		th.SetCapacity(1)
+		if in := th.TryAcquire(); in != nil {
+			t.Errorf("admitted a 4th request at capacity 1")
+		}
+		th.Release(first)
+		th.Release(<-done)
+		th.Release(<-done)
+		if in := th.TryAcquire(); in == nil {
+			t.Errorf("no room at capacity 1 with nothing in flight")
+		}
+	})
 }

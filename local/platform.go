@@ -20,6 +20,7 @@ import (
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
@@ -46,6 +47,12 @@ type Options struct {
 	AdminToken string
 	// Drain bounds the drain of requests and instances at shutdown.
 	Drain time.Duration
+	// MaxBodyBytes bounds request bodies (activator.DefaultMaxBodyBytes
+	// when 0).
+	MaxBodyBytes int64
+	// ReadTimeout bounds how long a client may take to send a request
+	// head or each part of its body (forward.DefaultReadTimeout when 0).
+	ReadTimeout time.Duration
 	// InstallRetry is the first wait before a function whose dependencies
 	// failed to install is prepared again with the same source; the wait
 	// doubles with each failure, up to maxInstallRetry.
@@ -104,6 +111,12 @@ func New(opts Options) (*Platform, error) {
 	if opts.InstallRetry == 0 {
 		opts.InstallRetry = 10 * time.Second
 	}
+	if opts.MaxBodyBytes == 0 {
+		opts.MaxBodyBytes = activator.DefaultMaxBodyBytes
+	}
+	if opts.ReadTimeout == 0 {
+		opts.ReadTimeout = forward.DefaultReadTimeout
+	}
 	p := &Platform{opts: opts, reg: prometheus.NewRegistry(), records: invocation.NewRing(10_000), fns: map[string]*entry{}}
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, Changed: p.instancesChanged})
@@ -112,7 +125,7 @@ func New(opts Options) (*Platform, error) {
 		return nil, err
 	}
 	p.pokes = make(poker, maxPendingPokes)
-	if p.act, err = activator.New(activator.Config{}, p.pokes, p.records, p.reg, opts.Log); err != nil {
+	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes}, p.pokes, p.records, p.reg, opts.Log); err != nil {
 		return nil, err
 	}
 	if p.serving, err = net.Listen("tcp", opts.Listen); err != nil {
@@ -135,8 +148,11 @@ func (p *Platform) Run(ctx context.Context) error {
 	bg, stop := context.WithCancel(context.Background())
 	defer stop()
 	metrics := gatherer{platform: p.reg, instances: p.sup.Metrics}
+	// Every hop lives in this process: a client connection may take one
+	// to a queue-proxy (both ends here) and one to the function.
 	srv := &activator.Server{Activator: p.act, Registry: metrics, Records: p.records, Token: p.opts.AdminToken,
-		Functions: p.adminHandler(), DrainTimeout: p.opts.Drain, Log: p.opts.Log}
+		Functions: p.adminHandler(), DrainTimeout: p.opts.Drain, ReadTimeout: p.opts.ReadTimeout,
+		MaxConns: forward.MaxConns(4), Log: p.opts.Log}
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(ctx, p.serving, p.admin) }()
 	go p.scaler.Run(bg)
@@ -282,7 +298,7 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 	p.sup.Set(supervisor.Function{
 		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: env(fn),
 		Concurrency: int(fn.Spec.Concurrency), Timeout: time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
-		MaxBodyBytes: activator.DefaultMaxBodyBytes,
+		MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
 	})
 	if rescale {
 		p.scaler.SetFunction(time.Now(), e.scaling)

@@ -31,6 +31,9 @@ type Config struct {
 	MaxBodyBytes int64 // SLESS_MAX_BODY_BYTES
 	// DrainTimeout bounds the drain after SIGTERM.
 	DrainTimeout time.Duration // SLESS_DRAIN_SECONDS
+	// ReadTimeout bounds how long a client may take to send a request
+	// head, or each part of its body.
+	ReadTimeout time.Duration // SLESS_READ_TIMEOUT_SECONDS
 }
 
 // Setting describes one configuration variable and its flag.
@@ -51,6 +54,7 @@ var Settings = []Setting{
 	{"SLESS_TIMEOUT_SECONDS", "timeout-seconds", "300", "per request, queue wait included"},
 	{"SLESS_MAX_BODY_BYTES", "max-body-bytes", "10485760", "largest request body; larger ones get 413"},
 	{"SLESS_DRAIN_SECONDS", "drain-seconds", "30", "longest drain after SIGTERM"},
+	{"SLESS_READ_TIMEOUT_SECONDS", "read-timeout-seconds", "10", "most a client may take to send a request head, or each part of its body (408 beyond)"},
 }
 
 // ParseConfig builds a Config from the variables that lookup returns
@@ -69,6 +73,7 @@ func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
 		Timeout:      time.Duration(p.int("SLESS_TIMEOUT_SECONDS", 1, 24*3600)) * time.Second,
 		MaxBodyBytes: p.int("SLESS_MAX_BODY_BYTES", 1, math.MaxInt32),
 		DrainTimeout: time.Duration(p.int("SLESS_DRAIN_SECONDS", 0, 3600)) * time.Second,
+		ReadTimeout:  time.Duration(p.int("SLESS_READ_TIMEOUT_SECONDS", 1, 3600)) * time.Second,
 	}
 	c.QueueDepth = 10 * c.Concurrency
 	if _, set := p.value("SLESS_QUEUE_DEPTH"); set {

@@ -15,20 +15,22 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{name: "defaults", env: map[string]string{"SLESS_FUNCTION": "f"}, want: func(c Config) bool {
 			return c == Config{Namespace: "default", Function: "f", UserPort: 8080, ServingPort: 8012, AdminPort: 9091,
-				Timeout: 300 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: 30 * time.Second}
+				Timeout: 300 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: 30 * time.Second, ReadTimeout: 10 * time.Second}
 		}},
 		{name: "queue depth follows concurrency", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_CONCURRENCY": "7"},
 			want: func(c Config) bool { return c.Concurrency == 7 && c.QueueDepth == 70 }},
 		{name: "explicit queue depth", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_CONCURRENCY": "7", "SLESS_QUEUE_DEPTH": "0"},
 			want: func(c Config) bool { return c.QueueDepth == 0 }},
 		{name: "everything set", env: map[string]string{"SLESS_NAMESPACE": "ns", "SLESS_FUNCTION": "f", "SLESS_USER_PORT": "9000",
-			"SLESS_SERVING_PORT": "0", "SLESS_ADMIN_PORT": "9001", "SLESS_TIMEOUT_SECONDS": "5", "SLESS_MAX_BODY_BYTES": "100", "SLESS_DRAIN_SECONDS": "0"},
+			"SLESS_SERVING_PORT": "0", "SLESS_ADMIN_PORT": "9001", "SLESS_TIMEOUT_SECONDS": "5", "SLESS_MAX_BODY_BYTES": "100", "SLESS_DRAIN_SECONDS": "0",
+			"SLESS_READ_TIMEOUT_SECONDS": "2"},
 			want: func(c Config) bool {
 				return c.Namespace == "ns" && c.UserPort == 9000 && c.ServingPort == 0 && c.AdminPort == 9001 &&
-					c.Timeout == 5*time.Second && c.MaxBodyBytes == 100 && c.DrainTimeout == 0
+					c.Timeout == 5*time.Second && c.MaxBodyBytes == 100 && c.DrainTimeout == 0 && c.ReadTimeout == 2*time.Second
 			}},
-		{name: "all errors named", env: map[string]string{"SLESS_CONCURRENCY": "-1", "SLESS_TIMEOUT_SECONDS": "soon", "SLESS_USER_PORT": "70000", "SLESS_MAX_BODY_BYTES": "0"},
-			errs: []string{`SLESS_CONCURRENCY="-1": must be between 0 and 100000`, `SLESS_TIMEOUT_SECONDS="soon": not a whole number`,
+		{name: "all errors named", env: map[string]string{"SLESS_CONCURRENCY": "-1", "SLESS_TIMEOUT_SECONDS": "soon", "SLESS_USER_PORT": "70000", "SLESS_MAX_BODY_BYTES": "0",
+			"SLESS_READ_TIMEOUT_SECONDS": "0"},
+			errs: []string{`SLESS_READ_TIMEOUT_SECONDS="0": must be between 1 and 3600`, `SLESS_CONCURRENCY="-1": must be between 0 and 100000`, `SLESS_TIMEOUT_SECONDS="soon": not a whole number`,
 				`SLESS_USER_PORT="70000"`, `SLESS_MAX_BODY_BYTES="0"`, `SLESS_FUNCTION="": must name the function`}},
 		{name: "port clash", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_USER_PORT": "9091"},
 			errs: []string{"must differ"}},

@@ -7,24 +7,25 @@ import (
 )
 
 // errorBodies are the JSON bodies of the answers the queue-proxy gives
-// itself, built once so that overload costs no allocation.
+// itself. Those of overload are built once, so that it costs no
+// allocation.
 type errorBodies struct {
-	namespace, function  string
-	queueFull, timeout   []byte
-	tooLarge, badRequest []byte
+	namespace, function string
+	queueFull, timeout  []byte
+	tooLarge            []byte
 }
 
 func newErrorBodies(namespace, function string) errorBodies {
 	e := errorBodies{namespace: namespace, function: function}
 	e.queueFull = e.body("queue full: the function is at its concurrency limit and its queue is full")
 	e.timeout = e.body("timed out waiting for the function")
-	e.tooLarge = e.body("request body too large")
-	e.badRequest = e.body("malformed request")
+	e.tooLarge = e.body(forward.ErrBodyTooLarge.Error())
 	return e
 }
 
-func (e errorBodies) upstream(err error) []byte {
-	return e.body("function failed: " + forward.Cause(err))
+// failure is the body of a call to the user process that failed.
+func (e errorBodies) failure(f forward.Failure) []byte {
+	return e.body(f.Message())
 }
 
 func (e errorBodies) body(msg string) []byte {

@@ -1,10 +1,8 @@
 package queueproxy
 
 import (
-	"errors"
 	"net"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -31,10 +29,7 @@ type proxy struct {
 // refused is called whenever the user process refuses a connection.
 func newProxy(cfg Config, stats *Stats, m *metrics, refused func()) *proxy {
 	p := &proxy{
-		// Idle connections live 4 s, below the 5 s keep-alive timeout
-		// of Node's http server, so that the proxy does not reuse a
-		// connection the function is closing.
-		client:  forward.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), 4*time.Second, cfg.MaxBodyBytes),
+		client:  forward.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), userIdleTimeout, cfg.MaxBodyBytes),
 		stats:   stats,
 		metrics: m,
 		timeout: cfg.Timeout,
@@ -48,6 +43,11 @@ func newProxy(cfg Config, stats *Stats, m *metrics, refused func()) *proxy {
 	return p
 }
 
+// userIdleTimeout is how long a connection to the user process is kept
+// idle: below the 5 s keep-alive timeout of Node's http server, so that
+// the proxy does not reuse a connection the function is closing.
+const userIdleTimeout = 4 * time.Second
+
 // maxIdleConns bounds the idle connections kept to the user process.
 func maxIdleConns(concurrency int) int {
 	if concurrency > 0 {
@@ -55,10 +55,6 @@ func maxIdleConns(concurrency int) int {
 	}
 	return 1024
 }
-
-// StatusClientClosedRequest is recorded for requests whose client hung up
-// before the answer (nginx's 499); nobody receives it.
-const StatusClientClosedRequest = 499
 
 // ServeHTTP is the fasthttp handler of the serving port.
 func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
@@ -72,6 +68,7 @@ func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	// The request ends when fasthttp has written the streamed body and
 	// closed it. The closure is the one allocation of a streamed (over
 	// 64 KiB) response.
+	forward.StreamUntil(ctx, start.Add(p.timeout))
 	body.OnClose = func() {
 		if p.breaker != nil {
 			p.breaker.Release()
@@ -103,10 +100,9 @@ func (p *proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *forward.
 		switch err := p.breaker.Acquire(deadline, gone); err {
 		case nil:
 		case ErrQueueFull:
-			ctx.Response.Header.Set("Retry-After", "1")
 			return p.fail(ctx, fasthttp.StatusServiceUnavailable, p.errBody.queueFull), nil
 		case ErrClientGone:
-			return StatusClientClosedRequest, nil
+			return forward.StatusClientClosedRequest, nil
 		default:
 			return p.fail(ctx, fasthttp.StatusGatewayTimeout, p.errBody.timeout), nil
 		}
@@ -124,38 +120,32 @@ func (p *proxy) pass(ctx *fasthttp.RequestCtx, deadline time.Time, cc *forward.C
 	forward.PrepareRequest(req, ctx.RemoteAddr())
 	resp := &ctx.Response
 	body, err := p.client.Do(req, resp, deadline, cc)
-	if err != nil {
-		resp.Reset()
-		switch {
-		case errors.Is(err, forward.ErrClientGone):
-			return StatusClientClosedRequest, nil
-		case errors.Is(err, forward.ErrBodyTooLarge):
-			return p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge), nil
-		case errors.Is(err, forward.ErrBadBody):
-			return p.fail(ctx, fasthttp.StatusBadRequest, p.errBody.badRequest), nil
-		case errors.Is(err, syscall.ECONNREFUSED):
-			p.refused()
-		}
-		return p.fail(ctx, forward.Status(err), p.errBody.upstream(err)), nil
+	if err == nil {
+		forward.PrepareResponse(resp)
+		return resp.StatusCode(), body
 	}
-	forward.PrepareResponse(resp)
-	return resp.StatusCode(), body
+	f := forward.Classify(err)
+	if f.Code == forward.StatusClientClosedRequest {
+		return f.Code, nil
+	}
+	code := p.fail(ctx, f.Code, p.errBody.failure(f))
+	if f.Unsent {
+		// The user process took nothing: readiness drops at once, and
+		// the activator sends the request to another instance.
+		p.refused()
+		resp.Header.Set(forward.UnsentHeader, "1")
+	}
+	return code, nil
 }
 
 func (p *proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {
-	ctx.Response.SetStatusCode(code)
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.Response.SetBodyRaw(body)
+	forward.WriteError(&ctx.Response, code, body)
 	return code
 }
 
-// serveReadError answers a request that could not be read: too large a
-// body gets 413, anything else 400.
+// serveReadError answers a request that could not be read.
 func (p *proxy) serveReadError(ctx *fasthttp.RequestCtx, err error) {
-	code, body := fasthttp.StatusBadRequest, p.errBody.badRequest
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		code, body = fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge
-	}
+	code, msg := forward.ReadErrorStatus(err)
 	p.metrics.count(code)
-	p.fail(ctx, code, body)
+	p.fail(ctx, code, p.errBody.body(msg))
 }

@@ -118,10 +118,9 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		return err
 	}
 	defer hangups.Close()
-	serving = hangups.Listener(serving)
-	fs := forward.NewServer(s.proxy.ServeHTTP, s.proxy.serveReadError, s.cfg.MaxBodyBytes, s.log)
-	fs.Concurrency = maxConnections
-	fs.ReadTimeout, fs.WriteTimeout = s.cfg.Timeout, s.cfg.Timeout
+	serving = hangups.Listener(serving, s.cfg.ReadTimeout)
+	fs := forward.NewServer(s.proxy.ServeHTTP, s.proxy.serveReadError, s.cfg.MaxBodyBytes, s.cfg.ReadTimeout, s.log)
+	fs.Concurrency = min(maxConnections, forward.MaxConns(2))
 	hs := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 
 	bgCtx, stopBackground := context.WithCancel(context.Background())
@@ -129,6 +128,7 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	s.prober.fast = s.FastProbe
 	go s.prober.run(bgCtx)
 	go hangups.Run(bgCtx)
+	go forward.SweepIdle(bgCtx, userIdleTimeout/2, s.proxy.client.CloseStale)
 	defer s.proxy.client.CloseIdle()
 
 	errc := make(chan error, 2)

@@ -156,7 +156,7 @@ func serve(t *testing.T, a *activator.Activator) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := forward.NewServer(a.ServeHTTP, nil, activator.DefaultMaxBodyBytes, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	srv := forward.NewServer(a.ServeHTTP, nil, activator.DefaultMaxBodyBytes, 0, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Shutdown() })
 	return "http://" + ln.Addr().String() + "/fn/default/hello/echo"

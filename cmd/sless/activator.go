@@ -14,6 +14,7 @@ import (
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/activator/kubewatch"
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
 )
 
@@ -21,7 +22,7 @@ func newActivatorCommand() *cobra.Command {
 	var (
 		listen, admin, domain, autoscaler string
 		cfg                               activator.Config
-		drain                             time.Duration
+		drain, readTimeout                time.Duration
 		records                           int
 	)
 	cmd := &cobra.Command{
@@ -80,7 +81,7 @@ bearer token the admin API requires.`,
 				return fmt.Errorf("--admin: %w", err)
 			}
 			srv := &activator.Server{Activator: a, Registry: reg, Records: ring,
-				Token: os.Getenv("SLESS_ADMIN_TOKEN"), DrainTimeout: drain, Log: log}
+				Token: os.Getenv("SLESS_ADMIN_TOKEN"), DrainTimeout: drain, ReadTimeout: readTimeout, Log: log}
 			return srv.Run(ctx, servingLn, adminLn)
 		},
 	}
@@ -93,11 +94,13 @@ bearer token the admin API requires.`,
 	f.IntVar(&cfg.QueueDepth, "queue-depth", activator.DefaultQueueDepth, "requests that may wait per function")
 	f.IntVar(&cfg.MaxBuffered, "max-buffered", activator.DefaultMaxBuffered, "requests that may wait across all functions")
 	f.DurationVar(&drain, "drain", 30*time.Second, "longest drain at shutdown")
+	f.DurationVar(&readTimeout, "read-timeout", forward.DefaultReadTimeout,
+		"most a client may take to send a request head, or each part of its body (408 beyond)")
 	f.IntVar(&records, "records", 10_000, "invocation records kept in memory")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		cfg.Domain = domain
-		if cfg.MaxBodyBytes < 1 || cfg.QueueDepth < 1 || cfg.MaxBuffered < 1 || records < 1 {
-			return fmt.Errorf("--max-body-bytes, --queue-depth, --max-buffered and --records must be positive")
+		if cfg.MaxBodyBytes < 1 || cfg.QueueDepth < 1 || cfg.MaxBuffered < 1 || records < 1 || readTimeout <= 0 {
+			return fmt.Errorf("--max-body-bytes, --queue-depth, --max-buffered, --records and --read-timeout must be positive")
 		}
 		return nil
 	}

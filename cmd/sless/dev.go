@@ -3,12 +3,15 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"sless.dev/sless/activator"
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/local"
 )
 
@@ -51,5 +54,14 @@ in flight and stops every instance.`,
 	f.StringVar(&opts.Admin, "admin", ":9090", "address of the admin API, health and metrics")
 	f.StringVar(&opts.CacheDir, "cache-dir", "", "builds and installed dependencies (default: the user cache directory/sless)")
 	f.DurationVar(&opts.Drain, "drain", 30*time.Second, "longest drain of requests and instances at exit")
+	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", activator.DefaultMaxBodyBytes, "largest request body (413 beyond)")
+	f.DurationVar(&opts.ReadTimeout, "read-timeout", forward.DefaultReadTimeout,
+		"most a client may take to send a request head, or each part of its body (408 beyond)")
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if opts.MaxBodyBytes < 1 || opts.MaxBodyBytes > math.MaxInt32 || opts.ReadTimeout < time.Millisecond {
+			return fmt.Errorf("--max-body-bytes must be from 1 to %d and --read-timeout at least 1ms", math.MaxInt32)
+		}
+		return nil
+	}
 	return cmd
 }

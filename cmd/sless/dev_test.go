@@ -27,6 +27,14 @@ spec:
 // two instances, and waits until both serve.
 func startDev(t *testing.T) (cmd *exec.Cmd, exited <-chan error, cacheDir string) {
 	t.Helper()
+	cmd, exited, cacheDir, _ = startDevWith(t, nil)
+	return cmd, exited, cacheDir
+}
+
+// startDevWith is startDev with the command run under prefix (prlimit,
+// say) and extra flags; it also returns the function's URL.
+func startDevWith(t *testing.T, prefix []string, extra ...string) (cmd *exec.Cmd, exited <-chan error, cacheDir, url string) {
+	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal("python3 is required in CI")
@@ -44,8 +52,9 @@ func startDev(t *testing.T) (cmd *exec.Cmd, exited <-chan error, cacheDir string
 		t.Fatal(err)
 	}
 	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
-	cmd = exec.Command(os.Args[0], "dev", "--functions", dir, "--cache-dir", cacheDir, "--drain", "5s",
-		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin))
+	args := append(append(prefix, os.Args[0], "dev", "--functions", dir, "--cache-dir", cacheDir, "--drain", "5s",
+		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin)), extra...)
+	cmd = exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -61,11 +70,11 @@ func startDev(t *testing.T) (cmd *exec.Cmd, exited <-chan error, cacheDir string
 		}
 	})
 	waitFor(t, "two instances", func() bool { return len(processesUsing(cacheDir)) == 2 })
-	url := "http://127.0.0.1:" + strconv.Itoa(serving) + "/fn/default/hi"
+	url = "http://127.0.0.1:" + strconv.Itoa(serving) + "/fn/default/hi"
 	if code, body := fetch(t, url, ""); code != 200 || body != "hi" {
 		t.Fatalf("GET %s = %d %q, want 200 hi", url, code, body)
 	}
-	return cmd, done, cacheDir
+	return cmd, done, cacheDir, url
 }
 
 // processesUsing lists the processes whose command line names dir: the

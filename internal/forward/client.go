@@ -2,6 +2,7 @@ package forward
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -13,21 +14,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-)
-
-// Errors of a call, beyond the network's own.
-var (
-	// ErrClientGone means the client hung up and the call was aborted.
-	ErrClientGone = errors.New("client closed the connection")
-	// ErrNothingRead means the connection closed before any byte of a
-	// response: on a reused connection, the function had closed it idle.
-	ErrNothingRead = errors.New("function closed the connection before responding")
-	// ErrBodyTooLarge means a chunked request body passed the limit while
-	// it was being forwarded.
-	ErrBodyTooLarge = errors.New("request body too large")
-	// ErrBadBody means the client's body could not be read: short, badly
-	// chunked, or the client stalled.
-	ErrBadBody = errors.New("malformed request body")
 )
 
 // bufferedBodyMax is the largest response body read into memory; larger
@@ -48,6 +34,7 @@ type Client struct {
 	idle        chan *conn // bounded pool of idle connections
 	idleTimeout time.Duration
 	maxBody     int64 // request body limit
+	closed      atomic.Bool
 	// Dial opens a connection; tests replace it.
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
@@ -82,11 +69,13 @@ func NewClient(addr string, maxIdle int, idleTimeout time.Duration, maxBody int6
 	}
 }
 
-// Do sends req and reads resp before deadline. cc, when not nil, aborts
-// the call if its client hangs up. A request that may have reached the
-// function is never sent twice, except an idempotent one without a body
-// stream whose reused connection turned out closed before anything was
-// read.
+// Do sends req and reads resp before deadline. cc, when not nil, is the
+// client's connection: the call is aborted if the client hangs up, and the
+// client's body must keep coming within cc's read timeout. A request that
+// may have reached the function is never sent twice, except an idempotent
+// one that can be resent whose reused connection turned out closed before
+// anything was read. Classify maps the error to the client's answer;
+// ErrUnsent means the request is intact and may go to another instance.
 //
 // When the response body is streamed, Do returns its body, which holds the
 // connection until the server has written the body and closed it; else nil.
@@ -96,7 +85,7 @@ func (u *Client) Do(req *fasthttp.Request, resp *fasthttp.Response, deadline tim
 		return nil, err
 	}
 	body, err := u.roundTrip(c, req, resp, deadline, cc)
-	if reused && errors.Is(err, ErrNothingRead) && isIdempotent(req) && !req.IsBodyStream() {
+	if reused && errors.Is(err, ErrNothingRead) && isIdempotent(req) && Resendable(req) {
 		if c, err = u.dial(deadline); err != nil {
 			return nil, err
 		}
@@ -109,7 +98,7 @@ func (u *Client) roundTrip(c *conn, req *fasthttp.Request, resp *fasthttp.Respon
 	if cc != nil {
 		cc.attach(c)
 	}
-	streamed, err := c.exchange(req, resp, deadline)
+	streamed, err := c.exchange(req, resp, deadline, cc)
 	if err == nil && streamed {
 		c.body.cc = cc
 		return &c.body, nil // detached and released when the body closes
@@ -129,11 +118,11 @@ func (u *Client) roundTrip(c *conn, req *fasthttp.Request, resp *fasthttp.Respon
 	return nil, nil
 }
 
-func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time) (streamed bool, err error) {
+func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *Conn) (streamed bool, err error) {
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		return false, err
 	}
-	if err := c.writeRequest(req); err != nil {
+	if err := c.writeRequest(req, cc, deadline); err != nil {
 		return false, err
 	}
 	if _, err := c.br.Peek(1); err != nil {
@@ -144,6 +133,14 @@ func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	}
 	if err := readResponseHeader(&resp.Header, c.br); err != nil {
 		return false, fmt.Errorf("read response: %w", err)
+	}
+	if len(resp.Header.Peek(UnsentHeader)) > 0 {
+		// The next hop's function refused it: unless its body is
+		// gone, another instance can take it.
+		if Resendable(req) {
+			return false, &unsentError{err: ErrRefused}
+		}
+		return false, ErrRefused
 	}
 	code := resp.StatusCode()
 	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified {
@@ -176,8 +173,14 @@ func readResponseHeader(h *fasthttp.ResponseHeader, br *bufio.Reader) error {
 }
 
 // writeRequest writes req, streaming its body when the server left it
-// unread, chunked when its length is unknown, within the body limit.
-func (c *conn) writeRequest(req *fasthttp.Request) error {
+// unread, chunked when its length is unknown, within the body limit. A
+// request without a Host (HTTP/1.0 allows it) is sent with the next hop's
+// address, as HTTP/1.1 requires one.
+func (c *conn) writeRequest(req *fasthttp.Request, cc *Conn, deadline time.Time) error {
+	if len(req.Header.Host()) == 0 {
+		req.Header.SetHost(c.u.addr)
+	}
+	req.UseHostHeader = true // the Host header, not the parsed URI's
 	stream := req.BodyStream()
 	if stream == nil {
 		if err := req.Write(c.bw); err != nil {
@@ -188,13 +191,13 @@ func (c *conn) writeRequest(req *fasthttp.Request) error {
 	if err := req.Header.Write(c.bw); err != nil {
 		return fmt.Errorf("write request: %w", err)
 	}
-	c.src = clientBody{r: stream}
+	c.src = clientBody{r: stream, cc: cc, deadline: deadline}
 	cl := int64(req.Header.ContentLength())
 	if cl >= 0 {
 		c.lr = io.LimitedReader{R: &c.src, N: cl}
 		n, err := c.bw.ReadFrom(&c.lr)
 		if c.src.err != nil || n < cl {
-			return fmt.Errorf("%w: %d of %d bytes: %v", ErrBadBody, n, cl, c.src.err)
+			return fmt.Errorf("%w: %d of %d bytes", bodyError(c.src.err), n, cl)
 		}
 		if err != nil {
 			return fmt.Errorf("forward request body: %w", err)
@@ -204,14 +207,21 @@ func (c *conn) writeRequest(req *fasthttp.Request) error {
 	return c.writeChunked(&c.src)
 }
 
-// clientBody keeps the error of reading the client's body apart from those
-// of writing it to the function.
+// clientBody reads the client's body for the next hop. It keeps the error
+// of reading it apart from those of writing it on, and gives the client
+// at most its connection's read timeout for each read, and never past the
+// request's deadline, so that a client that stops sending frees its slot.
 type clientBody struct {
-	r   io.Reader
-	err error
+	r        io.Reader
+	cc       *Conn // nil: no read timeout
+	deadline time.Time
+	err      error
 }
 
 func (b *clientBody) Read(p []byte) (int, error) {
+	if b.cc != nil {
+		b.cc.extendRead(b.deadline)
+	}
 	n, err := b.r.Read(p)
 	if err != nil && !errors.Is(err, io.EOF) {
 		b.err = err
@@ -241,7 +251,7 @@ func (c *conn) writeChunked(stream io.Reader) error {
 			return c.flush()
 		}
 		if err != nil {
-			return fmt.Errorf("%w: %w", ErrBadBody, err)
+			return bodyError(err)
 		}
 	}
 }
@@ -356,7 +366,7 @@ func (u *Client) dial(deadline time.Time) (*conn, error) {
 	}
 	nc, err := u.Dial(u.addr, left)
 	if err != nil {
-		return nil, err
+		return nil, dialError(err)
 	}
 	return &conn{u: u, conn: nc, br: bufio.NewReaderSize(nc, 4096), bw: bufio.NewWriterSize(nc, 4096)}, nil
 }
@@ -367,6 +377,9 @@ func (u *Client) put(c *conn) {
 	case u.idle <- c:
 	default:
 		_ = c.conn.Close()
+	}
+	if u.closed.Load() {
+		u.CloseIdle() // Close ran meanwhile: c may be in the pool
 	}
 }
 
@@ -382,12 +395,72 @@ func (u *Client) CloseIdle() {
 	}
 }
 
+// CloseStale closes the connections idle for longer than the idle timeout,
+// which the next hop has closed or will: a client that is not called
+// would otherwise hold them.
+func (u *Client) CloseStale() {
+	for range len(u.idle) {
+		select {
+		case c := <-u.idle:
+			if time.Since(c.idleSince) >= u.idleTimeout {
+				_ = c.conn.Close()
+				continue
+			}
+			select {
+			case u.idle <- c:
+			default:
+				_ = c.conn.Close()
+			}
+		default:
+			return
+		}
+	}
+}
+
+// Close closes the idle connections, and each busy one when its call
+// ends: the next hop is gone. Calls still work, over new connections.
+func (u *Client) Close() {
+	u.closed.Store(true)
+	u.CloseIdle()
+}
+
 func isIdempotent(req *fasthttp.Request) bool {
 	h := &req.Header
 	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace()
 }
 
-func IsTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
+// Resendable reports whether req can be sent again whole: its body is in
+// memory, or it has none.
+func Resendable(req *fasthttp.Request) bool {
+	return !req.IsBodyStream() || req.Header.ContentLength() == 0
+}
+
+// bodyError names what went wrong reading the client's body: too large,
+// too slow, or malformed (short, badly chunked).
+func bodyError(err error) error {
+	switch {
+	case err == nil:
+		return ErrBadBody // it ended short
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
+	case IsTimeout(err):
+		return fmt.Errorf("%w: %w", ErrBodyTimeout, err)
+	}
+	return fmt.Errorf("%w: %w", ErrBadBody, err)
+}
+
+// SweepIdle calls closeStale (a Client's CloseStale, or a loop over
+// several) every d until ctx ends: idle connections are otherwise closed
+// only by the client's next call, which may never come.
+func SweepIdle(ctx context.Context, d time.Duration, closeStale func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			closeStale()
+		}
+	}
 }

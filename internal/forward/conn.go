@@ -4,6 +4,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Conn is an accepted connection that learns when its client hangs up, so
@@ -15,6 +16,8 @@ type Conn struct {
 	goneOnce sync.Once
 	call     atomic.Pointer[conn] // the Client call to abort on hang-up
 	unwatch  func()               // set by the watcher; runs before Close
+	// readTimeout is the most a read of the client's body may wait.
+	readTimeout time.Duration
 }
 
 // Gone is closed when the client hangs up.
@@ -39,6 +42,16 @@ func (c *Conn) attach(u *conn) {
 }
 
 func (c *Conn) detach() { c.call.Store(nil) }
+
+// extendRead gives the client readTimeout for its next bytes, never past
+// deadline.
+func (c *Conn) extendRead(deadline time.Time) {
+	d := time.Now().Add(c.readTimeout)
+	if d.After(deadline) {
+		d = deadline
+	}
+	_ = c.Conn.SetReadDeadline(d)
+}
 
 func (c *Conn) Close() error {
 	if c.unwatch != nil {

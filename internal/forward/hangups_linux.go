@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"sync"
 	"syscall"
 
@@ -31,28 +30,6 @@ func NewHangups(log *slog.Logger) (*Hangups, error) {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
 	}
 	return &Hangups{epfd: epfd, log: log, conns: map[uint64]*Conn{}}, nil
-}
-
-// Listener wraps ln so that its connections are watched.
-func (h *Hangups) Listener(ln net.Listener) net.Listener {
-	return &watchedListener{Listener: ln, h: h}
-}
-
-type watchedListener struct {
-	net.Listener
-	h *Hangups
-}
-
-func (l *watchedListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	cc := &Conn{Conn: c, gone: make(chan struct{})}
-	if err := l.h.watch(cc); err != nil {
-		l.h.log.Warn("cannot watch connection for hang-ups", "err", err)
-	}
-	return cc, nil
 }
 
 func (h *Hangups) watch(cc *Conn) error {

@@ -6,10 +6,8 @@
 package forward
 
 import (
-	"errors"
 	"net"
 	"net/netip"
-	"syscall"
 
 	"github.com/valyala/fasthttp"
 )
@@ -17,6 +15,11 @@ import (
 // PrepareRequest turns the client's request into the one for the next hop,
 // in place: no copy, no allocation.
 func PrepareRequest(req *fasthttp.Request, remote net.Addr) {
+	if !req.Header.IsHTTP11() {
+		// A proxy sends its own version (RFC 9110 6.2); the client's
+		// answer keeps the client's.
+		req.Header.SetProtocol("HTTP/1.1")
+	}
 	StripHopByHop(&req.Header)
 	req.Header.ResetConnectionClose()
 	if tcp, ok := remote.(*net.TCPAddr); ok {
@@ -44,28 +47,4 @@ func appendForwardedFor(req *fasthttp.Request, ip netip.Addr) {
 	}
 	b = ip.Unmap().AppendTo(b)
 	req.Header.SetBytesV("X-Forwarded-For", b)
-}
-
-// Status maps a failed call to the status the client gets: 504 for a
-// timeout, else 502.
-func Status(err error) int {
-	if IsTimeout(err) {
-		return fasthttp.StatusGatewayTimeout
-	}
-	return fasthttp.StatusBadGateway
-}
-
-// Cause names, for a 502 or 504 body, why the call failed.
-func Cause(err error) string {
-	switch {
-	case IsTimeout(err):
-		return "timeout"
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused by the function"
-	case errors.Is(err, ErrNothingRead):
-		return ErrNothingRead.Error()
-	case errors.Is(err, syscall.ECONNRESET):
-		return "connection reset by the function"
-	}
-	return err.Error()
 }

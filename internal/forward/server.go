@@ -3,23 +3,31 @@ package forward
 import (
 	"fmt"
 	"log/slog"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
 // NewServer returns a fasthttp server set up for a proxy hop: request
-// bodies streamed and bounded by maxBody, heads up to 16 KiB, and nothing
-// added to the answers that the next hop did not send (no default Server,
-// Content-Type or Date headers). Callers add their own timeouts and
-// concurrency bound.
-func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.RequestCtx, error), maxBody int64, log *slog.Logger) *fasthttp.Server {
+// bodies streamed and bounded by maxBody, heads up to 16 KiB, a client
+// given readTimeout (0: DefaultReadTimeout) to send a request head and
+// to take an answer written at once, and nothing added to the answers
+// that the next hop did not send (no default Server, Content-Type or Date
+// headers). Serve it on a Hangups Listener with the same readTimeout, and
+// bound its connections with MaxConns.
+func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.RequestCtx, error), maxBody int64, readTimeout time.Duration, log *slog.Logger) *fasthttp.Server {
+	if readTimeout <= 0 {
+		readTimeout = DefaultReadTimeout
+	}
 	return &fasthttp.Server{
 		Handler:                      handler,
 		ErrorHandler:                 onReadError,
 		ReadBufferSize:               16 << 10, // the longest request head
 		MaxRequestBodySize:           int(maxBody),
 		StreamRequestBody:            true,
+		ReadTimeout:                  readTimeout,
+		WriteTimeout:                 readTimeout,
 		IdleTimeout:                  90 * time.Second,
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
@@ -28,6 +36,35 @@ func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.Reque
 		CloseOnShutdown:              true,
 		Logger:                       slogPrinter{log},
 	}
+}
+
+// StreamUntil lets a streamed answer be written until the request's
+// deadline, and the client's read timeout after it to take the last
+// bytes: the server's WriteTimeout is for answers written at once.
+func StreamUntil(ctx *fasthttp.RequestCtx, deadline time.Time) {
+	grace := DefaultReadTimeout
+	if cc, ok := ctx.Conn().(*Conn); ok {
+		grace = cc.readTimeout
+	}
+	_ = ctx.SetWriteDeadline(deadline.Add(grace))
+}
+
+// reservedFDs are the file descriptors MaxConns keeps for everything but
+// client connections: listeners, the runtime's, logs, probes.
+const reservedFDs = 64
+
+// MaxConns is how many client connections a hop can serve at once within
+// the process's file descriptor limit, when each connection may need
+// fdsPerConn descriptors (its own, and one to the next hop; more when the
+// next hops live in the same process). A server that takes more runs out
+// of descriptors for the next hop; past MaxConns, fasthttp answers a new
+// connection 503 and closes it, and the connections it serves go on.
+func MaxConns(fdsPerConn int) int {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil || lim.Cur > 1<<30 {
+		return 1 << 20
+	}
+	return max(int(lim.Cur)-reservedFDs, 16) / max(fdsPerConn, 1)
 }
 
 // slogPrinter routes fasthttp's log lines to slog.

@@ -145,6 +145,7 @@ func startQueueProxy(spec Function, userPort int, log *slog.Logger) (*queueProxy
 		Namespace: spec.Namespace, Function: spec.Name, UserPort: userPort,
 		Concurrency: spec.Concurrency, QueueDepth: 10 * spec.Concurrency,
 		Timeout: spec.Timeout, MaxBodyBytes: spec.MaxBodyBytes, DrainTimeout: spec.Timeout,
+		ReadTimeout: spec.ReadTimeout,
 	}
 	srv, err := queueproxy.New(cfg, log)
 	if err != nil {

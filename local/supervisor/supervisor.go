@@ -35,6 +35,7 @@ type Function struct {
 	Concurrency  int
 	Timeout      time.Duration
 	MaxBodyBytes int64
+	ReadTimeout  time.Duration
 }
 
 // Endpoint is a ready instance: its queue-proxy's serving and admin

@@ -1,0 +1,270 @@
+package activator
+
+import (
+	"context"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"sless.dev/sless/internal/badclient"
+	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/invocation"
+)
+
+// runServer runs a on an activator Server (its read-error answers, its
+// timeouts) with the given client read timeout, and returns the serving
+// address.
+func runServer(t *testing.T, a *Activator, readTimeout time.Duration) string {
+	t.Helper()
+	srv := &Server{Activator: a, Registry: prometheus.NewRegistry(), Records: invocation.NewRing(10),
+		DrainTimeout: time.Second, ReadTimeout: readTimeout, Log: quiet}
+	serving, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, serving, admin) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return serving.Addr().String()
+}
+
+// TestClientFaults sends what misbehaving clients send: each gets its 4xx
+// (or is served, for HTTP/1.0 without a Host), and none is counted or
+// recorded as the function's 502.
+func TestClientFaults(t *testing.T) {
+	const maxBody = 64 << 10
+	a := newActivator(t, Config{MaxBodyBytes: maxBody}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "fn", []string{startInstance(t)})
+	addr := runServer(t, a, 300*time.Millisecond)
+	for _, c := range badclient.Cases("/fn/ns/fn/echo", maxBody) {
+		t.Run(c.Name, func(t *testing.T) {
+			if got := badclient.Send(t, addr, c, 5*time.Second); got != c.Want {
+				t.Errorf("answered %d, want %d", got, c.Want)
+			}
+		})
+	}
+	for _, code := range []string{"400", "413", "408"} {
+		if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "fn", code)); n == 0 {
+			t.Errorf("sless_activator_requests_total{code=%q} = 0: the client's fault is not counted as such", code)
+		}
+	}
+	for _, code := range []string{"500", "502", "503", "504"} {
+		if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "fn", code)); n != 0 {
+			t.Errorf("sless_activator_requests_total{code=%q} = %v, want 0: client faults counted against the function", code, n)
+		}
+	}
+	records, _ := a.sink.(*invocation.Ring).Recent(100)
+	for _, r := range records {
+		if r.Status >= 500 {
+			t.Errorf("invocation record %+v: a client's fault recorded as the function's", r)
+		}
+	}
+}
+
+// TestDialTimeoutKeepsInstance: a request handed an instance just before
+// its deadline fails to connect in the time left. That is the request's
+// timeout, not the instance refusing: the instance stays in rotation.
+// (Counted as a refusal, it left for good, and with it a function of one
+// instance: every later request waited for nothing and got 504.)
+func TestDialTimeoutKeepsInstance(t *testing.T) {
+	var mu sync.Mutex
+	timeOut := true
+	a := newActivator(t, Config{Dial: func(addr string, timeout time.Duration) (net.Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if timeOut {
+			timeOut = false
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+		}
+		return net.DialTimeout("tcp", addr, timeout)
+	}}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "one", HTTP: true, Timeout: 2 * time.Second})
+	a.SetEndpoints("ns", "one", []string{startInstance(t)})
+	base := serveActivator(t, a)
+	if code, body := get(t, base+"/fn/ns/one/echo"); code != 504 || !strings.Contains(string(body), "timeout") {
+		t.Errorf("request whose dial timed out: %d %s, want 504", code, body)
+	}
+	if code, body := get(t, base+"/fn/ns/one/echo"); code != 200 {
+		t.Errorf("next request: %d %s, want 200 from the instance still in rotation", code, body)
+	}
+}
+
+// TestRefusedByUserProcess: an instance whose user process died refuses
+// through its queue-proxy, which marks the answer unsent; the request goes
+// to the other instance, a small body included. A large body, streamed
+// to the first instance, cannot be sent again: it gets the 502.
+func TestRefusedByUserProcess(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 10 * time.Second})
+	dead, live := testinstance.Start(t), testinstance.Start(t)
+	dead.Function.Kill()
+	a.SetEndpoints("ns", "pair", []string{dead.Addr, live.Addr})
+	base := serveActivator(t, a)
+	for i := range 20 {
+		body := strings.Repeat("b", i*100)
+		resp, err := client.Post(base+"/fn/ns/pair/echo", "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(got), `"contentLength":`) {
+			t.Fatalf("POST of %d bytes: %d %s, want 200 from the live instance", len(body), resp.StatusCode, got)
+		}
+		if resp.Header.Get(forward.UnsentHeader) != "" {
+			t.Fatalf("the unsent mark reached the client")
+		}
+	}
+	// Only the dead instance, its bench over: a body too large to hold is
+	// consumed by the first try.
+	a.SetEndpoints("ns", "pair", []string{dead.Addr})
+	resp, err := client.Post(base+"/fn/ns/pair/echo", "text/plain", strings.NewReader(strings.Repeat("b", forward.HoldMax+1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 502 || !strings.Contains(string(got), "connection refused by the function") || resp.Header.Get(forward.UnsentHeader) != "" {
+		t.Errorf("streamed body to a dead user process: %d %s %v, want 502, connection refused, no mark", resp.StatusCode, got, resp.Header)
+	}
+}
+
+// TestConcurrencyChangeKeepsWaiters raises a function's concurrency while
+// a request waits for its one busy instance: the waiter takes the new room
+// at once instead of timing out on a replaced throttler.
+func TestConcurrencyChangeKeepsWaiters(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	fn := Function{Namespace: "ns", Name: "grow", HTTP: true, Concurrency: 1, Timeout: 20 * time.Second}
+	a.SetFunction(fn)
+	inst := testinstance.Start(t)
+	a.SetEndpoints("ns", "grow", []string{inst.Addr})
+	base := serveActivator(t, a)
+	blocked := make(chan int, 1)
+	go func() {
+		resp, err := client.Get(base + "/fn/ns/grow/block?id=grow")
+		if err != nil {
+			blocked <- -1
+			return
+		}
+		resp.Body.Close()
+		blocked <- resp.StatusCode
+	}()
+	waitUntil(t, func() bool { return a.Functions()[0].InFlight == 1 })
+	waiter := make(chan int, 1)
+	go func() {
+		code, _ := get(t, base+"/fn/ns/grow/echo")
+		waiter <- code
+	}()
+	waitUntil(t, func() bool { return a.Buffered()["ns/grow"] == 1 })
+	fn.Concurrency = 2
+	a.SetFunction(fn)
+	select {
+	case code := <-waiter:
+		if code != 200 {
+			t.Errorf("waiter after the resize: %d, want 200", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter is stranded after the concurrency change")
+	}
+	if code, _ := get(t, "http://"+inst.Function.Addr()+"/release?id=grow"); code != 200 {
+		t.Fatal("cannot release the blocked request")
+	}
+	if code := <-blocked; code != 200 {
+		t.Errorf("blocked request: %d, want 200", code)
+	}
+}
+
+// TestGoneInstancesLeaveNoConnections: three instances come, serve
+// concurrent requests (filling the activator's pools) and go; the
+// activator forgets their clients and closes every connection to them.
+func TestGoneInstancesLeaveNoConnections(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "churn", HTTP: true, Timeout: 10 * time.Second})
+	base := serveActivator(t, a)
+	get(t, base+"/fn/ns/nobody") // the test's own client connection, before counting
+	before := openFDs(t)
+	for range 3 {
+		inst := testinstance.Start(t)
+		a.SetEndpoints("ns", "churn", []string{inst.Addr})
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				if code, _ := get(t, base+"/fn/ns/churn/sleep?ms=20"); code != 200 {
+					t.Errorf("request: %d", code)
+				}
+			})
+		}
+		wg.Wait()
+		a.SetEndpoints("ns", "churn", nil)
+		inst.Stop()
+		inst.Function.Kill()
+	}
+	client.CloseIdleConnections()
+	n := 0
+	a.clients.Range(func(any, any) bool { n++; return true })
+	if n != 0 {
+		t.Errorf("%d clients kept for instances that are gone", n)
+	}
+	// The test's client keeps up to 20 connections to the activator.
+	waitUntil(t, func() bool { return openFDs(t) <= before+2 })
+}
+
+func openFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd to count file descriptors")
+	}
+	return len(fds)
+}
+
+// TestOutOfSocketsIsNoRefusal: a dial that fails because this process is
+// out of file descriptors is answered 503 with Retry-After, and the
+// instance stays in rotation.
+func TestOutOfSocketsIsNoRefusal(t *testing.T) {
+	var mu sync.Mutex
+	fail := true
+	a := newActivator(t, Config{Dial: func(addr string, timeout time.Duration) (net.Conn, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail {
+			fail = false
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("socket", syscall.EMFILE)}
+		}
+		return net.DialTimeout("tcp", addr, timeout)
+	}}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "fd", HTTP: true, Timeout: 2 * time.Second})
+	a.SetEndpoints("ns", "fd", []string{startInstance(t)})
+	base := serveActivator(t, a)
+	resp, err := client.Get(base + "/fn/ns/fd/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("out of sockets: %d Retry-After %q, want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+	}
+	if code, _ := get(t, base+"/fn/ns/fd/echo"); code != 200 {
+		t.Errorf("next request: %d, want 200", code)
+	}
+}

@@ -1,0 +1,122 @@
+package main
+
+import (
+	"io"
+	"net/http"
+	neturl "net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/badclient"
+	"sless.dev/sless/internal/testfn"
+)
+
+// Slowloris: more connections than the process has file descriptors for,
+// each sending its request head a byte every 100 ms, for 4 s, the ones
+// closed opened again.
+const (
+	slowConns = 300
+	slowEvery = 100 * time.Millisecond
+	slowFor   = 4 * time.Second
+)
+
+// prlimit runs a command with a low limit of open files, set before it
+// starts (util-linux's prlimit).
+func prlimit(t *testing.T, nofile int) []string {
+	t.Helper()
+	if _, err := exec.LookPath("prlimit"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("prlimit (util-linux) is required in CI")
+		}
+		t.Skip("prlimit not found: the slowloris tests limit a process's open files with it")
+	}
+	return []string{"prlimit", "--nofile=" + strconv.Itoa(nofile)}
+}
+
+// TestDevSurvivesSlowloris: `sless dev` limited to 256 open files takes a
+// slowloris of 300 connections. It sheds them (the read timeout closes
+// them; those past its connection limit are answered 503 at once), keeps
+// serving a client already connected, serves new ones afterwards, and
+// lives. (It used to keep them all, run out of descriptors, and exit on
+// "accept4: too many open files".)
+func TestDevSurvivesSlowloris(t *testing.T) {
+	cmd, exited, _, url := startDevWith(t, prlimit(t, 256), "--read-timeout", "1s")
+	u, err := neturl.Parse(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	surviveSlowloris(t, u.Host, url, exited)
+	stopAndWait(t, "sless dev", cmd, exited, os.Interrupt, 30*time.Second)
+}
+
+// TestQueueProxySurvivesSlowloris is the same for `sless queue-proxy`
+// limited to 128 open files.
+func TestQueueProxySurvivesSlowloris(t *testing.T) {
+	limit := prlimit(t, 128)
+	fn := testfn.Start(t)
+	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
+	cmd := exec.Command(limit[0], append(limit[1:], os.Args[0], "queue-proxy", "--function", "slow")...)
+	cmd.Env = append(os.Environ(), runMainEnv+"=1", "SLESS_READ_TIMEOUT_SECONDS=1",
+		"SLESS_USER_PORT="+strconv.Itoa(fn.Port),
+		"SLESS_SERVING_PORT="+strconv.Itoa(serving),
+		"SLESS_ADMIN_PORT="+strconv.Itoa(admin))
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	waitStatus(t, "http://127.0.0.1:"+strconv.Itoa(admin)+"/readyz", http.StatusOK)
+	addr := "127.0.0.1:" + strconv.Itoa(serving)
+	surviveSlowloris(t, addr, "http://"+addr+"/echo", exited)
+	stopAndWait(t, "queue-proxy", cmd, exited, os.Interrupt, 15*time.Second)
+}
+
+// surviveSlowloris runs the slowloris against addr while a client
+// connected before it calls url, and checks what the server must do.
+func surviveSlowloris(t *testing.T, addr, url string, exited <-chan error) {
+	t.Helper()
+	kept := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1, MaxIdleConnsPerHost: 1}}
+	call := func(c *http.Client) int {
+		resp, err := c.Get(url)
+		if err != nil {
+			t.Errorf("GET %s: %v", url, err)
+			return -1
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := call(kept); code != 200 {
+		t.Fatalf("before the slowloris: %d", code)
+	}
+	attack := make(chan time.Duration, 1)
+	go func() { attack <- badclient.Slowloris(addr, slowConns, slowEvery, slowFor) }()
+	served := 0
+	for done := false; !done; {
+		select {
+		case longest := <-attack:
+			done = true
+			if longest > 2500*time.Millisecond {
+				t.Errorf("a slowloris connection lasted %s with a read timeout of 1 s", longest)
+			}
+		case err := <-exited:
+			t.Fatalf("the process exited under the slowloris: %v", err)
+		case <-time.After(100 * time.Millisecond):
+			if code := call(kept); code != 200 {
+				t.Errorf("the client connected before the slowloris got %d during it, want 200", code)
+			}
+			served++
+		}
+	}
+	if served < 20 {
+		t.Errorf("the connected client was served %d times in %s", served, slowFor)
+	}
+	if code := call(&http.Client{}); code != 200 {
+		t.Errorf("a new client after the slowloris: %d, want 200", code)
+	}
+}
