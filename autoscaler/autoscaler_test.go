@@ -23,6 +23,7 @@ import (
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/internal/wire"
 )
 
 // TestAutoscalerLoop runs the whole loop on real parts: load held on a
@@ -179,7 +180,7 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 }
 func createDeployment(t *testing.T, c client.Client, name string, replicas int32) {
 	t.Helper()
-	labels := map[string]string{"sless.dev/function": name}
+	labels := map[string]string{wire.FunctionLabel: name}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: appsv1.DeploymentSpec{

@@ -22,6 +22,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
+	"sless.dev/sless/internal/wire"
 )
 
 // TestReconcile runs the controller against a real API server and checks
@@ -58,7 +59,7 @@ func testCreate(t *testing.T, e *env) {
 	e.get(t, ns, "hello", &fn)
 	controlledBy(t, d, &fn)
 
-	labels := map[string]string{controller.FunctionLabel: "hello", controller.NamespaceLabel: ns}
+	labels := map[string]string{wire.FunctionLabel: "hello", wire.NamespaceLabel: ns}
 	if *d.Spec.Replicas != 2 {
 		t.Errorf("replicas = %d, want scale.initial 2", *d.Spec.Replicas)
 	}
@@ -125,7 +126,7 @@ func testCreate(t *testing.T, e *env) {
 
 	svc := waitObject(t, e, ns, "hello", &corev1.Service{})
 	controlledBy(t, svc, &fn)
-	if !equality.Semantic.DeepEqual(svc.Spec.Selector, labels) || svc.Labels[controller.FunctionLabel] != "hello" {
+	if !equality.Semantic.DeepEqual(svc.Spec.Selector, labels) || svc.Labels[wire.FunctionLabel] != "hello" {
 		t.Errorf("service selector %v labels %v", svc.Spec.Selector, svc.Labels)
 	}
 	if svc.Spec.ClusterIP != corev1.ClusterIPNone {
@@ -300,7 +301,7 @@ func testRabbitMQ(t *testing.T, e *env) {
 	for _, a := range []struct{ name, secret string }{{"orders.new", "amqp"}, {"orders.audit", "amqp-audit"}} {
 		ta := waitObject(t, e, ns, a.name, &kedav1alpha1.TriggerAuthentication{})
 		want := []kedav1alpha1.AuthSecretTargetRef{{Parameter: "host", Name: a.secret, Key: "url"}}
-		if !equality.Semantic.DeepEqual(ta.Spec.SecretTargetRef, want) || ta.Labels[controller.FunctionLabel] != "orders" {
+		if !equality.Semantic.DeepEqual(ta.Spec.SecretTargetRef, want) || ta.Labels[wire.FunctionLabel] != "orders" {
 			t.Errorf("TriggerAuthentication %s: %+v labels %v", a.name, ta.Spec.SecretTargetRef, ta.Labels)
 		}
 	}

@@ -11,28 +11,13 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sless.dev/sless/apis/v1alpha1"
-)
-
-// Labels on every object the controller creates and on the pods. The
-// activator and the autoscaler find a function's EndpointSlices by
-// FunctionLabel (the slices inherit the Service's labels).
-const (
-	FunctionLabel  = "sless.dev/function"
-	NamespaceLabel = "sless.dev/namespace"
+	"sless.dev/sless/internal/wire"
 )
 
 // The containers of a function's pod.
 const (
 	FunctionContainer   = "function"
 	QueueProxyContainer = "queue-proxy"
-)
-
-// Ports of a function's pod: the user process on 127.0.0.1 (the runtime
-// contract's PORT), and the queue-proxy's serving and admin ports.
-const (
-	UserPort    = 8080
-	ServingPort = 8012
-	AdminPort   = 9091
 )
 
 const (
@@ -64,7 +49,7 @@ var queueProxyResources = corev1.ResourceRequirements{
 // functionLabels are the labels of a Function's objects and pods, and the
 // selector of its pods.
 func functionLabels(fn *v1alpha1.Function) map[string]string {
-	return map[string]string{FunctionLabel: fn.Name, NamespaceLabel: fn.Namespace}
+	return map[string]string{wire.FunctionLabel: fn.Name, wire.NamespaceLabel: fn.Namespace}
 }
 
 func objectMeta(fn *v1alpha1.Function, name string) metav1.ObjectMeta {
@@ -86,7 +71,7 @@ func (r *FunctionReconciler) deployment(fn *v1alpha1.Function) *appsv1.Deploymen
 					Labels: functionLabels(fn),
 					Annotations: map[string]string{
 						"prometheus.io/scrape":                    "true",
-						"prometheus.io/port":                      strconv.Itoa(AdminPort),
+						"prometheus.io/port":                      strconv.Itoa(wire.AdminPort),
 						"prometheus.io/path":                      "/metrics",
 						"kubectl.kubernetes.io/default-container": FunctionContainer,
 					},
@@ -110,7 +95,7 @@ func (r *FunctionReconciler) deployment(fn *v1alpha1.Function) *appsv1.Deploymen
 // 127.0.0.1:PORT and loads SLESS_HANDLER.
 func functionContainer(fn *v1alpha1.Function) corev1.Container {
 	env := []corev1.EnvVar{
-		{Name: "PORT", Value: strconv.Itoa(UserPort)},
+		{Name: "PORT", Value: strconv.Itoa(wire.UserPort)},
 		{Name: "SLESS_HANDLER", Value: fn.Spec.EffectiveHandler()},
 	}
 	return corev1.Container{
@@ -128,14 +113,14 @@ func functionContainer(fn *v1alpha1.Function) corev1.Container {
 // environment contract of the queue-proxy (docs/queue-proxy.md).
 func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain int64) corev1.Container {
 	env := []corev1.EnvVar{
-		{Name: "SLESS_NAMESPACE", Value: fn.Namespace},
-		{Name: "SLESS_FUNCTION", Value: fn.Name},
-		{Name: "SLESS_USER_PORT", Value: strconv.Itoa(UserPort)},
-		{Name: "SLESS_SERVING_PORT", Value: strconv.Itoa(ServingPort)},
-		{Name: "SLESS_ADMIN_PORT", Value: strconv.Itoa(AdminPort)},
-		{Name: "SLESS_CONCURRENCY", Value: strconv.Itoa(int(fn.Spec.Concurrency))},
-		{Name: "SLESS_TIMEOUT_SECONDS", Value: strconv.Itoa(int(fn.Spec.TimeoutSeconds))},
-		{Name: "SLESS_DRAIN_SECONDS", Value: strconv.FormatInt(drain, 10)},
+		{Name: wire.EnvNamespace, Value: fn.Namespace},
+		{Name: wire.EnvFunction, Value: fn.Name},
+		{Name: wire.EnvUserPort, Value: strconv.Itoa(wire.UserPort)},
+		{Name: wire.EnvServingPort, Value: strconv.Itoa(wire.ServingPort)},
+		{Name: wire.EnvAdminPort, Value: strconv.Itoa(wire.AdminPort)},
+		{Name: wire.EnvConcurrency, Value: strconv.Itoa(int(fn.Spec.Concurrency))},
+		{Name: wire.EnvTimeout, Value: strconv.Itoa(int(fn.Spec.TimeoutSeconds))},
+		{Name: wire.EnvDrain, Value: strconv.FormatInt(drain, 10)},
 	}
 	return corev1.Container{
 		Name:  QueueProxyContainer,
@@ -143,14 +128,14 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 		Args:  []string{"queue-proxy"},
 		Env:   env,
 		Ports: []corev1.ContainerPort{
-			{Name: "http", ContainerPort: ServingPort},
-			{Name: "admin", ContainerPort: AdminPort},
+			{Name: wire.ServingPortName, ContainerPort: wire.ServingPort},
+			{Name: wire.AdminPortName, ContainerPort: wire.AdminPort},
 		},
 		// Every field the API server would default is set, so that live
 		// and desired compare equal.
 		ReadinessProbe: &corev1.Probe{
 			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
-				Path: "/readyz", Port: intstr.FromInt32(AdminPort),
+				Path: "/readyz", Port: intstr.FromInt32(wire.AdminPort),
 			}},
 			PeriodSeconds:    1,
 			TimeoutSeconds:   1,

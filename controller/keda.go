@@ -17,7 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
-	"sless.dev/sless/autoscaler/kedascaler"
+	"sless.dev/sless/internal/wire"
 )
 
 // autoscalerTrigger names the external-push trigger in a ScaledObject; the
@@ -70,9 +70,9 @@ func (r *FunctionReconciler) scaledObject(fn *v1alpha1.Function) *kedav1alpha1.S
 		Type: "external-push",
 		Name: autoscalerTrigger,
 		Metadata: map[string]string{
-			"scalerAddress":              r.opts.AutoscalerAddress,
-			kedascaler.MetadataFunction:  fn.Name,
-			kedascaler.MetadataNamespace: fn.Namespace,
+			"scalerAddress":    r.opts.AutoscalerAddress,
+			wire.KEDAFunction:  fn.Name,
+			wire.KEDANamespace: fn.Namespace,
 		},
 	}}
 	for _, t := range fn.Spec.Triggers {
@@ -134,7 +134,7 @@ func triggerAuthentications(fn *v1alpha1.Function) []*kedav1alpha1.TriggerAuthen
 // keep.
 func (r *FunctionReconciler) deleteStaleAuths(ctx context.Context, fn *v1alpha1.Function, keep []*kedav1alpha1.TriggerAuthentication) error {
 	var list kedav1alpha1.TriggerAuthenticationList
-	if err := r.client.List(ctx, &list, client.InNamespace(fn.Namespace), client.MatchingLabels{FunctionLabel: fn.Name}); err != nil {
+	if err := r.client.List(ctx, &list, client.InNamespace(fn.Namespace), client.MatchingLabels{wire.FunctionLabel: fn.Name}); err != nil {
 		return fmt.Errorf("list TriggerAuthentications of %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
 	for i := range list.Items {

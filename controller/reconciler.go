@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/wire"
 )
 
 // Name is the controller's name: in logs, metrics, events and the leader
@@ -72,7 +73,7 @@ func ManagerOptions(keda bool) (manager.Options, error) {
 			return manager.Options{}, fmt.Errorf("controller scheme: %w", err)
 		}
 	}
-	labelled, err := labels.NewRequirement(FunctionLabel, selection.Exists, nil)
+	labelled, err := labels.NewRequirement(wire.FunctionLabel, selection.Exists, nil)
 	if err != nil {
 		return manager.Options{}, err
 	}

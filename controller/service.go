@@ -5,6 +5,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/wire"
 )
 
 // service is the desired Service of a Function: its EndpointSlices list the
@@ -22,8 +23,8 @@ func service(fn *v1alpha1.Function) *corev1.Service {
 			ClusterIP: corev1.ClusterIPNone,
 			Selector:  functionLabels(fn),
 			Ports: []corev1.ServicePort{
-				{Name: "http", Port: ServingPort, TargetPort: intstr.FromInt32(ServingPort)},
-				{Name: "admin", Port: AdminPort, TargetPort: intstr.FromInt32(AdminPort)},
+				{Name: wire.ServingPortName, Port: wire.ServingPort, TargetPort: intstr.FromInt32(wire.ServingPort)},
+				{Name: wire.AdminPortName, Port: wire.AdminPort, TargetPort: intstr.FromInt32(wire.AdminPort)},
 			},
 		},
 	}

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strconv"
 	"time"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // Config is the queue-proxy's configuration. The controller and the local
@@ -44,17 +46,17 @@ type Setting struct {
 // Settings lists the configuration variables in the order they are
 // documented, for the command to turn into flags.
 var Settings = []Setting{
-	{"SLESS_NAMESPACE", "namespace", "default", "namespace of the function (metric label)"},
-	{"SLESS_FUNCTION", "function", "", "name of the function (required; metric label)"},
-	{"SLESS_USER_PORT", "user-port", "8080", "port of the user process on 127.0.0.1"},
-	{"SLESS_SERVING_PORT", "serving-port", "8012", "port that takes invocations"},
-	{"SLESS_ADMIN_PORT", "admin-port", "9091", "port of /healthz, /readyz, /stats and /metrics"},
-	{"SLESS_CONCURRENCY", "concurrency", "0", "most requests at the user process at once (0 = unlimited)"},
-	{"SLESS_QUEUE_DEPTH", "queue-depth", "", "requests that may wait for a slot (default 10 x concurrency)"},
-	{"SLESS_TIMEOUT_SECONDS", "timeout-seconds", "300", "per request, queue wait included"},
-	{"SLESS_MAX_BODY_BYTES", "max-body-bytes", "10485760", "largest request body; larger ones get 413"},
-	{"SLESS_DRAIN_SECONDS", "drain-seconds", "30", "longest drain after SIGTERM"},
-	{"SLESS_READ_TIMEOUT_SECONDS", "read-timeout-seconds", "10", "most a client may take to send a request head, or each part of its body (408 beyond)"},
+	{wire.EnvNamespace, "namespace", "default", "namespace of the function (metric label)"},
+	{wire.EnvFunction, "function", "", "name of the function (required; metric label)"},
+	{wire.EnvUserPort, "user-port", strconv.Itoa(wire.UserPort), "port of the user process on 127.0.0.1"},
+	{wire.EnvServingPort, "serving-port", strconv.Itoa(wire.ServingPort), "port that takes invocations"},
+	{wire.EnvAdminPort, "admin-port", strconv.Itoa(wire.AdminPort), "port of /healthz, /readyz, /stats and /metrics"},
+	{wire.EnvConcurrency, "concurrency", "0", "most requests at the user process at once (0 = unlimited)"},
+	{wire.EnvQueueDepth, "queue-depth", "", "requests that may wait for a slot (default 10 x concurrency)"},
+	{wire.EnvTimeout, "timeout-seconds", "300", "per request, queue wait included"},
+	{wire.EnvMaxBody, "max-body-bytes", "10485760", "largest request body; larger ones get 413"},
+	{wire.EnvDrain, "drain-seconds", "30", "longest drain after SIGTERM"},
+	{wire.EnvReadTimeout, "read-timeout-seconds", "10", "most a client may take to send a request head, or each part of its body (408 beyond)"},
 }
 
 // ParseConfig builds a Config from the variables that lookup returns
@@ -64,26 +66,26 @@ var Settings = []Setting{
 func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
 	p := parser{lookup: lookup}
 	c := Config{
-		Namespace:    p.str("SLESS_NAMESPACE"),
-		Function:     p.str("SLESS_FUNCTION"),
-		UserPort:     int(p.int("SLESS_USER_PORT", 1, 65535)),
-		ServingPort:  p.port("SLESS_SERVING_PORT"),
-		AdminPort:    p.port("SLESS_ADMIN_PORT"),
-		Concurrency:  int(p.int("SLESS_CONCURRENCY", 0, 100_000)),
-		Timeout:      time.Duration(p.int("SLESS_TIMEOUT_SECONDS", 1, 24*3600)) * time.Second,
-		MaxBodyBytes: p.int("SLESS_MAX_BODY_BYTES", 1, math.MaxInt32),
-		DrainTimeout: time.Duration(p.int("SLESS_DRAIN_SECONDS", 0, 3600)) * time.Second,
-		ReadTimeout:  time.Duration(p.int("SLESS_READ_TIMEOUT_SECONDS", 1, 3600)) * time.Second,
+		Namespace:    p.str(wire.EnvNamespace),
+		Function:     p.str(wire.EnvFunction),
+		UserPort:     int(p.int(wire.EnvUserPort, 1, 65535)),
+		ServingPort:  p.port(wire.EnvServingPort),
+		AdminPort:    p.port(wire.EnvAdminPort),
+		Concurrency:  int(p.int(wire.EnvConcurrency, 0, 100_000)),
+		Timeout:      time.Duration(p.int(wire.EnvTimeout, 1, 24*3600)) * time.Second,
+		MaxBodyBytes: p.int(wire.EnvMaxBody, 1, math.MaxInt32),
+		DrainTimeout: time.Duration(p.int(wire.EnvDrain, 0, 3600)) * time.Second,
+		ReadTimeout:  time.Duration(p.int(wire.EnvReadTimeout, 1, 3600)) * time.Second,
 	}
 	c.QueueDepth = 10 * c.Concurrency
-	if _, set := p.value("SLESS_QUEUE_DEPTH"); set {
-		c.QueueDepth = int(p.int("SLESS_QUEUE_DEPTH", 0, 1_000_000))
+	if _, set := p.value(wire.EnvQueueDepth); set {
+		c.QueueDepth = int(p.int(wire.EnvQueueDepth, 0, 1_000_000))
 	}
 	if c.Function == "" {
-		p.fail("SLESS_FUNCTION", "", "must name the function")
+		p.fail(wire.EnvFunction, "", "must name the function")
 	}
 	if c.UserPort == c.ServingPort || c.UserPort == c.AdminPort || c.ServingPort != 0 && c.ServingPort == c.AdminPort {
-		p.errs = append(p.errs, fmt.Errorf("SLESS_USER_PORT, SLESS_SERVING_PORT and SLESS_ADMIN_PORT must differ (%d, %d, %d)", c.UserPort, c.ServingPort, c.AdminPort))
+		p.errs = append(p.errs, fmt.Errorf("%s, %s and %s must differ (%d, %d, %d)", wire.EnvUserPort, wire.EnvServingPort, wire.EnvAdminPort, c.UserPort, c.ServingPort, c.AdminPort))
 	}
 	return c, errors.Join(p.errs...)
 }

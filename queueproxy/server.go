@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/internal/wire"
 )
 
 // DefaultQuietPeriod is how long a draining queue-proxy waits without a new
@@ -199,11 +200,11 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func Listen(cfg Config) (serving, admin net.Listener, err error) {
 	serving, err = net.Listen("tcp", fmt.Sprintf(":%d", cfg.ServingPort))
 	if err != nil {
-		return nil, nil, fmt.Errorf("SLESS_SERVING_PORT: %w", err)
+		return nil, nil, fmt.Errorf("%s: %w", wire.EnvServingPort, err)
 	}
 	admin, err = net.Listen("tcp", fmt.Sprintf(":%d", cfg.AdminPort))
 	if err != nil {
-		return nil, nil, errors.Join(fmt.Errorf("SLESS_ADMIN_PORT: %w", err), serving.Close())
+		return nil, nil, errors.Join(fmt.Errorf("%s: %w", wire.EnvAdminPort, err), serving.Close())
 	}
 	return serving, admin, nil
 }

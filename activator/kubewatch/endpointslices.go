@@ -20,14 +20,8 @@ import (
 
 	"sless.dev/sless/internal/cachesync"
 	"sless.dev/sless/internal/endpointslice"
+	"sless.dev/sless/internal/wire"
 )
-
-// FunctionLabel marks the Services, and so the EndpointSlices, of functions.
-const FunctionLabel = "sless.dev/function"
-
-// ServingPortName names the queue-proxy's serving port in a function's
-// Service; a slice without it is served on its first port.
-const ServingPortName = "http"
 
 // EndpointSink receives the ready instances of a function.
 type EndpointSink interface {
@@ -62,7 +56,7 @@ func NewEndpoints(cfg *rest.Config, sink EndpointSink, log *slog.Logger) (*Endpo
 // the background until ctx ends.
 func (w *Endpoints) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = FunctionLabel }))
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = wire.FunctionLabel }))
 	inf := factory.Discovery().V1().EndpointSlices()
 	w.lister = inf.Lister()
 	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -93,14 +87,14 @@ func (w *Endpoints) changed(obj any) {
 	if !ok {
 		return
 	}
-	name := slice.Labels[FunctionLabel]
+	name := slice.Labels[wire.FunctionLabel]
 	if name == "" {
 		return
 	}
-	all, err := w.lister.EndpointSlices(slice.Namespace).List(labels.SelectorFromSet(labels.Set{FunctionLabel: name}))
+	all, err := w.lister.EndpointSlices(slice.Namespace).List(labels.SelectorFromSet(labels.Set{wire.FunctionLabel: name}))
 	if err != nil {
 		w.log.Error("list endpoint slices", "namespace", slice.Namespace, "function", name, "err", err)
 		return
 	}
-	w.sink.SetEndpoints(slice.Namespace, name, endpointslice.ReadyAddrs(all, ServingPortName, 0))
+	w.sink.SetEndpoints(slice.Namespace, name, endpointslice.ReadyAddrs(all, wire.ServingPortName, 0))
 }

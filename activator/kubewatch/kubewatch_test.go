@@ -27,6 +27,7 @@ import (
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
 
@@ -68,7 +69,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	slices := kube.DiscoveryV1().EndpointSlices("default")
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "hello-abc", Labels: map[string]string{kubewatch.FunctionLabel: "hello"}},
+		ObjectMeta:  metav1.ObjectMeta{Name: "hello-abc", Labels: map[string]string{wire.FunctionLabel: "hello"}},
 		AddressType: discoveryv1.AddressTypeFQDN,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(port(t, one.Addr)))}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"one.sless.test"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
@@ -83,7 +84,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	// get nothing new. Then the first one stops being ready and the
 	// function has no instance: requests wait.
 	second := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "hello-def", Labels: map[string]string{kubewatch.FunctionLabel: "hello"}},
+		ObjectMeta:  metav1.ObjectMeta{Name: "hello-def", Labels: map[string]string{wire.FunctionLabel: "hello"}},
 		AddressType: discoveryv1.AddressTypeFQDN,
 		Ports:       []discoveryv1.EndpointPort{{Port: ptr.To(int32(port(t, two.Addr)))}},
 		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"two.sless.test"},

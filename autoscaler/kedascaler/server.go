@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // MaxStreams bounds the StreamIsActive streams one server holds open (one
@@ -23,15 +25,6 @@ import (
 // or goroutines; beyond it streams are refused with ResourceExhausted and
 // KEDA retries with backoff.
 const MaxStreams = 10000
-
-// The ScaledObject trigger metadata keys naming the function to report.
-const (
-	// MetadataFunction is the Function's name (required).
-	MetadataFunction = "function"
-	// MetadataNamespace is the Function's namespace (optional, defaults to
-	// the ScaledObject's).
-	MetadataNamespace = "namespace"
-)
 
 // function names a Function.
 type function struct{ namespace, name string }
@@ -220,16 +213,16 @@ func (s *Server) unsubscribe(fn function, ch chan struct{}) {
 // which also keeps the metric name valid.
 func target(ref *externalscaler.ScaledObjectRef) (function, error) {
 	meta := ref.GetScalerMetadata()
-	fn := function{namespace: meta[MetadataNamespace], name: meta[MetadataFunction]}
+	fn := function{namespace: meta[wire.KEDANamespace], name: meta[wire.KEDAFunction]}
 	if fn.name == "" {
 		return function{}, status.Errorf(codes.InvalidArgument,
 			"trigger metadata of ScaledObject %s/%s has no %q: set it to the Function's name",
-			ref.GetNamespace(), ref.GetName(), MetadataFunction)
+			ref.GetNamespace(), ref.GetName(), wire.KEDAFunction)
 	}
 	if fn.namespace == "" {
 		fn.namespace = ref.GetNamespace()
 	}
-	for _, kv := range [][2]string{{MetadataNamespace, fn.namespace}, {MetadataFunction, fn.name}} {
+	for _, kv := range [][2]string{{wire.KEDANamespace, fn.namespace}, {wire.KEDAFunction, fn.name}} {
 		if msgs := validation.IsDNS1123Label(kv[1]); len(msgs) > 0 {
 			return function{}, status.Errorf(codes.InvalidArgument, "trigger metadata %s %q: %s",
 				kv[0], kv[1], strings.Join(msgs, "; "))

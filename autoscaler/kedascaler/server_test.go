@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // handlerCounter wraps the server to count StreamIsActive handlers that
@@ -64,7 +66,7 @@ func newServer() *Server { return New(slog.New(slog.NewTextHandler(io.Discard, n
 
 func ref(namespace, function string) *externalscaler.ScaledObjectRef {
 	return &externalscaler.ScaledObjectRef{Name: "so", Namespace: namespace,
-		ScalerMetadata: map[string]string{MetadataFunction: function}}
+		ScalerMetadata: map[string]string{wire.KEDAFunction: function}}
 }
 
 // eventually polls cond until it holds, failing after a bounded wait.
@@ -107,7 +109,7 @@ func TestGetMetricSpec(t *testing.T) {
 	}{
 		{"namespace of the ScaledObject", ref("default", "hello"), "sless-default-hello"},
 		{"namespace from metadata", &externalscaler.ScaledObjectRef{Name: "so", Namespace: "keda",
-			ScalerMetadata: map[string]string{MetadataFunction: "hello", MetadataNamespace: "team-a"}}, "sless-team-a-hello"},
+			ScalerMetadata: map[string]string{wire.KEDAFunction: "hello", wire.KEDANamespace: "team-a"}}, "sless-team-a-hello"},
 		{"function not reported yet", ref("default", "ghost"), "sless-default-ghost"},
 	}
 	for _, tt := range tests {

@@ -9,19 +9,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/internal/endpointslice"
-)
-
-const (
-	// FunctionLabel marks the Services, and so the EndpointSlices, of
-	// functions; its value is the function's name, and the slice's
-	// namespace is the function's.
-	FunctionLabel = "sless.dev/function"
-	// AdminPortName names the queue-proxy admin port (/stats) in a
-	// function's Service, beside the serving port named "http".
-	AdminPortName = "admin"
-	// DefaultAdminPort is the queue-proxy's admin port, used for a slice
-	// that names no admin port.
-	DefaultAdminPort = 9091
+	"sless.dev/sless/internal/wire"
 )
 
 func (w *Watcher) sliceChanged(obj any) {
@@ -29,10 +17,10 @@ func (w *Watcher) sliceChanged(obj any) {
 		obj = d.Obj
 	}
 	slice, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok || slice.Labels[FunctionLabel] == "" {
+	if !ok || slice.Labels[wire.FunctionLabel] == "" {
 		return
 	}
-	key := types.NamespacedName{Namespace: slice.Namespace, Name: slice.Labels[FunctionLabel]}
+	key := types.NamespacedName{Namespace: slice.Namespace, Name: slice.Labels[wire.FunctionLabel]}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if _, known := w.known[key]; known {
@@ -46,7 +34,7 @@ func (w *Watcher) pushInstances(key types.NamespacedName) {
 	var list discoveryv1.EndpointSliceList
 	// A read of the synced local cache: it neither blocks nor waits.
 	err := w.cache.List(context.Background(), &list,
-		client.InNamespace(key.Namespace), client.MatchingLabels{FunctionLabel: key.Name})
+		client.InNamespace(key.Namespace), client.MatchingLabels{wire.FunctionLabel: key.Name})
 	if err != nil {
 		w.log.Error("list endpoint slices", "namespace", key.Namespace, "function", key.Name, "err", err)
 		return
@@ -55,5 +43,5 @@ func (w *Watcher) pushInstances(key types.NamespacedName) {
 	for i := range list.Items {
 		slices[i] = &list.Items[i]
 	}
-	w.target.SetInstances(key.Namespace, key.Name, endpointslice.ReadyAddrs(slices, AdminPortName, DefaultAdminPort))
+	w.target.SetInstances(key.Namespace, key.Name, endpointslice.ReadyAddrs(slices, wire.AdminPortName, wire.AdminPort))
 }

@@ -34,6 +34,7 @@ import (
 	"sless.dev/sless/autoscaler/kedascaler"
 	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/wire"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -182,7 +183,7 @@ func (h *harness) kedaMetric(t *testing.T, name string) (int64, codes.Code) {
 	t.Helper()
 	resp, err := h.keda.GetMetrics(context.Background(), &externalscaler.GetMetricsRequest{
 		ScaledObjectRef: &externalscaler.ScaledObjectRef{Name: "so", Namespace: "default",
-			ScalerMetadata: map[string]string{kedascaler.MetadataFunction: name}},
+			ScalerMetadata: map[string]string{wire.KEDAFunction: name}},
 	})
 	if err != nil {
 		return 0, status.Code(err)
@@ -192,7 +193,7 @@ func (h *harness) kedaMetric(t *testing.T, name string) (int64, codes.Code) {
 
 func createDeployment(t *testing.T, c client.Client, name string) {
 	t.Helper()
-	labels := map[string]string{kubewatch.FunctionLabel: name}
+	labels := map[string]string{wire.FunctionLabel: name}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
 		Spec: appsv1.DeploymentSpec{
@@ -360,7 +361,7 @@ func TestInstancesFromEndpointSlices(t *testing.T) {
 	h := start(t)
 	ctx := context.Background()
 	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "hello-a", Namespace: "default", Labels: map[string]string{kubewatch.FunctionLabel: "hello"}},
+		ObjectMeta:  metav1.ObjectMeta{Name: "hello-a", Namespace: "default", Labels: map[string]string{wire.FunctionLabel: "hello"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Ports: []discoveryv1.EndpointPort{
 			{Name: ptr.To("http"), Port: ptr.To(int32(8012))},
@@ -377,7 +378,7 @@ func TestInstancesFromEndpointSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "other-a", Namespace: "default", Labels: map[string]string{kubewatch.FunctionLabel: "other"}},
+		ObjectMeta:  metav1.ObjectMeta{Name: "other-a", Namespace: "default", Labels: map[string]string{wire.FunctionLabel: "other"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"10.0.9.9"}}},
 	}
@@ -390,7 +391,7 @@ func TestInstancesFromEndpointSlices(t *testing.T) {
 	wantInstances(t, h, "hello", "10.0.0.1:9191", "10.0.0.4:9191")
 
 	second := &discoveryv1.EndpointSlice{
-		ObjectMeta:  metav1.ObjectMeta{Name: "hello-b", Namespace: "default", Labels: map[string]string{kubewatch.FunctionLabel: "hello"}},
+		ObjectMeta:  metav1.ObjectMeta{Name: "hello-b", Namespace: "default", Labels: map[string]string{wire.FunctionLabel: "hello"}},
 		AddressType: discoveryv1.AddressTypeIPv6,
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8012))}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"fd00::1"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},

@@ -25,6 +25,7 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/internal/cachesync"
+	"sless.dev/sless/internal/wire"
 )
 
 // Target is what the watcher feeds: *autoscaler.Autoscaler.
@@ -57,7 +58,7 @@ type Watcher struct {
 }
 
 // New returns a watcher using cfg to reach the API server. It caches the
-// Functions and only the EndpointSlices labelled FunctionLabel.
+// Functions and only the EndpointSlices labelled wire.FunctionLabel.
 func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logger) (*Watcher, error) {
 	scheme := runtime.NewScheme()
 	for _, add := range []func(*runtime.Scheme) error{v1alpha1.AddToScheme, discoveryv1.AddToScheme, appsv1.AddToScheme} {
@@ -65,7 +66,7 @@ func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logge
 			return nil, err
 		}
 	}
-	labelled, err := labels.NewRequirement(FunctionLabel, selection.Exists, nil)
+	labelled, err := labels.NewRequirement(wire.FunctionLabel, selection.Exists, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -80,7 +81,7 @@ func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logge
 		known: map[types.NamespacedName]autoscaler.Function{}}, nil
 }
 
-// Deployments reads the functions' Deployments (labelled FunctionLabel)
+// Deployments reads the functions' Deployments (labelled wire.FunctionLabel)
 // from the watch cache, for KubernetesScaler.Reader: deciding then reads
 // nothing from the API server.
 func (w *Watcher) Deployments() client.Reader { return w.cache }

@@ -32,9 +32,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
-	"sless.dev/sless/autoscaler/kedascaler"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/internal/wire"
 )
 
 func TestAutoscalerHelpListsFlags(t *testing.T) {
@@ -255,7 +255,7 @@ func (p *autoscalerProcess) stop(t *testing.T) {
 
 func metricSpec(p *autoscalerProcess) codes.Code {
 	_, err := p.keda.GetMetricSpec(context.Background(), &externalscaler.ScaledObjectRef{Name: "so", Namespace: "default",
-		ScalerMetadata: map[string]string{kedascaler.MetadataFunction: "web"}})
+		ScalerMetadata: map[string]string{wire.KEDAFunction: "web"}})
 	return status.Code(err)
 }
 
@@ -322,7 +322,7 @@ func TestAutoscalerCommandLeaderElection(t *testing.T) {
 func createWebFunction(t *testing.T, c client.Client) {
 	t.Helper()
 	ctx := context.Background()
-	labels := map[string]string{"sless.dev/function": "web"}
+	labels := map[string]string{wire.FunctionLabel: "web"}
 	dep := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: labels},
 		Spec: appsv1.DeploymentSpec{
