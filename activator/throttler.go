@@ -283,8 +283,14 @@ func (t *Throttler) pick() *Instance {
 	if n == 0 {
 		return nil
 	}
-	a := t.instances[t.rng.IntN(n)]
-	b := t.instances[t.rng.IntN(n)]
+	i := t.rng.IntN(n)
+	j := i
+	if n > 1 { // two different instances: one sampled twice is no choice
+		if j = t.rng.IntN(n - 1); j >= i {
+			j++
+		}
+	}
+	a, b := t.instances[i], t.instances[j]
 	if b.inFlight < a.inFlight {
 		a, b = b, a
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -275,4 +276,56 @@ func eventually(within time.Duration, cond func() bool) bool {
 		}
 	}
 	return true
+}
+
+// TestRuntimeKilledUnderLoad kills a function's only runtime process under
+// 200 requests a second. Requests at the process when it dies fail (502);
+// those its queue-proxy then finds refused are marked unsent, wait for
+// the replacement and are served: none is answered "connection refused".
+func TestRuntimeKilledUnderLoad(t *testing.T) {
+	p := startPlatform(t, manifest("one", "  scale: {min: 1, max: 1}\n"))
+	p.waitFor("a ready instance", 30*time.Second, func() bool { return p.status("one").Ready == 1 })
+	_, first, err := p.invoke("one", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused, okAfter atomic.Int64
+	var killed atomic.Bool
+	var wg sync.WaitGroup
+	tick := time.NewTicker(5 * time.Millisecond)
+	for i := range 600 {
+		<-tick.C
+		if i == 200 {
+			if err := syscall.Kill(first.PID, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed.Store(true)
+		}
+		wg.Go(func() {
+			resp, err := p.client.Get("http://" + p.Addr() + "/fn/default/one")
+			if err != nil {
+				t.Errorf("GET: %v", err)
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch {
+			case strings.Contains(string(body), "connection refused"):
+				refused.Add(1)
+			case resp.StatusCode == 200 && killed.Load():
+				okAfter.Add(1)
+			}
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	if refused.Load() > 0 {
+		t.Errorf("%d requests answered \"connection refused\": nothing reached the function, they should have waited for the restart", refused.Load())
+	}
+	if okAfter.Load() < 300 {
+		t.Errorf("%d requests served after the kill, want most of the 400", okAfter.Load())
+	}
+	if st := p.status("one"); st.Crashes != 1 {
+		t.Errorf("%d crashes counted, want 1", st.Crashes)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -219,5 +220,38 @@ func TestPythonSysExit(t *testing.T) {
 	}
 	if code := inst.scriptExit(t); code != 4 {
 		t.Errorf("exit code = %d, want 4", code)
+	}
+}
+
+// TestPythonAbortedCall: a call the platform aborts (the client hung up,
+// the timeout passed) leaves no traceback in the function's output, and
+// the process serves on.
+func TestPythonAbortedCall(t *testing.T) {
+	t.Parallel()
+	scriptNeed(t, "python3")
+	dir := scriptSource(t, map[string]string{"main.py": "import time\ndef handle(event):\n    time.sleep(0.3)\n    return 'x' * 300000\n"})
+	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir}, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	inst := scriptLaunchReady(t, p)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(inst.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(conn, "GET / HTTP/1.1\r\nHost: fn\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.(*net.TCPConn).SetLinger(0)
+	conn.Close() // reset: the answer's write fails
+	// This call sleeps as long, and started later: its answer comes
+	// after the aborted one's failed write.
+	resp, err := http.Get(inst.url + "/")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("after the aborted call: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if out := inst.output.String(); strings.Contains(out, "Traceback") {
+		t.Errorf("an aborted call printed a traceback:\n%s", out)
 	}
 }

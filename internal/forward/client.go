@@ -134,7 +134,7 @@ func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	if err := readResponseHeader(&resp.Header, c.br); err != nil {
 		return false, fmt.Errorf("read response: %w", err)
 	}
-	if len(resp.Header.Peek(UnsentHeader)) > 0 {
+	if resp.StatusCode() == fasthttp.StatusBadGateway && len(resp.Header.Peek(UnsentHeader)) > 0 {
 		// The next hop's function refused it: unless its body is
 		// gone, another instance can take it.
 		if Resendable(req) {
@@ -173,19 +173,25 @@ func readResponseHeader(h *fasthttp.ResponseHeader, br *bufio.Reader) error {
 }
 
 // writeRequest writes req, streaming its body when the server left it
-// unread, chunked when its length is unknown, within the body limit. A
-// request without a Host (HTTP/1.0 allows it) is sent with the next hop's
-// address, as HTTP/1.1 requires one.
+// unread, chunked when its length is unknown, within the body limit. The
+// head goes as it came, its request URI byte for byte (fasthttp's
+// Request.Write would rebuild it from the parsed URI). A request without
+// a Host (HTTP/1.0 allows it) is sent with the next hop's address, as
+// HTTP/1.1 requires one.
 func (c *conn) writeRequest(req *fasthttp.Request, cc *Conn, deadline time.Time) error {
 	if len(req.Header.Host()) == 0 {
 		req.Header.SetHost(c.u.addr)
 	}
-	req.UseHostHeader = true // the Host header, not the parsed URI's
 	stream := req.BodyStream()
 	if stream == nil {
-		if err := req.Write(c.bw); err != nil {
+		body := req.Body()
+		if len(body) > 0 {
+			req.Header.SetContentLength(len(body))
+		}
+		if err := req.Header.Write(c.bw); err != nil {
 			return fmt.Errorf("write request: %w", err)
 		}
+		c.bw.Write(body)
 		return c.flush()
 	}
 	if err := req.Header.Write(c.bw); err != nil {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"iter"
 	"strings"
+
+	"github.com/valyala/fasthttp"
 )
 
 // hopByHop are the headers that describe one connection and must not be
@@ -35,14 +37,7 @@ type headers interface {
 // rebuilt in order instead. Requests and responses without hop-by-hop
 // headers, the usual case, cost a few lookups and no allocation.
 func StripHopByHop(h headers) {
-	present := false
-	for _, k := range hopByHop {
-		if h.Peek(k) != nil {
-			present = true
-			break
-		}
-	}
-	if !present {
+	if !hasHopByHop(h) {
 		return
 	}
 	if !hasRepeatedField(h) {
@@ -69,7 +64,62 @@ func StripHopByHop(h headers) {
 	}
 }
 
+// hasHopByHop reports whether h holds a hop-by-hop header in one pass
+// over its fields, comparing lengths first, where a Peek per name would
+// scan them seven times. A request read from a client is scanned in its
+// raw head: iterating its fields would parse its cookies, and fasthttp
+// would then send them re-serialized. h is one of fasthttp's two header
+// types; the concrete types let the compiler inline the iterator, so the
+// pass allocates nothing.
+func hasHopByHop(h headers) bool {
+	switch h := h.(type) {
+	case *fasthttp.RequestHeader:
+		if raw := h.RawHeaders(); len(raw) > 0 {
+			return rawHasHopByHop(raw)
+		}
+		for _, k := range hopByHop {
+			if h.Peek(k) != nil {
+				return true
+			}
+		}
+	case *fasthttp.ResponseHeader:
+		for k := range h.All() {
+			if isHopByHop(k) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// rawHasHopByHop scans a raw request head, one field a line.
+func rawHasHopByHop(raw []byte) bool {
+	for len(raw) > 0 {
+		line, rest, _ := bytes.Cut(raw, []byte("\n"))
+		if name, _, ok := bytes.Cut(line, []byte(":")); ok && isHopByHop(bytes.TrimSpace(name)) {
+			return true
+		}
+		raw = rest
+	}
+	return false
+}
+
+func isHopByHop(key []byte) bool {
+	switch len(key) {
+	case len("Te"), len("Trailer"), len("Keep-Alive"), len("Proxy-Connection"),
+		len("Proxy-Authenticate"), len("Proxy-Authorization"):
+		return isOneOf(key, hopByHop)
+	}
+	return false
+}
+
+// hasRepeatedField reports whether a field name appears twice in h; a
+// request read from a client is looked at in its raw head, for the reason
+// hasHopByHop gives.
 func hasRepeatedField(h headers) bool {
+	if req, ok := h.(*fasthttp.RequestHeader); ok && len(req.RawHeaders()) > 0 {
+		return rawHasRepeatedField(req.RawHeaders())
+	}
 	i := 0
 	for k := range h.All() {
 		j := 0
@@ -83,6 +133,24 @@ func hasRepeatedField(h headers) bool {
 			j++
 		}
 		i++
+	}
+	return false
+}
+
+func rawHasRepeatedField(raw []byte) bool {
+	for len(raw) > 0 {
+		line, rest, _ := bytes.Cut(raw, []byte("\n"))
+		if name, _, ok := bytes.Cut(line, []byte(":")); ok {
+			name = bytes.TrimSpace(name)
+			for later := rest; len(later) > 0; {
+				l, r, _ := bytes.Cut(later, []byte("\n"))
+				if n, _, ok := bytes.Cut(l, []byte(":")); ok && bytes.EqualFold(name, bytes.TrimSpace(n)) {
+					return true
+				}
+				later = r
+			}
+		}
+		raw = rest
 	}
 	return false
 }

@@ -25,6 +25,10 @@ func TestPrepareRequest(t *testing.T) {
 			"Host: x\r\nX-M: one\r\nX-M: two\r\nX-M: three\r\n"},
 		{"hop-by-hop without repeats", "Host: x\r\nProxy-Authorization: secret\r\nX-A: 1\r\nX-B: 2\r\n", nil,
 			"Host: x\r\nX-A: 1\r\nX-B: 2\r\n"},
+		{"cookies pass as they came", "Host: x\r\nCookie: a=1;b=2\r\nX-A: 1\r\n", nil,
+			"Host: x\r\nCookie: a=1;b=2\r\nX-A: 1\r\n"},
+		{"cookies pass as they came, hop-by-hop gone", "Host: x\r\nCookie: a=1;b=2\r\nTe: trailers\r\n", nil,
+			"Host: x\r\nCookie: a=1;b=2\r\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -96,6 +96,12 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format, *args):
         pass  # access logs are the queue-proxy's; stderr is the user's
 
+    def handle(self):
+        try:
+            super().handle()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the platform aborted the call (timeout, client gone): no traceback
+
     def serve(self):
         if self.command == "GET" and self.path.partition("?")[0] == "/healthz":
             self.respond(200, "text/plain; charset=utf-8", b"ok")

@@ -201,7 +201,7 @@ func run(ctx context.Context, slessBin, knativeBin string, only *regexp.Regexp, 
 	procs := []*exec.Cmd{hello, qp, act, rel}
 	paths := []path{
 		{name: "direct", url: fmt.Sprintf("http://127.0.0.1:%d/", userPort)},
-		{name: "TCP relay (floor)", url: fmt.Sprintf("http://127.0.0.1:%d/", relayPort), proc: rel},
+		{name: floorPath, url: fmt.Sprintf("http://127.0.0.1:%d/", relayPort), proc: rel},
 		{name: "sless queue-proxy", url: fmt.Sprintf("http://127.0.0.1:%d/", servingPort), proc: qp},
 		{name: "sless activator + queue-proxy", url: fmt.Sprintf("http://127.0.0.1:%d/fn/bench/bench/", actPort), proc: act, also: qp},
 	}
@@ -259,10 +259,14 @@ func run(ctx context.Context, slessBin, knativeBin string, only *regexp.Regexp, 
 		if err != nil {
 			return err
 		}
+		floor := slices.IndexFunc(paths, func(p path) bool { return p.name == floorPath })
 		for i, p := range paths {
 			row(name, p.name, runs[i])
 			if i > 0 {
 				summary = append(summary, compare(name, p.name, runs[i], runs[0]))
+			}
+			if floor > 0 && i > floor {
+				summary = append(summary, againstFloor(name, p.name, runs[i], runs[floor], runs[0]))
 			}
 		}
 	}
@@ -325,6 +329,31 @@ func row(scenario, path string, runs []sample) {
 	fmt.Printf("| %s | %s | %.0f | %s | %s | %s | %d | %s |\n", scenario, path,
 		median(runs, func(r sample) float64 { return r.Throughput }),
 		ms(median(runs, p50)), ms(median(runs, p90)), ms(median(runs, p99)), errs, cpu)
+}
+
+// floorPath names the TCP relay, the floor the proxies are measured
+// against.
+const floorPath = "TCP relay (floor)"
+
+// againstFloor summarises a path against the TCP relay of the same rounds:
+// the ratio of the latency each adds to the direct path's at p50, and of
+// their throughputs (medians over the rounds, with their range).
+func againstFloor(scenario, path string, runs, relay, direct []sample) string {
+	paired := func(f func(i int) float64) string {
+		vals := make([]float64, len(runs))
+		for i := range runs {
+			vals[i] = f(i)
+		}
+		mid, lo, hi := spread(vals)
+		s := fmt.Sprintf("%.2f×", mid)
+		if len(vals) > 1 {
+			s += fmt.Sprintf(" (%.2f× to %.2f×)", lo, hi)
+		}
+		return s
+	}
+	return fmt.Sprintf("- %s, %s against the relay: added p50 %s the relay's, throughput %s", scenario, path,
+		paired(func(i int) float64 { return (p50(runs[i]) - p50(direct[i])) / (p50(relay[i]) - p50(direct[i])) }),
+		paired(func(i int) float64 { return runs[i].Throughput / relay[i].Throughput }))
 }
 
 // compare summarises a path against the direct runs of the same rounds:
