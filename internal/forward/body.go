@@ -11,7 +11,7 @@ import (
 
 // HoldMax is the largest request body a hop reads whole before it sends
 // the request: such a request can be sent again when an instance refuses
-// it (Resendable), and a client slow to send it holds no instance's slot
+// it (resendable), and a client slow to send it holds no instance's slot
 // meanwhile. Larger bodies stream.
 const HoldMax = 16 << 10
 

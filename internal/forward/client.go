@@ -85,7 +85,7 @@ func (u *Client) Do(req *fasthttp.Request, resp *fasthttp.Response, deadline tim
 		return nil, err
 	}
 	body, err := u.roundTrip(c, req, resp, deadline, cc)
-	if reused && errors.Is(err, ErrNothingRead) && isIdempotent(req) && Resendable(req) {
+	if reused && errors.Is(err, ErrNothingRead) && isIdempotent(req) && resendable(req) {
 		if c, err = u.dial(deadline); err != nil {
 			return nil, err
 		}
@@ -126,7 +126,7 @@ func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 		return false, err
 	}
 	if _, err := c.br.Peek(1); err != nil {
-		if IsTimeout(err) {
+		if isTimeout(err) {
 			return false, err
 		}
 		return false, fmt.Errorf("%w: %w", ErrNothingRead, err)
@@ -137,7 +137,7 @@ func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	if resp.StatusCode() == fasthttp.StatusBadGateway && len(resp.Header.Peek(UnsentHeader)) > 0 {
 		// The next hop's function refused it: unless its body is
 		// gone, another instance can take it.
-		if Resendable(req) {
+		if resendable(req) {
 			return false, &unsentError{err: ErrRefused}
 		}
 		return false, ErrRefused
@@ -435,9 +435,9 @@ func isIdempotent(req *fasthttp.Request) bool {
 	return h.IsGet() || h.IsHead() || h.IsOptions() || h.IsPut() || h.IsDelete() || h.IsTrace()
 }
 
-// Resendable reports whether req can be sent again whole: its body is in
+// resendable reports whether req can be sent again whole: its body is in
 // memory, or it has none.
-func Resendable(req *fasthttp.Request) bool {
+func resendable(req *fasthttp.Request) bool {
 	return !req.IsBodyStream() || req.Header.ContentLength() == 0
 }
 
@@ -449,7 +449,7 @@ func bodyError(err error) error {
 		return ErrBadBody // it ended short
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
 		return fmt.Errorf("%w: %w", ErrBodyTooLarge, err)
-	case IsTimeout(err):
+	case isTimeout(err):
 		return fmt.Errorf("%w: %w", ErrBodyTimeout, err)
 	}
 	return fmt.Errorf("%w: %w", ErrBadBody, err)

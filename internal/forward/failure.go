@@ -72,7 +72,7 @@ func Classify(err error) Failure {
 		return Failure{Code: fasthttp.StatusServiceUnavailable, Cause: "out of connections: " + err.Error()}
 	case errors.Is(err, ErrUnsent):
 		return Failure{Code: fasthttp.StatusBadGateway, Cause: refusedCause(err), Unsent: true}
-	case IsTimeout(err):
+	case isTimeout(err):
 		return Failure{Code: fasthttp.StatusGatewayTimeout, Cause: "timeout"}
 	case errors.Is(err, ErrRefused):
 		return Failure{Code: fasthttp.StatusBadGateway, Cause: ErrRefused.Error()}
@@ -107,7 +107,7 @@ func (e *unsentError) Is(target error) bool { return target == ErrUnsent }
 // timeout (the deadline has passed), running out of sockets stays that,
 // and the rest mean the request can be sent elsewhere.
 func dialError(err error) error {
-	if IsTimeout(err) || outOfResources(err) {
+	if isTimeout(err) || outOfResources(err) {
 		return err
 	}
 	return &unsentError{err: err, dial: true}
@@ -121,8 +121,8 @@ func outOfResources(err error) bool {
 		errors.Is(err, syscall.ENOBUFS) || errors.Is(err, syscall.ENOMEM)
 }
 
-// IsTimeout reports whether err is a deadline that passed.
-func IsTimeout(err error) bool {
+// isTimeout reports whether err is a deadline that passed.
+func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, os.ErrDeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
@@ -143,7 +143,7 @@ func ReadErrorStatus(err error) (code int, msg string) {
 		return fasthttp.StatusRequestEntityTooLarge, ErrBodyTooLarge.Error()
 	case errors.As(err, &small):
 		return fasthttp.StatusRequestHeaderFieldsTooLarge, "request header too large"
-	case IsTimeout(err):
+	case isTimeout(err):
 		return fasthttp.StatusRequestTimeout, "request not received in time"
 	}
 	return fasthttp.StatusBadRequest, "malformed request"
