@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -46,16 +44,8 @@ func TestActivatorCommand(t *testing.T) {
 	}
 
 	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
-	cmd := exec.Command(os.Args[0], "activator",
+	cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + kubeconfig, "SLESS_ADMIN_TOKEN=tok"}, "activator",
 		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin), "--drain", "5s")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBECONFIG="+kubeconfig, "SLESS_ADMIN_TOKEN=tok")
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 	adminURL := "http://127.0.0.1:" + strconv.Itoa(admin)
 	waitStatus(t, adminURL+"/readyz", http.StatusOK)

@@ -185,7 +185,7 @@ func defaultPort(t *testing.T, addr string) int {
 // autoscalerProcess is a `sless autoscaler` run as a real process.
 type autoscalerProcess struct {
 	cmd                *exec.Cmd
-	exited             chan error
+	exited             <-chan error
 	push, admin, gaddr string
 	keda               externalscaler.ExternalScalerClient
 }
@@ -194,17 +194,10 @@ func startAutoscaler(t *testing.T, kubeconfig string) *autoscalerProcess {
 	t.Helper()
 	push, grpcPort, admin := testfn.FreePort(t), testfn.FreePort(t), testfn.FreePort(t)
 	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
-	cmd := exec.Command(os.Args[0], "autoscaler", "--listen", addr(push), "--grpc", addr(grpcPort),
-		"--admin", addr(admin), "--leader-election-namespace", "default")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBECONFIG="+kubeconfig)
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &autoscalerProcess{cmd: cmd, exited: make(chan error, 1),
+	cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + kubeconfig}, "autoscaler", "--listen", addr(push),
+		"--grpc", addr(grpcPort), "--admin", addr(admin), "--leader-election-namespace", "default")
+	p := &autoscalerProcess{cmd: cmd, exited: exited,
 		push: "http://" + addr(push), admin: "http://" + addr(admin), gaddr: addr(grpcPort)}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
 	conn, err := grpc.NewClient(p.gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)

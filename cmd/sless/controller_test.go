@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"net/http"
-	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -72,16 +70,8 @@ func TestControllerCommand(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	admin := "127.0.0.1:" + strconv.Itoa(testfn.FreePort(t))
-	cmd := exec.Command(os.Args[0], "controller", "--admin", admin, "--leader-election-namespace", "default",
-		"--image", "registry.test/sless:e2e", "--activator-host", "gateway.test")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "KUBECONFIG="+writeKubeconfig(t, cfg))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + writeKubeconfig(t, cfg)}, "controller", "--admin", admin,
+		"--leader-election-namespace", "default", "--image", "registry.test/sless:e2e", "--activator-host", "gateway.test")
 
 	ctx := context.Background()
 	fn := &v1alpha1.Function{

@@ -24,24 +24,39 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// startSless runs this test binary as the real `sless` with args and env
+// added to the environment, under prefix (a command that runs another,
+// such as prlimit) when given. exited receives its exit; it is killed when
+// the test ends.
+func startSless(t *testing.T, prefix, env []string, args ...string) (cmd *exec.Cmd, exited <-chan error) {
+	t.Helper()
+	argv := append(append(prefix[:len(prefix):len(prefix)], os.Args[0]), args...)
+	cmd = exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(append(os.Environ(), runMainEnv+"=1"), env...)
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	return cmd, done
+}
+
+// queueProxyEnv configures `sless queue-proxy` in front of fn on the given
+// ports.
+func queueProxyEnv(fn *testfn.Process, serving, admin int) []string {
+	return []string{"SLESS_USER_PORT=" + strconv.Itoa(fn.Port),
+		"SLESS_SERVING_PORT=" + strconv.Itoa(serving), "SLESS_ADMIN_PORT=" + strconv.Itoa(admin)}
+}
+
 // TestQueueProxyCommandDrainsOnSIGTERM runs `sless queue-proxy` as a real
 // process in front of a real function, sends it SIGTERM with a request in
 // flight, and checks the request completes and the process exits 0.
 func TestQueueProxyCommandDrainsOnSIGTERM(t *testing.T) {
 	fn := testfn.Start(t)
 	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
-	cmd := exec.Command(os.Args[0], "queue-proxy", "--function", "drain", "--drain-seconds", "20")
-	cmd.Env = append(os.Environ(), runMainEnv+"=1",
-		"SLESS_USER_PORT="+strconv.Itoa(fn.Port),
-		"SLESS_SERVING_PORT="+strconv.Itoa(serving),
-		"SLESS_ADMIN_PORT="+strconv.Itoa(admin))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, exited := startSless(t, nil, queueProxyEnv(fn, serving, admin), "queue-proxy", "--function", "drain", "--drain-seconds", "20")
 
 	readyz := "http://127.0.0.1:" + strconv.Itoa(admin) + "/readyz"
 	waitStatus(t, readyz, http.StatusOK)

@@ -58,18 +58,8 @@ func TestQueueProxySurvivesSlowloris(t *testing.T) {
 	limit := prlimit(t, 128)
 	fn := testfn.Start(t)
 	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
-	cmd := exec.Command(limit[0], append(limit[1:], os.Args[0], "queue-proxy", "--function", "slow")...)
-	cmd.Env = append(os.Environ(), runMainEnv+"=1", "SLESS_READ_TIMEOUT_SECONDS=1",
-		"SLESS_USER_PORT="+strconv.Itoa(fn.Port),
-		"SLESS_SERVING_PORT="+strconv.Itoa(serving),
-		"SLESS_ADMIN_PORT="+strconv.Itoa(admin))
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	cmd, exited := startSless(t, limit, append(queueProxyEnv(fn, serving, admin), "SLESS_READ_TIMEOUT_SECONDS=1"),
+		"queue-proxy", "--function", "slow")
 	waitStatus(t, "http://127.0.0.1:"+strconv.Itoa(admin)+"/readyz", http.StatusOK)
 	addr := "127.0.0.1:" + strconv.Itoa(serving)
 	surviveSlowloris(t, addr, "http://"+addr+"/echo", exited)
