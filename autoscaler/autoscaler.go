@@ -3,6 +3,7 @@ package autoscaler
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -80,6 +81,11 @@ type Autoscaler struct {
 	fns    map[string]*state
 	steps  int
 	queues QueueReader
+	// fresh are the functions added since Run last looked: it decides on
+	// them at once, woken by wake, so that a new function's first answer
+	// (to KEDA, or its initial instances) does not wait for a tick.
+	fresh []*state
+	wake  chan struct{}
 }
 
 type state struct {
@@ -109,13 +115,25 @@ func New(scraper *Scraper, writer ReplicaWriter, reg prometheus.Registerer, log 
 	if err != nil {
 		return nil, err
 	}
-	return &Autoscaler{scraper: scraper, writer: writer, log: log, metrics: m, fns: map[string]*state{}}, nil
+	a := &Autoscaler{scraper: scraper, writer: writer, log: log, metrics: m, fns: map[string]*state{}, wake: make(chan struct{}, 1)}
+	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sless_autoscaler_functions", Help: "Functions the autoscaler scales.",
+	}, func() float64 { return float64(a.count()) })); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *Autoscaler) count() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.fns)
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
 
 // SetFunction adds a function or changes its settings (a new decider:
-// history is per setting).
+// history is per setting). A new function is decided on at once by Run.
 func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -123,6 +141,11 @@ func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
 	if st == nil {
 		st = &state{}
 		a.fns[key(fn.Namespace, fn.Name)] = st
+		a.fresh = append(a.fresh, st)
+		select {
+		case a.wake <- struct{}{}:
+		default: // Run is woken already
+		}
 	}
 	st.mu.Lock()
 	st.fn, st.decider = fn, NewDecider(fn.Spec, now)
@@ -204,8 +227,29 @@ func (a *Autoscaler) Step(ctx context.Context, now time.Time) {
 	}
 	a.steps++
 	decide := a.steps%int(DecideEvery/time.Second) == 1
+	if decide {
+		a.fresh = nil // decided on now with the others
+	}
 	queues := a.queues
 	a.mu.Unlock()
+	a.stepAll(ctx, now, states, queues, decide)
+}
+
+// stepFresh observes and decides on the functions added since it last
+// ran, the ones still scaled.
+func (a *Autoscaler) stepFresh(ctx context.Context, now time.Time) {
+	a.mu.Lock()
+	fresh := slices.DeleteFunc(a.fresh, func(st *state) bool {
+		return a.fns[key(st.fn.Namespace, st.fn.Name)] != st
+	})
+	a.fresh = nil
+	queues := a.queues
+	a.mu.Unlock()
+	a.stepAll(ctx, now, fresh, queues, true)
+}
+
+// stepAll steps the states over a bounded pool of goroutines.
+func (a *Autoscaler) stepAll(ctx context.Context, now time.Time, states []*state, queues QueueReader, decide bool) {
 	var (
 		wg   sync.WaitGroup
 		next atomic.Int64 // index of the next state to work on
@@ -313,7 +357,8 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	}
 }
 
-// Run steps every second until ctx ends.
+// Run steps every second until ctx ends, and decides on new functions as
+// they come.
 func (a *Autoscaler) Run(ctx context.Context) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -323,6 +368,8 @@ func (a *Autoscaler) Run(ctx context.Context) {
 			return
 		case now := <-t.C:
 			a.Step(ctx, now)
+		case <-a.wake:
+			a.stepFresh(ctx, time.Now())
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -239,4 +240,30 @@ func TestPokeDoesNotHoldTheFunctionUp(t *testing.T) {
 	if got := w.last("f"); got != 0 {
 		t.Errorf("idle for window and grace after a poke: %d replicas, want 0", got)
 	}
+}
+
+// TestNewFunctionDecidedAtOnce: Run decides on a function as soon as it is
+// added, so that its first answer (its initial instances, or what KEDA
+// reads) does not wait for the next tick; it is also counted at once.
+func TestNewFunctionDecidedAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &recordingWriter{writes: map[string][]int32{}}
+		reg := prometheus.NewRegistry()
+		a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, reg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, stop := context.WithCancel(t.Context())
+		defer stop()
+		go a.Run(ctx)
+		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: "new", Spec: autoscaler.Spec{
+			Max: 10, Initial: 2, Target: 1, StableWindow: 6 * time.Second}})
+		synctest.Wait() // no time passes: no tick
+		if got := w.last("new"); got != 2 {
+			t.Errorf("replicas written before any tick: %d, want the initial 2", got)
+		}
+		if got := gauge(t, reg, "sless_autoscaler_functions"); got != 1 {
+			t.Errorf("sless_autoscaler_functions = %v, want 1", got)
+		}
+	})
 }

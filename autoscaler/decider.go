@@ -67,7 +67,7 @@ type Decider struct {
 
 type bucket struct {
 	second int64 // Unix second the bucket holds; 0 when empty
-	sum    float64
+	load   float64
 	n      int
 }
 
@@ -79,14 +79,16 @@ func NewDecider(spec Spec, now time.Time) *Decider {
 
 // Record adds one observation of the function's total load (requests in
 // flight across instances plus those buffered in activators, or requests
-// per second) at now. Observations in the same second are averaged.
+// per second) at now. Of several in one second the highest counts: they
+// are a scrape and a poke, and averaging a scrape of a function at zero
+// with the demand a poke brings a moment later halved that demand.
 func (d *Decider) Record(now time.Time, load float64) {
 	sec := now.Unix()
 	b := &d.buckets[sec%int64(len(d.buckets))]
 	if b.second != sec {
 		*b = bucket{second: sec}
 	}
-	b.sum += load
+	b.load = max(b.load, load)
 	b.n++
 	if load > 0 {
 		d.lastActive = now
@@ -104,7 +106,7 @@ func (d *Decider) average(now time.Time, window time.Duration) float64 {
 	for s := end - seconds + 1; s <= end; s++ {
 		b := d.buckets[((s%int64(len(d.buckets)))+int64(len(d.buckets)))%int64(len(d.buckets))]
 		if b.second == s && b.n > 0 {
-			sum += b.sum / float64(b.n)
+			sum += b.load
 			n++
 		}
 	}

@@ -201,3 +201,16 @@ func TestDesiredAndQueue(t *testing.T) {
 		}
 	}
 }
+
+// TestDeciderPokeAfterScrape: at zero, a scrape records no load and the
+// activator's poke, a moment later in the same second, the requests
+// waiting: the decision is for all of them, not for their average with
+// the scrape's zero.
+func TestDeciderPokeAfterScrape(t *testing.T) {
+	d := NewDecider(spec(), t0)
+	d.Record(t0.Add(100*time.Millisecond), 0)
+	d.Record(t0.Add(300*time.Millisecond), 500)
+	if got := d.Decide(t0.Add(300*time.Millisecond), 0).Desired; got != 8 {
+		t.Errorf("500 requests waiting at 70 an instance: desired %d, want 8", got)
+	}
+}

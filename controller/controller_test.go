@@ -256,8 +256,10 @@ func testOwnerSwitch(t *testing.T, e *env) {
 	if s.ScaleTargetRef == nil || s.ScaleTargetRef.Name != "switch" || s.ScaleTargetRef.Kind != "Deployment" {
 		t.Errorf("scaleTargetRef = %+v", s.ScaleTargetRef)
 	}
-	if ptr.Deref(s.MinReplicaCount, -1) != 1 || ptr.Deref(s.MaxReplicaCount, -1) != 4 || ptr.Deref(s.CooldownPeriod, -1) != 26 {
-		t.Errorf("min %v max %v cooldown %v, want 1, 4 and 26 (20 s + 5.5 s rounded up)", s.MinReplicaCount, s.MaxReplicaCount, s.CooldownPeriod)
+	if ptr.Deref(s.MinReplicaCount, -1) != 1 || ptr.Deref(s.MaxReplicaCount, -1) != 4 || ptr.Deref(s.CooldownPeriod, -1) != 26 ||
+		ptr.Deref(s.PollingInterval, -1) != 2 {
+		t.Errorf("min %v max %v cooldown %v polling %v, want 1, 4, 26 (20 s + 5.5 s rounded up) and 2 (the 2 s panic window)",
+			s.MinReplicaCount, s.MaxReplicaCount, s.CooldownPeriod, s.PollingInterval)
 	}
 	want := []kedav1alpha1.ScaleTriggers{{Type: "external-push", Name: "sless-autoscaler", Metadata: map[string]string{
 		"scalerAddress": testOptions.AutoscalerAddress, "function": "switch", "namespace": ns,

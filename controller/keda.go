@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -66,6 +67,11 @@ func (r *FunctionReconciler) scaledObject(fn *v1alpha1.Function) *kedav1alpha1.S
 	// KEDA scales to zero cooldownPeriod after the last active report,
 	// which is what the autoscaler's idle window plus grace period mean.
 	cooldown := int32(math.Ceil((s.Window.Duration + s.ScaleToZeroGracePeriod.Duration).Seconds()))
+	// KEDA polls its scalers every pollingInterval (30 s by default): how
+	// long a queue waits to wake its function from zero. As often as the
+	// autoscaler's panic window reacts to a burst, within [1 s, 30 s].
+	panicWindow := s.Window.Duration * autoscaler.PanicWindowPercent / 100
+	polling := min(max(int32(math.Ceil(panicWindow.Seconds())), 1), 30)
 	triggers := []kedav1alpha1.ScaleTriggers{{
 		Type: "external-push",
 		Name: autoscalerTrigger,
@@ -98,6 +104,7 @@ func (r *FunctionReconciler) scaledObject(fn *v1alpha1.Function) *kedav1alpha1.S
 			MinReplicaCount: ptr.To(s.Min),
 			MaxReplicaCount: ptr.To(s.Max),
 			CooldownPeriod:  ptr.To(cooldown),
+			PollingInterval: ptr.To(polling),
 			Triggers:        triggers,
 		},
 	}

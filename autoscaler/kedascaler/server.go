@@ -83,6 +83,21 @@ func (s *Server) Scale(_ context.Context, namespace, name string, replicas int32
 	return had, nil
 }
 
+// Know records a KEDA-owned function the autoscaler has not decided on
+// yet, with the replicas it has now (its minimum when it has no
+// Deployment yet): KEDA gets those, a valid answer, until the first
+// decision, instead of an error it would log, raise an event for and
+// report in the ScaledObject's conditions. A function already reported
+// keeps its decision.
+func (s *Server) Know(namespace, name string, replicas int32) {
+	fn := function{namespace, name}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.desired[fn]; !ok {
+		s.desired[fn] = replicas
+	}
+}
+
 // Forget drops a function that is deleted or no longer owned by KEDA; KEDA
 // then gets NotFound for it until Scale reports it again.
 func (s *Server) Forget(namespace, name string) {
@@ -99,8 +114,9 @@ func (s *Server) Close() {
 }
 
 // IsActive reports whether the function wants any instance. A function
-// not reported yet is NotFound, which KEDA takes as an error and keeps the
-// current replicas instead of scaling to zero.
+// the autoscaler has never heard of (neither Known nor reported) is
+// NotFound: KEDA takes it as an error and keeps the current replicas, the
+// one answer that cannot scale a function it knows nothing of to zero.
 func (s *Server) IsActive(_ context.Context, ref *externalscaler.ScaledObjectRef) (*externalscaler.IsActiveResponse, error) {
 	fn, err := target(ref)
 	if err != nil {
@@ -178,7 +194,7 @@ func (s *Server) lookup(fn function) (int32, error) {
 	defer s.mu.Unlock()
 	desired, ok := s.desired[fn]
 	if !ok {
-		return 0, status.Errorf(codes.NotFound, "function %s has no desired replicas yet: not reported by the autoscaler", fn)
+		return 0, status.Errorf(codes.NotFound, "function %s is not one the autoscaler scales (not a valid Function owned by KEDA, or not seen yet)", fn)
 	}
 	return desired, nil
 }

@@ -323,3 +323,42 @@ func TestStreamLimit(t *testing.T) {
 	open(t.Context())
 	eventually(t, "a stream takes the freed place", func() bool { return srv.subscribed("default", "hello") == 2 })
 }
+
+// TestKnownBeforeDecision: a function known but not decided on yet is
+// answered with the replicas it has, not an error; its first decision
+// then replaces them. A
+// function never heard of is NotFound.
+func TestKnownBeforeDecision(t *testing.T) {
+	srv := newServer()
+	client, _ := serve(t, srv)
+	tests := []struct {
+		name       string
+		known      int32
+		wantActive bool
+	}{
+		{"at zero", 0, false},
+		{"running", 3, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fn := ref("default", "known-"+strings.ReplaceAll(tt.name, " ", "-"))
+			name := fn.ScalerMetadata[wire.KEDAFunction]
+			srv.Know("default", name, tt.known)
+			active, err := client.IsActive(t.Context(), fn)
+			if err != nil || active.Result != tt.wantActive {
+				t.Errorf("IsActive before the first decision = %v, %v; want %v, no error", active, err, tt.wantActive)
+			}
+			metrics, err := client.GetMetrics(t.Context(), &externalscaler.GetMetricsRequest{ScaledObjectRef: fn})
+			if err != nil || metrics.MetricValues[0].MetricValue != int64(tt.known) {
+				t.Errorf("GetMetrics before the first decision = %v, %v; want %d", metrics, err, tt.known)
+			}
+			srv.Know("default", name, 7) // known again: no change
+			if had, _ := srv.Scale(t.Context(), "default", name, 2); had != tt.known {
+				t.Errorf("the first decision found %d, want the known %d", had, tt.known)
+			}
+		})
+	}
+	if _, err := client.IsActive(t.Context(), ref("default", "never-heard-of")); status.Code(err) != codes.NotFound {
+		t.Errorf("IsActive of a function never heard of: %v, want NotFound", err)
+	}
+}

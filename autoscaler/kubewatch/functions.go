@@ -1,9 +1,11 @@
 package kubewatch
 
 import (
+	"context"
 	"reflect"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 
@@ -33,7 +35,7 @@ func (w *Watcher) setFunction(obj any) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// The owner first: the target may decide as soon as it has the function.
-	w.router.setOwner(key, ownedByKEDA(fn))
+	w.router.setOwner(key, ownedByKEDA(fn), w.replicas(key, fn))
 	had, known := w.known[key]
 	if known && reflect.DeepEqual(had, want) {
 		return
@@ -43,6 +45,16 @@ func (w *Watcher) setFunction(obj any) {
 	if !known {
 		w.pushInstances(key)
 	}
+}
+
+// replicas is what a function has now: its Deployment's replicas, or its
+// minimum before the controller has made one.
+func (w *Watcher) replicas(key types.NamespacedName, fn *v1alpha1.Function) int32 {
+	var dep appsv1.Deployment
+	if err := w.cache.Get(context.Background(), key, &dep); err != nil || dep.Spec.Replicas == nil {
+		return fn.Spec.Scale.Min
+	}
+	return *dep.Spec.Replicas
 }
 
 func (w *Watcher) removeFunction(obj any) {

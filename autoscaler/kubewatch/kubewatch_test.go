@@ -81,6 +81,7 @@ func (r *recorder) lastInstances(key string) ([]string, bool) {
 // autoscaler's push endpoint served over HTTP.
 type harness struct {
 	c    client.Client
+	deps client.Reader // the watcher's cache of Deployments
 	rec  *recorder
 	keda externalscaler.ExternalScalerClient
 	push string
@@ -110,7 +111,7 @@ func start(t *testing.T) *harness {
 	}
 	push := httptest.NewServer(a.Handler())
 	t.Cleanup(push.Close)
-	return &harness{c: c, rec: rec, keda: serveKEDA(t, keda), push: push.URL}
+	return &harness{c: c, deps: w.Deployments(), rec: rec, keda: serveKEDA(t, keda), push: push.URL}
 }
 
 func serveKEDA(t *testing.T, srv *kedascaler.Server) externalscaler.ExternalScalerClient {
@@ -285,6 +286,45 @@ func TestReplicasGoToTheirOwner(t *testing.T) {
 	waitFor(t, "orders to be dropped", func() bool { return h.pushed(t, "/v1/poke", "orders", 0) == http.StatusNotFound })
 	if _, code := h.kedaMetric(t, "orders"); code != codes.NotFound {
 		t.Errorf("KEDA reads deleted orders with %v, want NotFound", code)
+	}
+}
+
+// TestKEDAAnswersBeforeTheFirstDecision: a KEDA-owned function the
+// autoscaler has not decided on yet is answered with the replicas its
+// Deployment has, or its minimum without one: no error for KEDA to log.
+func TestKEDAAnswersBeforeTheFirstDecision(t *testing.T) {
+	h := start(t) // no Run: nothing decides
+	ctx := context.Background()
+	createDeployment(t, h.c, "running")
+	var dep appsv1.Deployment
+	if err := h.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "running"}, &dep); err != nil {
+		t.Fatal(err)
+	}
+	dep.Spec.Replicas = ptr.To(int32(3))
+	if err := h.c.Update(ctx, &dep); err != nil {
+		t.Fatal(err)
+	}
+	keda := func(s *v1alpha1.FunctionSpec) { s.Scale.Owner = v1alpha1.OwnerKEDA }
+	waitFor(t, "the Deployment's replicas in the watcher's cache", func() bool {
+		var cached appsv1.Deployment
+		err := h.deps.Get(ctx, client.ObjectKey{Namespace: "default", Name: "running"}, &cached)
+		return err == nil && ptr.Deref(cached.Spec.Replicas, 0) == 3
+	})
+	for _, tc := range []struct {
+		name   string
+		mutate func(*v1alpha1.FunctionSpec)
+		want   int64
+	}{
+		{"running", keda, 3},
+		{"no-deployment-yet", func(s *v1alpha1.FunctionSpec) { keda(s); s.Scale.Min, s.Scale.Initial = 1, ptr.To(int32(1)) }, 1},
+	} {
+		if err := h.c.Create(ctx, function(tc.name, tc.mutate)); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, tc.name+" known to KEDA", func() bool { _, code := h.kedaMetric(t, tc.name); return code == codes.OK })
+		if got, _ := h.kedaMetric(t, tc.name); got != tc.want {
+			t.Errorf("KEDA reads %s before any decision: %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }
 

@@ -13,10 +13,12 @@ import (
 )
 
 // KEDAReporter takes the decisions for the functions whose replicas KEDA
-// writes, and forgets a function KEDA no longer scales, so that KEDA gets
+// writes, knows a function before its first decision (with the replicas it
+// has), and forgets a function KEDA no longer scales, so that KEDA gets
 // NotFound for it rather than a stale number: *kedascaler.Server.
 type KEDAReporter interface {
 	autoscaler.ReplicaWriter
+	Know(namespace, name string, replicas int32)
 	Forget(namespace, name string)
 }
 
@@ -59,12 +61,16 @@ func (r *ReplicaRouter) Scale(ctx context.Context, namespace, name string, repli
 	return r.kube.Scale(ctx, namespace, name, replicas)
 }
 
-// setOwner records who writes a function's replicas; a function that stops
-// being KEDA-owned is forgotten by KEDA's side.
-func (r *ReplicaRouter) setOwner(key types.NamespacedName, keda bool) {
+// setOwner records who writes a function's replicas. A function that
+// turns KEDA-owned is known to KEDA's side at once, with replicas (what it
+// has now), and one that stops being KEDA-owned is forgotten there.
+func (r *ReplicaRouter) setOwner(key types.NamespacedName, keda bool, replicas int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.byKEDA[key] && !keda {
+	switch was := r.byKEDA[key]; {
+	case keda && !was:
+		r.keda.Know(key.Namespace, key.Name, replicas)
+	case was && !keda:
 		r.keda.Forget(key.Namespace, key.Name)
 	}
 	r.byKEDA[key] = keda

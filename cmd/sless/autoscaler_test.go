@@ -310,16 +310,52 @@ func TestAutoscalerCommandLeaderElection(t *testing.T) {
 	standby.stop(t)
 }
 
+// TestAutoscalerAnswersKEDAAtOnce: a KEDA-owned Function is answered by
+// `sless autoscaler` without an error as soon as the autoscaler knows it,
+// not only after its first decision. (KEDA logged each NotFound with a
+// stack trace, raised KEDAScalerFailed events and marked the ScaledObject
+// not ready.)
+func TestAutoscalerAnswersKEDAAtOnce(t *testing.T) {
+	cfg := controlplane.Start(t)
+	c := controlplane.Client(t, cfg)
+	p := startAutoscaler(t, writeKubeconfig(t, cfg))
+	waitUntil(t, "the autoscaler to lead", 30*time.Second, p.ready)
+	createFunction(t, c, "queued", 2, v1alpha1.Scale{Owner: v1alpha1.OwnerKEDA})
+	waitUntil(t, "the autoscaler to know the function", 30*time.Second, func() bool {
+		_, body := fetch(t, p.admin+"/metrics", "")
+		return strings.Contains(body, "\nsless_autoscaler_functions 1\n")
+	})
+	ref := &externalscaler.ScaledObjectRef{Name: "queued", Namespace: "default",
+		ScalerMetadata: map[string]string{wire.KEDAFunction: "queued"}}
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := p.keda.IsActive(t.Context(), ref); err != nil {
+			t.Fatalf("IsActive: %v, want an answer", err)
+		}
+		m, err := p.keda.GetMetrics(t.Context(), &externalscaler.GetMetricsRequest{ScaledObjectRef: ref, MetricName: "sless-default-queued"})
+		if err != nil || len(m.MetricValues) != 1 {
+			t.Fatalf("GetMetrics: %v %v, want one value", m, err)
+		}
+	}
+	p.stop(t)
+}
+
 // createWebFunction creates the Function default/web, starting at zero,
 // and its Deployment.
 func createWebFunction(t *testing.T, c client.Client) {
 	t.Helper()
+	createFunction(t, c, "web", 0, v1alpha1.Scale{Initial: ptr.To(int32(0))})
+}
+
+// createFunction creates the Function default/<name>, scaled as scale,
+// and its Deployment with replicas.
+func createFunction(t *testing.T, c client.Client, name string, replicas int32, scale v1alpha1.Scale) {
+	t.Helper()
 	ctx := context.Background()
-	labels := map[string]string{wire.FunctionLabel: "web"}
+	labels := map[string]string{wire.FunctionLabel: name}
 	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default", Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
 		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(0)),
+			Replicas: ptr.To(replicas),
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
@@ -327,8 +363,8 @@ func createWebFunction(t *testing.T, c client.Client) {
 			},
 		},
 	}
-	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
-		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x", Scale: v1alpha1.Scale{Initial: ptr.To(int32(0))}}}
+	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x", Scale: scale}}
 	for _, obj := range []client.Object{dep, fn} {
 		if err := c.Create(ctx, obj); err != nil {
 			t.Fatal(err)
