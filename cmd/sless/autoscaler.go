@@ -80,7 +80,7 @@ Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
 	f.StringVar(&o.grpc, "grpc", ":9095", "address of KEDA's external scaler (gRPC)")
 	f.StringVar(&o.admin, "admin", ":9090", "address of the health and metrics port")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run as one of several replicas, the leader deciding")
-	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", leaderNamespaceUsage)
 	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker whose queue depths count ["+rabbitmqURLEnv+"] (queues not read when empty)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("rabbitmq-url") {
@@ -168,7 +168,7 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 		Logger:                        logr.FromSlogHandler(log.Handler()),
 		LeaderElection:                o.leaderElect,
 		LeaderElectionID:              leaderElectionID,
-		LeaderElectionNamespace:       o.leaderNamespace,
+		LeaderElectionNamespace:       leaderElectionNamespace(o.leaderNamespace),
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: "0"}, // served on --admin
 	})

@@ -383,11 +383,18 @@ func deploymentReplicas(t *testing.T, c client.Client) int32 {
 
 func writeKubeconfig(t *testing.T, cfg *rest.Config) string {
 	t.Helper()
+	return writeKubeconfigIn(t, cfg, "")
+}
+
+// writeKubeconfigIn writes a kubeconfig for cfg whose context is in
+// namespace (none when "").
+func writeKubeconfigIn(t *testing.T, cfg *rest.Config, namespace string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	err := clientcmd.WriteToFile(clientcmdapi.Config{
 		Clusters:       map[string]*clientcmdapi.Cluster{"test": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
 		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"test": {ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}},
-		Contexts:       map[string]*clientcmdapi.Context{"test": {Cluster: "test", AuthInfo: "test"}},
+		Contexts:       map[string]*clientcmdapi.Context{"test": {Cluster: "test", AuthInfo: "test", Namespace: namespace}},
 		CurrentContext: "test",
 	}, path)
 	if err != nil {

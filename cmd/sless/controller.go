@@ -62,7 +62,7 @@ leader reconciles. /healthz, /readyz and /metrics are on --admin.`,
 	f.IntVar(&o.reconciler.Workers, "workers", controller.DefaultWorkers, "Functions reconciled at once")
 	f.StringVar(&o.admin, "admin", ":9090", "address of the health and metrics port")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run as one of several replicas, the leader reconciling")
-	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", "namespace of the leader election Lease (default: the pod's namespace)")
+	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", leaderNamespaceUsage)
 	cmd.PreRunE = func(*cobra.Command, []string) error { return o.check() }
 	return cmd
 }
@@ -109,7 +109,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 	mo.Logger = logr.FromSlogHandler(log.Handler())
 	mo.LeaderElection = o.leaderElect
 	mo.LeaderElectionID = controller.Name
-	mo.LeaderElectionNamespace = o.leaderNamespace
+	mo.LeaderElectionNamespace = leaderElectionNamespace(o.leaderNamespace)
 	mo.LeaderElectionReleaseOnCancel = true
 	// One port for metrics and probes, as in the other components. The
 	// process being up is all there is to check: standby replicas are

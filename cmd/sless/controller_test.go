@@ -10,6 +10,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -109,4 +111,27 @@ func TestControllerCommand(t *testing.T) {
 	}
 
 	stopAndWait(t, "controller", cmd, exited, syscall.SIGTERM, 30*time.Second)
+}
+
+// TestControllerLeaseNamespaceDefault: outside a cluster and without
+// --leader-election-namespace, `sless controller` takes its Lease in the
+// kubeconfig context's namespace, or sless-system when the context names
+// none. (It failed to start: "unable to find leader election namespace".)
+func TestControllerLeaseNamespaceDefault(t *testing.T) {
+	cfg := controlplane.Start(t)
+	c := controlplane.Client(t, cfg)
+	ctx := context.Background()
+	for _, tt := range []struct{ contextNamespace, want string }{{"team-a", "team-a"}, {"", "sless-system"}} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: tt.want}}); err != nil {
+			t.Fatal(err)
+		}
+		admin := "127.0.0.1:" + strconv.Itoa(testfn.FreePort(t))
+		cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + writeKubeconfigIn(t, cfg, tt.contextNamespace)},
+			"controller", "--admin", admin, "--image", "registry.test/sless:e2e")
+		waitUntil(t, "the Lease in "+tt.want, 30*time.Second, func() bool {
+			var lease coordinationv1.Lease
+			return c.Get(ctx, types.NamespacedName{Namespace: tt.want, Name: "sless-controller"}, &lease) == nil
+		})
+		stopAndWait(t, "controller", cmd, exited, syscall.SIGTERM, 30*time.Second)
+	}
 }
