@@ -9,6 +9,7 @@ import (
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -260,6 +261,16 @@ func testOwnerSwitch(t *testing.T, e *env) {
 		ptr.Deref(s.PollingInterval, -1) != 2 {
 		t.Errorf("min %v max %v cooldown %v polling %v, want 1, 4, 26 (20 s + 5.5 s rounded up) and 2 (the 2 s panic window)",
 			s.MinReplicaCount, s.MaxReplicaCount, s.CooldownPeriod, s.PollingInterval)
+	}
+	// KEDA's HPA applies the autoscaler's number as is, as read back
+	// from the API server.
+	asIs := &autoscalingv2.HPAScalingRules{StabilizationWindowSeconds: ptr.To(int32(0)),
+		SelectPolicy: ptr.To(autoscalingv2.MaxChangePolicySelect), Tolerance: ptr.To(resource.MustParse("0")),
+		Policies: []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: 4, PeriodSeconds: 1}}}
+	if s.Advanced == nil || s.Advanced.HorizontalPodAutoscalerConfig == nil ||
+		!equality.Semantic.DeepEqual(s.Advanced.HorizontalPodAutoscalerConfig.Behavior,
+			&autoscalingv2.HorizontalPodAutoscalerBehavior{ScaleUp: asIs, ScaleDown: asIs}) {
+		t.Errorf("advanced = %+v, want the HPA behaviour that applies the number as is", s.Advanced)
 	}
 	want := []kedav1alpha1.ScaleTriggers{{Type: "external-push", Name: "sless-autoscaler", Metadata: map[string]string{
 		"scalerAddress": testOptions.AutoscalerAddress, "function": "switch", "namespace": ns,

@@ -8,8 +8,10 @@ import (
 	"strconv"
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
@@ -105,8 +107,26 @@ func (r *FunctionReconciler) scaledObject(fn *v1alpha1.Function) *kedav1alpha1.S
 			MaxReplicaCount: ptr.To(s.Max),
 			CooldownPeriod:  ptr.To(cooldown),
 			PollingInterval: ptr.To(polling),
-			Triggers:        triggers,
+			Advanced: &kedav1alpha1.AdvancedConfig{HorizontalPodAutoscalerConfig: &kedav1alpha1.HorizontalPodAutoscalerConfig{
+				Behavior: &autoscalingv2.HorizontalPodAutoscalerBehavior{ScaleUp: asIs(s.Max), ScaleDown: asIs(s.Max)},
+			}},
+			Triggers: triggers,
 		},
+	}
+}
+
+// asIs are the rules of an HPA that applies the number it reads as is: no
+// stabilization window (300 s by default when scaling down), no tolerance
+// (10% by default: 10 → 11 instances would not happen), and a step as
+// large as the whole range each second (by default +4 pods or +100% a
+// 15 s period up). The autoscaler's decider has its own windows and rate
+// limits; KEDA's HPA sits between its number and the Deployment.
+func asIs(most int32) *autoscalingv2.HPAScalingRules {
+	return &autoscalingv2.HPAScalingRules{
+		StabilizationWindowSeconds: ptr.To(int32(0)),
+		SelectPolicy:               ptr.To(autoscalingv2.MaxChangePolicySelect),
+		Policies:                   []autoscalingv2.HPAScalingPolicy{{Type: autoscalingv2.PodsScalingPolicy, Value: max(most, 1), PeriodSeconds: 1}},
+		Tolerance:                  resource.NewQuantity(0, resource.DecimalSI),
 	}
 }
 
