@@ -15,13 +15,16 @@ import (
 // pokes (POST BaseURL/v1/poke {"namespace","name"}) the moment a request
 // waits for a function with no instance, and the requests waiting per
 // function every second (POST BaseURL/v1/buffered {"namespace","name",
-// "count"}). Pokes are queued (bounded; repeated pokes for a function
-// already queued merge) and sent by one goroutine, so the request path
-// never waits on the network.
+// "count","activator"}). Pokes are queued (bounded; repeated pokes for a
+// function already queued merge) and sent by one goroutine, so the request
+// path never waits on the network.
 type AutoscalerClient struct {
 	BaseURL string
-	Client  *http.Client
-	Log     *slog.Logger
+	// ID names this activator to the autoscaler, which adds up the counts
+	// of several: its pod's name.
+	ID     string
+	Client *http.Client
+	Log    *slog.Logger
 
 	mu      sync.Mutex
 	queued  map[[2]string]bool
@@ -108,7 +111,7 @@ type BufferedSource interface {
 func (p *AutoscalerClient) ReportBuffered(ctx context.Context, src BufferedSource, interval time.Duration) {
 	p.once.Do(p.init)
 	ReportBuffered(ctx, src, interval, func(namespace, name string, n int) {
-		p.post(ctx, "/v1/buffered", map[string]any{"namespace": namespace, "name": name, "count": n})
+		p.post(ctx, "/v1/buffered", map[string]any{"namespace": namespace, "name": name, "count": n, "activator": p.ID})
 	})
 }
 

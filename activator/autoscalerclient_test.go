@@ -61,8 +61,8 @@ func (b *bufferedCounts) set(m map[string]int) {
 
 func TestAutoscalerClientReportsBuffered(t *testing.T) {
 	type report struct {
-		Namespace, Name string
-		Count           int
+		Namespace, Name, Activator string
+		Count                      int
 	}
 	got := make(chan report, 100)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -74,12 +74,12 @@ func TestAutoscalerClientReportsBuffered(t *testing.T) {
 	}))
 	defer srv.Close()
 	src := &bufferedCounts{m: map[string]int{"ns/a": 3}}
-	p := &AutoscalerClient{BaseURL: srv.URL + "/", Log: quiet}
+	p := &AutoscalerClient{BaseURL: srv.URL + "/", ID: "activator-7", Log: quiet}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.ReportBuffered(ctx, src, 10*time.Millisecond)
-	if r := <-got; r != (report{"ns", "a", 3}) {
-		t.Fatalf("first report %+v, want ns/a 3", r)
+	if r := <-got; r != (report{"ns", "a", "activator-7", 3}) {
+		t.Fatalf("first report %+v, want ns/a 3 from activator-7", r)
 	}
 	src.set(map[string]int{})
 	deadline := time.After(10 * time.Second)

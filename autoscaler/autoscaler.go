@@ -92,7 +92,7 @@ type state struct {
 	fn       Function
 	decider  *Decider
 	admins   []string             // ready instances' queue-proxy admin addresses
-	buffered float64              // requests waiting in activators
+	buffered map[string]report    // requests waiting, by activator
 	floor    int32                // cron pre-warm floor
 	queue    int32                // queue-depth desired: the most any queue asks for
 	reads    map[string]queueRead // by queue name
@@ -175,13 +175,52 @@ func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
 	}
 }
 
-// SetBuffered sets how many of a function's requests wait in activators.
-func (a *Autoscaler) SetBuffered(namespace, name string, n int) {
-	if st := a.get(namespace, name); st != nil {
-		st.mu.Lock()
-		st.buffered = float64(n)
-		st.mu.Unlock()
+// BufferedTTL is how long an activator's count of waiting requests counts
+// without a new report. Activators report every second while requests
+// wait (and 0 once they are gone); one that stops, gone or cut off, has
+// its count expire instead of holding the function up.
+const BufferedTTL = 3 * time.Second
+
+// report is one activator's latest count of a function's waiting
+// requests.
+type report struct {
+	n  int
+	at time.Time
+}
+
+// SetBuffered records how many of a function's requests wait in the
+// activator named activator, at now. The function's buffered load is the
+// sum over activators of their counts younger than BufferedTTL: with
+// several activators each holds part of the demand.
+func (a *Autoscaler) SetBuffered(now time.Time, activator, namespace, name string, n int) {
+	st := a.get(namespace, name)
+	if st == nil {
+		return
 	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if n == 0 {
+		delete(st.buffered, activator)
+		return
+	}
+	if st.buffered == nil {
+		st.buffered = map[string]report{}
+	}
+	st.buffered[activator] = report{n: n, at: now}
+}
+
+// bufferedAt sums the activators' counts that have not expired at now,
+// dropping those that have. Called with st.mu held.
+func (st *state) bufferedAt(now time.Time) float64 {
+	var sum int
+	for id, r := range st.buffered {
+		if now.Sub(r.at) >= BufferedTTL {
+			delete(st.buffered, id)
+			continue
+		}
+		sum += r.n
+	}
+	return float64(sum)
 }
 
 // SetFloor sets the least replicas a function keeps, for cron pre-warm.
@@ -204,7 +243,7 @@ func (a *Autoscaler) Poke(ctx context.Context, now time.Time, namespace, name st
 	// activators' to report, and they report nothing (not even 0) for
 	// requests served within a second, so a stored poke would keep the
 	// function up for good.
-	st.decider.Record(now, max(st.buffered, float64(buffered)))
+	st.decider.Record(now, max(st.bufferedAt(now), float64(buffered)))
 	st.mu.Unlock()
 	a.decide(ctx, now, st)
 }
@@ -293,7 +332,7 @@ func (a *Autoscaler) observe(ctx context.Context, now time.Time, st *state) {
 	if st.fn.Metric == MetricRPS {
 		load = obs.RPS
 	}
-	st.decider.Record(now, load+st.buffered)
+	st.decider.Record(now, load+st.bufferedAt(now))
 }
 
 // readQueues reads the depth of a function's queues into what they ask

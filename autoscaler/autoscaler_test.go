@@ -124,10 +124,12 @@ func TestStepDecidesEveryFunction(t *testing.T) {
 	for i := range n {
 		name := fmt.Sprint("function-", i)
 		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: name, Spec: spec})
-		a.SetBuffered("default", name, i%5)
 	}
 	for range 3 { // the first and third steps decide
 		now = now.Add(time.Second)
+		for i := range n { // as the activator reports, every second
+			a.SetBuffered(now, "activator-a", "default", fmt.Sprint("function-", i), i%5)
+		}
 		a.Step(context.Background(), now)
 	}
 	if len(w.writes) != n {
@@ -266,4 +268,46 @@ func TestNewFunctionDecidedAtOnce(t *testing.T) {
 			t.Errorf("sless_autoscaler_functions = %v, want 1", got)
 		}
 	})
+}
+
+// TestBufferedAddsUpAcrossActivators: each activator holds part of a
+// function's waiting requests; their counts add up, one's 0 clears only
+// its own, and a count not renewed within BufferedTTL (its activator gone)
+// expires.
+func TestBufferedAddsUpAcrossActivators(t *testing.T) {
+	type report struct {
+		at        time.Duration
+		activator string
+		n         int
+	}
+	tests := []struct {
+		name     string
+		reports  []report
+		decideAt time.Duration
+		want     int32 // at 10 requests an instance
+	}{
+		{"two activators add up", []report{{0, "a", 100}, {0, "b", 100}}, 0, 20},
+		{"one's zero clears only its own", []report{{0, "a", 100}, {0, "b", 100}, {0, "b", 0}}, 0, 10},
+		{"a report renews", []report{{0, "a", 100}, {2 * time.Second, "a", 100}}, 4 * time.Second, 10},
+		{"a report not renewed expires", []report{{0, "a", 100}, {2 * time.Second, "b", 50}}, autoscaler.BufferedTTL, 5},
+	}
+	t0 := time.Unix(1_700_000_000, 0)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			w := &recordingWriter{writes: map[string][]int32{}}
+			a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			a.SetFunction(t0, autoscaler.Function{Namespace: "default", Name: "fn", Spec: autoscaler.Spec{
+				Max: 100, Target: 10, StableWindow: 60 * time.Second}})
+			for _, r := range tt.reports {
+				a.SetBuffered(t0.Add(r.at), r.activator, "default", "fn", r.n)
+			}
+			a.Poke(t.Context(), t0.Add(tt.decideAt), "default", "fn", 0)
+			if got := w.last("fn"); got != tt.want {
+				t.Errorf("decided %d, want %d", got, tt.want)
+			}
+		})
+	}
 }

@@ -11,8 +11,11 @@ const maxRequestBody = 4 << 10
 
 // Handler serves what activators push to the autoscaler:
 //
-//	POST /v1/poke      {"namespace", "name"}            a request waits at zero
-//	POST /v1/buffered  {"namespace", "name", "count"}   requests waiting now
+//	POST /v1/poke      {"namespace", "name"}                         a request waits at zero
+//	POST /v1/buffered  {"namespace", "name", "count", "activator"}   requests waiting now
+//
+// activator names the activator reporting (its pod): the counts of
+// several activators add up, each expiring after BufferedTTL.
 //
 // Only activators may reach it (a NetworkPolicy does this on Kubernetes).
 func (a *Autoscaler) Handler() http.Handler {
@@ -31,8 +34,8 @@ func (a *Autoscaler) Handler() http.Handler {
 	})
 	mux.HandleFunc("POST /v1/buffered", func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			Namespace, Name string
-			Count           int
+			Namespace, Name, Activator string
+			Count                      int
 		}
 		if !decode(w, r, &req) {
 			return
@@ -45,7 +48,7 @@ func (a *Autoscaler) Handler() http.Handler {
 			writeError(w, http.StatusNotFound, "unknown function "+req.Namespace+"/"+req.Name)
 			return
 		}
-		a.SetBuffered(req.Namespace, req.Name, req.Count)
+		a.SetBuffered(time.Now(), req.Activator, req.Namespace, req.Name, req.Count)
 		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux

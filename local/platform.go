@@ -158,7 +158,9 @@ func (p *Platform) Run(ctx context.Context) error {
 	go p.scaler.Run(bg)
 	// The activator's waiting requests reach the autoscaler every second,
 	// as activators report them over the network on Kubernetes.
-	go activator.ReportBuffered(bg, p.act, time.Second, p.scaler.SetBuffered)
+	go activator.ReportBuffered(bg, p.act, time.Second, func(namespace, name string, n int) {
+		p.scaler.SetBuffered(time.Now(), "local", namespace, name, n)
+	})
 	go p.deliverPokes(bg)
 
 	p.sync(ctx)

@@ -47,7 +47,8 @@ bearer token the admin API requires.`,
 			var poker activator.Poker = logPoker{log}
 			var client *activator.AutoscalerClient
 			if autoscaler != "" {
-				client = &activator.AutoscalerClient{BaseURL: autoscaler, Log: log}
+				id, _ := os.Hostname() // the pod's name
+				client = &activator.AutoscalerClient{BaseURL: autoscaler, ID: id, Log: log}
 				go client.Run(ctx)
 				poker = client
 			}
