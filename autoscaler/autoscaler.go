@@ -98,7 +98,10 @@ type state struct {
 	reads    map[string]queueRead // by queue name
 	desired  int32                // last decision
 	series   *series              // its gauges, from its first decision
-	mu       sync.Mutex
+	// scrapeFailing and noData are logged when they start and end, not
+	// every second.
+	scrapeFailing, noData bool
+	mu                    sync.Mutex
 }
 
 // queueRead is what one queue asked for at its last good read, kept while
@@ -320,14 +323,18 @@ func (a *Autoscaler) observe(ctx context.Context, now time.Time, st *state) {
 	admins := st.admins
 	st.mu.Unlock()
 	obs, err := a.scraper.Scrape(ctx, admins)
-	if err != nil {
-		st.mu.Lock()
-		a.log.Warn("scrape", "namespace", st.fn.Namespace, "function", st.fn.Name, "err", err)
-		st.mu.Unlock()
-		return
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	switch failing := err != nil; {
+	case failing && !st.scrapeFailing:
+		a.log.Warn("scrape failed: no load recorded until it works", "namespace", st.fn.Namespace, "function", st.fn.Name, "err", err)
+	case !failing && st.scrapeFailing:
+		a.log.Info("scrape works again", "namespace", st.fn.Namespace, "function", st.fn.Name)
+	}
+	st.scrapeFailing = err != nil
+	if err != nil {
+		return
+	}
 	load := obs.Concurrency
 	if st.fn.Metric == MetricRPS {
 		load = obs.RPS
@@ -373,7 +380,15 @@ func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) {
 func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	st.mu.Lock()
 	ready := int32(len(st.admins))
-	d := st.decider.Decide(now, ready)
+	d, ok := st.decider.Decide(now, ready)
+	if !ok {
+		a.keepScale(st)
+		return
+	}
+	if st.noData {
+		st.noData = false
+		a.log.Info("load observed again: deciding", "namespace", st.fn.Namespace, "function", st.fn.Name)
+	}
 	queue := st.queue
 	desired := Desired(st.fn.Spec, d.Desired, queue, st.floor)
 	changed := desired != st.desired
@@ -394,6 +409,23 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 		a.log.Info("scaled", "namespace", fn.Namespace, "function", fn.Name, "from", had, "to", desired,
 			"ready", ready, "queue", queue, "panic", d.Panic, "stable", d.Stable)
 	}
+}
+
+// keepScale handles a decision without data: the function keeps its scale
+// (nothing is written), the skip is counted, and logged when it starts.
+// Called with st.mu held, which it releases.
+func (a *Autoscaler) keepScale(st *state) {
+	if st.series == nil {
+		st.series = a.metrics.series(st.fn.Namespace, st.fn.Name)
+	}
+	if !st.noData {
+		st.noData = true
+		a.log.Warn("no load observed for a whole stable window: keeping the current scale",
+			"namespace", st.fn.Namespace, "function", st.fn.Name, "desired", st.desired)
+	}
+	series := st.series
+	st.mu.Unlock()
+	series.noData.Inc()
 }
 
 // Run steps every second until ctx ends, and decides on new functions as

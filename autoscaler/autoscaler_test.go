@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -310,4 +311,93 @@ func TestBufferedAddsUpAcrossActivators(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestScrapesStopKeepsScale: ten instances at a load of 100 (10 each),
+// then every scrape fails for 90 s. Without data the function keeps its
+// ten, the skipped decisions are counted, and the failures are logged once
+// each, not every second. (Averaged as idle, no data took it 10 → 5 → 2 →
+// 1 → 0.)
+func TestScrapesStopKeepsScale(t *testing.T) {
+	var admins []string
+	var servers []*httptest.Server
+	for range 10 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = io.WriteString(w, `{"averageConcurrency": 10, "requests": 10, "intervalSeconds": 1}`)
+		}))
+		servers = append(servers, srv)
+		admins = append(admins, strings.TrimPrefix(srv.URL, "http://"))
+	}
+	w := &recordingWriter{writes: map[string][]int32{}}
+	reg := prometheus.NewRegistry()
+	var logs syncBuffer
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, reg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "busy", Spec: autoscaler.Spec{
+		Max: 20, Initial: 1, Target: 10, StableWindow: 60 * time.Second, ScaleToZeroGrace: 30 * time.Second}})
+	a.SetInstances("default", "busy", admins)
+	for range 60 {
+		now = now.Add(time.Second)
+		a.Step(t.Context(), now)
+	}
+	if got := w.last("busy"); got != 10 {
+		t.Fatalf("at a load of 100: %d, want 10", got)
+	}
+	for _, srv := range servers {
+		srv.Close() // the instances are unreachable from now on
+	}
+	writes := len(w.writes["busy"])
+	for range 90 {
+		now = now.Add(time.Second)
+		a.Step(t.Context(), now)
+	}
+	if got := w.writes["busy"][writes:]; slices.ContainsFunc(got, func(r int32) bool { return r != 10 }) {
+		t.Errorf("written while no scrape worked: %v, want only 10", got)
+	}
+	if n := counter(t, reg, "sless_autoscaler_no_data_total"); n < 10 {
+		t.Errorf("sless_autoscaler_no_data_total = %v, want the skipped decisions counted", n)
+	}
+	out := logs.String()
+	for _, msg := range []string{"scrape failed", "no load observed for a whole stable window"} {
+		if n := strings.Count(out, msg); n != 1 {
+			t.Errorf("%q logged %d times, want once:\n%s", msg, n, out)
+		}
+	}
+}
+
+func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no single %s in the registry", name)
+	return 0
+}
+
+// syncBuffer is a log written by the autoscaler's goroutines and read by
+// the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -97,8 +97,8 @@ func (d *Decider) Record(now time.Time, load float64) {
 
 // average is the mean load over the window ending at now, over the seconds
 // that have data: seconds never observed (a new function, a missed scrape)
-// do not count as idle.
-func (d *Decider) average(now time.Time, window time.Duration) float64 {
+// do not count as idle. ok is false when no second of the window has.
+func (d *Decider) average(now time.Time, window time.Duration) (load float64, ok bool) {
 	seconds := max(int64(window/time.Second), 1)
 	end := now.Unix()
 	var sum float64
@@ -111,22 +111,28 @@ func (d *Decider) average(now time.Time, window time.Duration) float64 {
 		}
 	}
 	if n == 0 {
-		return 0
+		return 0, false
 	}
-	return sum / float64(n)
+	return sum / float64(n), true
 }
 
 // Decide turns the recorded load into a number of instances, given how many
-// are ready now.
-func (d *Decider) Decide(now time.Time, ready int32) Decision {
+// are ready now. ok is false, and nothing is decided, when the stable
+// window holds no observation at all (every scrape failed): no data is not
+// an idle function, and deciding on it would scale a busy one to zero, as
+// Knative's KPA does not either. The caller keeps the current scale.
+func (d *Decider) Decide(now time.Time, ready int32) (dec Decision, ok bool) {
 	s := d.spec
-	stable := d.average(now, s.StableWindow)
-	panicLoad := d.average(now, s.StableWindow*PanicWindowPercent/100)
+	stable, ok := d.average(now, s.StableWindow)
+	if !ok {
+		return Decision{}, false
+	}
+	panicLoad, _ := d.average(now, s.StableWindow*PanicWindowPercent/100)
 	if ready == 0 && !s.PlainKPA {
 		// From zero the demand is concrete (requests waiting in the
 		// activator), and averaging it with the idle seconds before
 		// would start one instance for a burst that needs ten.
-		latest := d.average(now, time.Second)
+		latest, _ := d.average(now, time.Second)
 		stable, panicLoad = max(stable, latest), max(panicLoad, latest)
 	}
 	dStable := instancesFor(stable, s.Target)
@@ -171,7 +177,7 @@ func (d *Decider) Decide(now time.Time, ready int32) Decision {
 			desired = max(desired, s.Initial)
 		}
 	}
-	return Decision{Desired: min(max(desired, s.Min), s.Max), Panic: d.panicking, Stable: stable, PanicLoad: panicLoad}
+	return Decision{Desired: min(max(desired, s.Min), s.Max), Panic: d.panicking, Stable: stable, PanicLoad: panicLoad}, true
 }
 
 // instancesFor is ⌈load / target⌉, forgiving the rounding of averages: a

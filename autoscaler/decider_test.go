@@ -20,13 +20,18 @@ type step struct {
 	ready int32
 }
 
-// run feeds the trace second by second and returns the decisions.
-func run(d *Decider, trace []step) []Decision {
+// run feeds the trace second by second and returns the decisions; every
+// second has data, so every decision is made.
+func run(t *testing.T, d *Decider, trace []step) []Decision {
+	t.Helper()
 	out := make([]Decision, len(trace))
 	for i, s := range trace {
 		now := t0.Add(time.Duration(i) * time.Second)
 		d.Record(now, s.load)
-		out[i] = d.Decide(now, s.ready)
+		var ok bool
+		if out[i], ok = d.Decide(now, s.ready); !ok {
+			t.Fatalf("second %d: no decision with data recorded", i)
+		}
 	}
 	return out
 }
@@ -44,7 +49,8 @@ func TestDecider(t *testing.T) {
 		name  string
 		spec  func(*Spec)
 		trace []step
-		// check is called with every decision; last with the final one.
+		// check is called with every decision, and last compared with
+		// the final one when there is no check; lastPanic always is.
 		last      int32
 		lastPanic bool
 		check     func(t *testing.T, ds []Decision)
@@ -119,13 +125,15 @@ func TestDecider(t *testing.T) {
 			if tt.spec != nil {
 				tt.spec(&s)
 			}
-			ds := run(NewDecider(s, t0), tt.trace)
+			ds := run(t, NewDecider(s, t0), tt.trace)
+			end := ds[len(ds)-1]
 			if tt.check != nil {
 				tt.check(t, ds)
-				return
+			} else if end.Desired != tt.last {
+				t.Errorf("final decision %+v, want %d", end, tt.last)
 			}
-			if end := ds[len(ds)-1]; end.Desired != tt.last || end.Panic != tt.lastPanic {
-				t.Errorf("final decision %+v, want %d (panic %v)", end, tt.last, tt.lastPanic)
+			if end.Panic != tt.lastPanic {
+				t.Errorf("final decision %+v, want panic %v", end, tt.lastPanic)
 			}
 		})
 	}
@@ -150,9 +158,9 @@ func TestPlainKPA(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := spec()
 			s.Initial = 0
-			ours := run(NewDecider(s, t0), tt.trace)
+			ours := run(t, NewDecider(s, t0), tt.trace)
 			s.PlainKPA = true
-			plain := run(NewDecider(s, t0), tt.trace)
+			plain := run(t, NewDecider(s, t0), tt.trace)
 			if got := ours[len(ours)-1].Desired; got != tt.ours {
 				t.Errorf("sless: desired %d, want %d", got, tt.ours)
 			}
@@ -210,7 +218,25 @@ func TestDeciderPokeAfterScrape(t *testing.T) {
 	d := NewDecider(spec(), t0)
 	d.Record(t0.Add(100*time.Millisecond), 0)
 	d.Record(t0.Add(300*time.Millisecond), 500)
-	if got := d.Decide(t0.Add(300*time.Millisecond), 0).Desired; got != 8 {
-		t.Errorf("500 requests waiting at 70 an instance: desired %d, want 8", got)
+	if got, _ := d.Decide(t0.Add(300*time.Millisecond), 0); got.Desired != 8 {
+		t.Errorf("500 requests waiting at 70 an instance: desired %d, want 8", got.Desired)
+	}
+}
+
+// TestDeciderNoData: with no observation in the whole stable window (every
+// scrape failed), Decide decides nothing, whatever it decided before; one
+// observation is enough to decide again.
+func TestDeciderNoData(t *testing.T) {
+	d := NewDecider(spec(), t0)
+	run(t, d, repeat(60, step{700, 10}))
+	for i := 60; i < 60+60+30; i++ {
+		if dec, ok := d.Decide(t0.Add(time.Duration(i)*time.Second), 10); ok && i >= 120 {
+			t.Fatalf("second %d, a whole window without data: decided %+v, want no decision", i, dec)
+		}
+	}
+	now := t0.Add(150 * time.Second)
+	d.Record(now, 700)
+	if dec, ok := d.Decide(now, 10); !ok || dec.Desired != 10 {
+		t.Errorf("with data again: %+v %v, want 10", dec, ok)
 	}
 }

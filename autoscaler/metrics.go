@@ -6,6 +6,7 @@ import "github.com/prometheus/client_golang/prometheus"
 // what was ready, and whether it was panicking, at the last decision.
 type metrics struct {
 	desired, actual, panic *prometheus.GaugeVec
+	noData                 *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -20,8 +21,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		panic: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sless_autoscaler_panic_mode", Help: "1 while the function is in panic mode.",
 		}, labels),
+		noData: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_autoscaler_no_data_total",
+			Help: "Decisions not made because no load was observed for a whole stable window (every scrape failed): the function kept its scale.",
+		}, labels),
 	}
-	for _, c := range []prometheus.Collector{m.desired, m.actual, m.panic} {
+	for _, c := range []prometheus.Collector{m.desired, m.actual, m.panic, m.noData} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -34,6 +39,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // CPU over 10,000 functions (BenchmarkStep10k).
 type series struct {
 	desired, actual, panic prometheus.Gauge
+	noData                 prometheus.Counter
 }
 
 func (m *metrics) series(namespace, name string) *series {
@@ -41,6 +47,7 @@ func (m *metrics) series(namespace, name string) *series {
 		desired: m.desired.WithLabelValues(namespace, name),
 		actual:  m.actual.WithLabelValues(namespace, name),
 		panic:   m.panic.WithLabelValues(namespace, name),
+		noData:  m.noData.WithLabelValues(namespace, name),
 	}
 }
 
@@ -58,4 +65,5 @@ func (m *metrics) forget(namespace, name string) {
 	for _, g := range []*prometheus.GaugeVec{m.desired, m.actual, m.panic} {
 		g.DeleteLabelValues(namespace, name)
 	}
+	m.noData.DeleteLabelValues(namespace, name)
 }

@@ -41,7 +41,9 @@ func Simulate(spec Spec, model Instances, tick time.Duration, load []float64) []
 		}
 		d.Record(now, l)
 		if i%ticks == 0 {
-			desired = d.Decide(now, ready).Desired
+			if dec, ok := d.Decide(now, ready); ok {
+				desired = dec.Desired
+			}
 		}
 		switch have := ready + int32(len(starts)); {
 		case desired > have:
