@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -18,6 +19,14 @@ import (
 
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
+)
+
+// Defaults of the Server's shutdown on Kubernetes (the activator
+// command's flags): config/activator's termination grace period covers
+// both.
+const (
+	DefaultPropagationDelay = 10 * time.Second
+	DefaultDrainTimeout     = 30 * time.Second
 )
 
 // Server runs an activator on its two ports: invocations on one, health,
@@ -36,6 +45,12 @@ type Server struct {
 	Functions http.Handler
 	// DrainTimeout bounds the drain at shutdown.
 	DrainTimeout time.Duration
+	// PropagationDelay is how long the activator keeps taking new
+	// connections after it turned unready, before it drains: the time
+	// its Service's endpoints take to stop sending it any. Answers given
+	// meanwhile close their connections, so that keep-alive clients
+	// move to another activator.
+	PropagationDelay time.Duration
 	// ReadTimeout bounds how long a client may take to send a request
 	// head or each part of its body (0: forward.DefaultReadTimeout).
 	ReadTimeout time.Duration
@@ -47,15 +62,16 @@ type Server struct {
 	draining atomic.Bool
 }
 
-// Run serves until ctx ends, then turns /readyz to 503 and drains: requests
-// in flight finish, up to DrainTimeout.
+// Run serves until ctx ends, then turns /readyz to 503, serves on for the
+// propagation delay, and drains: requests in flight finish, up to
+// DrainTimeout.
 func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	hangups, err := forward.NewHangups(s.Log)
 	if err != nil {
 		return err
 	}
 	defer hangups.Close()
-	fs := forward.NewServer(s.Activator.ServeHTTP, s.readError, s.Activator.cfg.MaxBodyBytes, s.ReadTimeout, s.Log)
+	fs := forward.NewServer(s.serveHTTP, s.readError, s.Activator.cfg.MaxBodyBytes, s.ReadTimeout, s.Log)
 	fs.Concurrency = s.MaxConns
 	if fs.Concurrency == 0 {
 		fs.Concurrency = forward.MaxConns(2)
@@ -78,12 +94,29 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
+	if s.PropagationDelay > 0 {
+		s.Log.Info("unready: serving on while the endpoints change", "for", s.PropagationDelay)
+		select {
+		case <-time.After(s.PropagationDelay):
+		case err := <-errc:
+			return errors.Join(fmt.Errorf("serve: %w", err), hs.Close())
+		}
+	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
 	defer cancel()
 	if err := fs.ShutdownWithContext(drainCtx); err != nil {
 		s.Log.Warn("drain timed out with requests in flight", "err", err)
 	}
 	return hs.Close()
+}
+
+// serveHTTP is the invocation handler: once unready, each answer closes its
+// connection.
+func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx) {
+	if s.draining.Load() {
+		ctx.SetConnectionClose()
+	}
+	s.Activator.ServeHTTP(ctx)
 }
 
 // readError answers a request that could not be read.

@@ -35,6 +35,7 @@ import (
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
+	"sless.dev/sless/activator"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/controlplane"
@@ -114,6 +115,11 @@ func TestManifestsAgree(t *testing.T) {
 			t.Errorf("%s runs as %q", name, pod.Spec.ServiceAccountName)
 		}
 		c := pod.Spec.Containers[0]
+		if grace := time.Duration(ptr.Deref(pod.Spec.TerminationGracePeriodSeconds, 30)) * time.Second; component == "activator" &&
+			grace <= activator.DefaultPropagationDelay+activator.DefaultDrainTimeout {
+			t.Errorf("%s: terminationGracePeriodSeconds %v, want more than its propagation delay and drain (%v + %v)",
+				name, grace, activator.DefaultPropagationDelay, activator.DefaultDrainTimeout)
+		}
 		if len(c.Args) == 0 || c.Args[0] != component {
 			t.Errorf("%s runs %v, want the %s subcommand", name, c.Args, component)
 		}

@@ -22,7 +22,7 @@ func newActivatorCommand() *cobra.Command {
 	var (
 		listen, admin, domain, autoscaler string
 		cfg                               activator.Config
-		drain, readTimeout                time.Duration
+		drain, readTimeout, propagation   time.Duration
 		records                           int
 	)
 	cmd := &cobra.Command{
@@ -82,7 +82,7 @@ bearer token the admin API requires.`,
 				return fmt.Errorf("--admin: %w", err)
 			}
 			srv := &activator.Server{Activator: a, Registry: reg, Records: ring,
-				Token: os.Getenv("SLESS_ADMIN_TOKEN"), DrainTimeout: drain, ReadTimeout: readTimeout, Log: log}
+				Token: os.Getenv("SLESS_ADMIN_TOKEN"), DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
 			return srv.Run(ctx, servingLn, adminLn)
 		},
 	}
@@ -94,14 +94,16 @@ bearer token the admin API requires.`,
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", activator.DefaultMaxBodyBytes, "largest request body (413 beyond)")
 	f.IntVar(&cfg.QueueDepth, "queue-depth", activator.DefaultQueueDepth, "requests that may wait per function")
 	f.IntVar(&cfg.MaxBuffered, "max-buffered", activator.DefaultMaxBuffered, "requests that may wait across all functions")
-	f.DurationVar(&drain, "drain", 30*time.Second, "longest drain at shutdown")
+	f.DurationVar(&drain, "drain", activator.DefaultDrainTimeout, "longest drain at shutdown")
+	f.DurationVar(&propagation, "propagation-delay", activator.DefaultPropagationDelay,
+		"how long to keep taking connections after turning unready on SIGTERM, before draining: the endpoints' update time")
 	f.DurationVar(&readTimeout, "read-timeout", forward.DefaultReadTimeout,
 		"most a client may take to send a request head, or each part of its body (408 beyond)")
 	f.IntVar(&records, "records", 10_000, "invocation records kept in memory")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		cfg.Domain = domain
-		if cfg.MaxBodyBytes < 1 || cfg.QueueDepth < 1 || cfg.MaxBuffered < 1 || records < 1 || readTimeout <= 0 {
-			return fmt.Errorf("--max-body-bytes, --queue-depth, --max-buffered, --records and --read-timeout must be positive")
+		if cfg.MaxBodyBytes < 1 || cfg.QueueDepth < 1 || cfg.MaxBuffered < 1 || records < 1 || readTimeout <= 0 || propagation < 0 {
+			return fmt.Errorf("--max-body-bytes, --queue-depth, --max-buffered, --records and --read-timeout must be positive, --propagation-delay not negative")
 		}
 		return nil
 	}

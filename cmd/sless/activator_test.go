@@ -4,16 +4,15 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
-	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
@@ -26,16 +25,7 @@ import (
 // the admin API without the token, and exits 0 on SIGTERM.
 func TestActivatorCommand(t *testing.T) {
 	cfg := controlplane.Start(t)
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	err := clientcmd.WriteToFile(clientcmdapi.Config{
-		Clusters:       map[string]*clientcmdapi.Cluster{"test": {Server: cfg.Host, CertificateAuthorityData: cfg.CAData}},
-		AuthInfos:      map[string]*clientcmdapi.AuthInfo{"test": {ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}},
-		Contexts:       map[string]*clientcmdapi.Context{"test": {Cluster: "test", AuthInfo: "test"}},
-		CurrentContext: "test",
-	}, kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := writeKubeconfig(t, cfg)
 	c := controlplane.Client(t, cfg)
 	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "hi", Namespace: "default"},
 		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeNode, Image: "x", TimeoutSeconds: 1}}
@@ -45,7 +35,8 @@ func TestActivatorCommand(t *testing.T) {
 
 	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
 	cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + kubeconfig, "SLESS_ADMIN_TOKEN=tok"}, "activator",
-		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin), "--drain", "5s")
+		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin), "--drain", "5s",
+		"--propagation-delay", "0s")
 
 	adminURL := "http://127.0.0.1:" + strconv.Itoa(admin)
 	waitStatus(t, adminURL+"/readyz", http.StatusOK)
@@ -61,6 +52,59 @@ func TestActivatorCommand(t *testing.T) {
 		t.Errorf("/v1/functions: %d %s", code, body)
 	}
 	stopAndWait(t, "activator", cmd, exited, syscall.SIGTERM, 15*time.Second)
+}
+
+// TestActivatorRolloutRefusesNothing: on SIGTERM `sless activator` turns
+// unready and takes new connections for --propagation-delay before it
+// drains, so the clients its Service still sends it until the endpoints
+// change are served, not refused. (It closed its listener at once.)
+func TestActivatorRolloutRefusesNothing(t *testing.T) {
+	cfg := controlplane.Start(t)
+	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
+	cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + writeKubeconfig(t, cfg)}, "activator",
+		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin),
+		"--propagation-delay", "5s", "--drain", "5s")
+	readyz := "http://127.0.0.1:" + strconv.Itoa(admin) + "/readyz"
+	waitStatus(t, readyz, http.StatusOK)
+
+	// New connections all along, as a Service's clients open them; an
+	// unknown function is answered at once.
+	url := "http://127.0.0.1:" + strconv.Itoa(serving) + "/fn/default/nobody"
+	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	var served, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := client.Get(url)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				resp.Body.Close()
+				served.Add(1)
+			}
+		})
+	}
+	waitUntil(t, "load on the activator", 10*time.Second, func() bool { return served.Load() > 50 })
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus(t, readyz, http.StatusServiceUnavailable)
+	before := served.Load()
+	waitUntil(t, "load served while unready", 10*time.Second, func() bool { return served.Load() > before+50 })
+	close(stop)
+	wg.Wait()
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d requests failed to connect or were cut during the rollout, want none", n)
+	}
+	waitExit(t, "activator", exited, 20*time.Second)
 }
 
 func fetch(t *testing.T, url, token string) (int, string) {
