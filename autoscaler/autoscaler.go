@@ -72,10 +72,11 @@ const queueReadTimeout = time.Second
 // replicas. All its work is Step, called with the time; Run calls it from a
 // ticker.
 type Autoscaler struct {
-	scraper *Scraper
-	writer  ReplicaWriter
-	log     *slog.Logger
-	metrics *metrics
+	scraper      *Scraper
+	writer       ReplicaWriter
+	writeTimeout time.Duration
+	log          *slog.Logger
+	metrics      *metrics
 
 	mu     sync.Mutex
 	fns    map[string]*state
@@ -101,7 +102,10 @@ type state struct {
 	// scrapeFailing and noData are logged when they start and end, not
 	// every second.
 	scrapeFailing, noData bool
-	mu                    sync.Mutex
+	// writing is set while a write of replicas is in flight; unwritten
+	// while a decision waits for it.
+	writing, unwritten bool
+	mu                 sync.Mutex
 }
 
 // queueRead is what one queue asked for at its last good read, kept while
@@ -118,7 +122,8 @@ func New(scraper *Scraper, writer ReplicaWriter, reg prometheus.Registerer, log 
 	if err != nil {
 		return nil, err
 	}
-	a := &Autoscaler{scraper: scraper, writer: writer, log: log, metrics: m, fns: map[string]*state{}, wake: make(chan struct{}, 1)}
+	a := &Autoscaler{scraper: scraper, writer: writer, writeTimeout: WriteTimeout, log: log, metrics: m,
+		fns: map[string]*state{}, wake: make(chan struct{}, 1)}
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sless_autoscaler_functions", Help: "Functions the autoscaler scales.",
 	}, func() float64 { return float64(a.count()) })); err != nil {
@@ -250,6 +255,10 @@ func (a *Autoscaler) Poke(ctx context.Context, now time.Time, namespace, name st
 	st.mu.Unlock()
 	a.decide(ctx, now, st)
 }
+
+// SetWriteTimeout replaces WriteTimeout; call it before the autoscaler
+// decides.
+func (a *Autoscaler) SetWriteTimeout(d time.Duration) { a.writeTimeout = d }
 
 // SetQueueReader makes the autoscaler read the depth of functions' queues
 // with r; without one, queues ask for nothing.
@@ -389,26 +398,50 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 		st.noData = false
 		a.log.Info("load observed again: deciding", "namespace", st.fn.Namespace, "function", st.fn.Name)
 	}
-	queue := st.queue
-	desired := Desired(st.fn.Spec, d.Desired, queue, st.floor)
-	changed := desired != st.desired
+	desired := Desired(st.fn.Spec, d.Desired, st.queue, st.floor)
 	st.desired = desired
-	fn := st.fn
 	if st.series == nil {
-		st.series = a.metrics.series(fn.Namespace, fn.Name)
+		st.series = a.metrics.series(st.fn.Namespace, st.fn.Name)
 	}
 	series := st.series
 	st.mu.Unlock()
 	series.decided(desired, ready, d.Panic)
-	had, err := a.writer.Scale(ctx, fn.Namespace, fn.Name, desired)
-	if err != nil {
-		a.log.Error("scale", "namespace", fn.Namespace, "function", fn.Name, "desired", desired, "err", err)
+	a.write(ctx, st, ready, d)
+}
+
+// WriteTimeout bounds one write of a function's replicas: an API server
+// that stalls delays that function's write, never for long.
+const WriteTimeout = 5 * time.Second
+
+// write writes the function's latest decision. One write of a function is
+// in flight at a time: a decision made meanwhile (a poke's beside a
+// tick's) is left for the write in flight to make after its own, so the
+// latest decision always lands last, and its caller does not wait.
+func (a *Autoscaler) write(ctx context.Context, st *state, ready int32, d Decision) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.unwritten = true
+	if st.writing {
 		return
 	}
-	if changed || had != desired {
-		a.log.Info("scaled", "namespace", fn.Namespace, "function", fn.Name, "from", had, "to", desired,
-			"ready", ready, "queue", queue, "panic", d.Panic, "stable", d.Stable)
+	st.writing = true
+	for st.unwritten {
+		st.unwritten = false
+		fn, desired, queue := st.fn, st.desired, st.queue
+		st.mu.Unlock()
+		wctx, cancel := context.WithTimeout(ctx, a.writeTimeout)
+		had, err := a.writer.Scale(wctx, fn.Namespace, fn.Name, desired)
+		cancel()
+		switch {
+		case err != nil:
+			a.log.Error("scale", "namespace", fn.Namespace, "function", fn.Name, "desired", desired, "err", err)
+		case had != desired:
+			a.log.Info("scaled", "namespace", fn.Namespace, "function", fn.Name, "from", had, "to", desired,
+				"ready", ready, "queue", queue, "panic", d.Panic, "stable", d.Stable)
+		}
+		st.mu.Lock()
 	}
+	st.writing = false
 }
 
 // keepScale handles a decision without data: the function keeps its scale

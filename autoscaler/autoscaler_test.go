@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +21,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -400,4 +403,206 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// gateWriter holds each write until released, and records the writes and
+// the most in flight at once.
+type gateWriter struct {
+	recordingWriter
+	gate           chan struct{}
+	inFlight, peak int
+	mu             sync.Mutex
+	started        chan int32
+}
+
+func (w *gateWriter) Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error) {
+	w.mu.Lock()
+	w.inFlight++
+	w.peak = max(w.peak, w.inFlight)
+	w.mu.Unlock()
+	w.started <- replicas
+	<-w.gate
+	w.mu.Lock()
+	w.inFlight--
+	w.mu.Unlock()
+	return w.recordingWriter.Scale(ctx, namespace, name, replicas)
+}
+
+// TestOneWriterPerFunction: a decision made while the function's write is
+// in flight does not write beside it: its caller returns at once, and the
+// write in flight then writes the latest decision, so it lands last.
+func TestOneWriterPerFunction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &gateWriter{recordingWriter: recordingWriter{writes: map[string][]int32{}},
+			gate: make(chan struct{}), started: make(chan int32, 10)}
+		a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "f", Spec: autoscaler.Spec{
+			Max: 100, Target: 10, StableWindow: 60 * time.Second}})
+		a.SetBuffered(now, "a", "default", "f", 50)
+		go a.Poke(t.Context(), now, "default", "f", 0) // decides 5 and writes it
+		if got := <-w.started; got != 5 {
+			t.Fatalf("first write %d, want 5", got)
+		}
+		a.SetBuffered(now, "a", "default", "f", 80)
+		a.Poke(t.Context(), now, "default", "f", 0) // decides 8: returns, the write in flight takes it
+		w.gate <- struct{}{}                        // the 5 lands
+		if got := <-w.started; got != 8 {
+			t.Fatalf("second write %d, want the latest decision, 8", got)
+		}
+		w.gate <- struct{}{}
+		synctest.Wait()
+		if got := w.writes["f"]; !slices.Equal(got, []int32{5, 8}) || w.peak != 1 {
+			t.Errorf("writes %v with at most %d at once, want [5 8] one at a time", got, w.peak)
+		}
+	})
+}
+
+// stallingProxy relays TCP to an address and, while stalled, passes no
+// byte: an API server that stops answering.
+type stallingProxy struct {
+	addr    string
+	mu      sync.Mutex
+	stalled bool
+	resumed *sync.Cond
+}
+
+func newStallingProxy(t *testing.T, target string) *stallingProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	p := &stallingProxy{addr: ln.Addr().String()}
+	p.resumed = sync.NewCond(&p.mu)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			go p.pipe(c, up)
+			go p.pipe(up, c)
+		}
+	}()
+	return p
+}
+
+func (p *stallingProxy) pipe(from, to net.Conn) {
+	defer from.Close()
+	defer to.Close()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		p.mu.Lock()
+		for p.stalled {
+			p.resumed.Wait()
+		}
+		p.mu.Unlock()
+		if n > 0 {
+			if _, err := to.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *stallingProxy) stall(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stalled = on
+	p.resumed.Broadcast()
+}
+
+// byName sends the writes of one function to a writer of its own.
+type byName struct {
+	name      string
+	own, rest autoscaler.ReplicaWriter
+}
+
+func (b byName) Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error) {
+	if name == b.name {
+		return b.own.Scale(ctx, namespace, name, replicas)
+	}
+	return b.rest.Scale(ctx, namespace, name, replicas)
+}
+
+// TestStalledAPIServer: an API server that stops answering delays only the
+// writes it is asked for, each by the write timeout at most: a poke
+// returns, steps go on and another function's replicas are written
+// meanwhile; once it answers again, the decision lands. (Writes had no
+// deadline: one stall held every function's step.)
+func TestStalledAPIServer(t *testing.T) {
+	cfg := controlplane.Start(t)
+	c := controlplane.Client(t, cfg)
+	createDeployment(t, c, "slow", 0)
+	u, err := url.Parse(cfg.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newStallingProxy(t, u.Host)
+	viaProxy := rest.CopyConfig(cfg)
+	viaProxy.Host = "https://" + proxy.addr
+	pc, err := client.New(viaProxy, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One read first: the client discovers the API on first use, with no
+	// deadline of the caller's.
+	if got := replicas(t, pc, "slow"); got != 0 {
+		t.Fatalf("replicas %d, want 0", got)
+	}
+	fast := &recordingWriter{writes: map[string][]int32{}}
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second),
+		byName{name: "fast", own: fast, rest: &autoscaler.KubernetesScaler{Client: pc}},
+		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetWriteTimeout(300 * time.Millisecond)
+	now := time.Now()
+	spec := autoscaler.Spec{Max: 10, Target: 70, StableWindow: 6 * time.Second}
+	for _, name := range []string{"slow", "fast"} {
+		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: name, Spec: spec})
+	}
+	proxy.stall(true)
+	a.SetBuffered(now, "a", "default", "slow", 250)
+	returned := make(chan struct{})
+	go func() { a.Poke(context.Background(), now, "default", "slow", 0); close(returned) }()
+	select {
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		t.Fatal("a poke's write to a stalled API server never returned")
+	}
+	a.SetBuffered(now, "a", "default", "fast", 140)
+	for range 3 { // two deciding steps
+		now = now.Add(time.Second)
+		a.SetBuffered(now, "a", "default", "slow", 250)
+		a.SetBuffered(now, "a", "default", "fast", 140)
+		a.Step(context.Background(), now)
+	}
+	if got := fast.last("fast"); got != 2 {
+		t.Errorf("the other function while the API server stalls: %d written, want 2", got)
+	}
+	proxy.stall(false)
+	for deadline := time.Now().Add(30 * time.Second); replicas(t, c, "slow") != 4; {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the API server answers again: %d replicas, want 4", replicas(t, c, "slow"))
+		}
+		now = now.Add(time.Second)
+		a.SetBuffered(now, "a", "default", "slow", 250)
+		a.Step(context.Background(), now)
+	}
 }
