@@ -78,6 +78,9 @@ type Activator struct {
 
 	pendingMu sync.Mutex
 	pending   map[string][]string // endpoints of functions not set yet
+
+	peersMu sync.Mutex
+	peers   Peers
 }
 
 // New returns an activator with no functions, recording invocations in
@@ -125,6 +128,9 @@ func (a *Activator) SetFunction(fn Function) {
 			poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
 			rt = &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke),
 				metrics: a.metrics.forFunction(fn.Namespace, fn.Name)}
+			a.peersMu.Lock()
+			rt.throttler.SetPeers(a.peers)
+			a.peersMu.Unlock()
 		}
 		t.byPath[key] = rt
 		t.byHost[fn.Name+"."+fn.Namespace] = rt
@@ -170,10 +176,21 @@ func (a *Activator) SetEndpoints(namespace, name string, addrs []string) {
 		return
 	}
 	a.pendingMu.Unlock()
-	for _, addr := range addrs {
-		a.client(addr)
-	}
 	a.closeClients(rt.throttler.Update(addrs))
+}
+
+// SetPeers tells the activator the activators in front of the same
+// instances (on Kubernetes, the ready endpoints of its own Service), so
+// that each admits only its share of every instance's concurrency (see
+// share) and together they never send an instance more than it takes.
+// Without it, or with one activator, it admits all of it.
+func (a *Activator) SetPeers(p Peers) {
+	a.peersMu.Lock()
+	a.peers = p
+	a.peersMu.Unlock()
+	for _, rt := range a.routes.all() {
+		a.closeClients(rt.throttler.SetPeers(p))
+	}
 }
 
 // closeClients closes the connections to instances that are gone, and

@@ -2,6 +2,7 @@ package activator
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testinstance"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/queueproxy"
 )
 
 // runServer runs a on an activator Server (its read-error answers, its
@@ -267,4 +269,48 @@ func TestOutOfSocketsIsNoRefusal(t *testing.T) {
 	if code, _ := get(t, base+"/fn/ns/fd/echo"); code != 200 {
 		t.Errorf("next request: %d, want 200", code)
 	}
+}
+
+// TestPeersShareAnInstance: two activators in front of one instance of
+// concurrency 2 each admit one request at a time, so together they never
+// send it more than it takes: its queue-proxy queues nothing, and the
+// excess waits in the activators, where a freed slot or a new instance
+// takes it. (Each admitted two: the instance got four and queued two,
+// where nothing could move them.)
+func TestPeersShareAnInstance(t *testing.T) {
+	inst := testinstance.Start(t, func(c *queueproxy.Config) { c.Concurrency, c.QueueDepth = 2, 10 })
+	var acts []*Activator
+	var wg sync.WaitGroup
+	for self := range 2 {
+		a := newActivator(t, Config{}, &countingPoker{})
+		a.SetPeers(Peers{N: 2, Self: self})
+		a.SetFunction(Function{Namespace: "ns", Name: "f", HTTP: true, Concurrency: 2, Timeout: 20 * time.Second})
+		a.SetEndpoints("ns", "f", []string{inst.Addr})
+		acts = append(acts, a)
+		base := serveActivator(t, a)
+		for range 3 {
+			wg.Go(func() {
+				if code, _ := get(t, base+"/fn/ns/f/block?id=peers"); code != 200 {
+					t.Errorf("blocked request: %d, want 200 once released", code)
+				}
+			})
+		}
+	}
+	waitUntil(t, func() bool {
+		for _, a := range acts {
+			if fs := a.Functions()[0]; fs.InFlight != 1 || fs.Waiting != 2 {
+				return false
+			}
+		}
+		return true
+	})
+	_, body := get(t, "http://"+inst.AdminAddr+"/stats")
+	var stats struct{ InFlight, Queued int }
+	if err := json.Unmarshal(body, &stats); err != nil || stats.InFlight != 2 || stats.Queued != 0 {
+		t.Errorf("queue-proxy stats %s: want 2 in flight and none queued", body)
+	}
+	if code, _ := get(t, "http://"+inst.Function.Addr()+"/release?id=peers"); code != 200 {
+		t.Fatal("cannot release the blocked requests")
+	}
+	wg.Wait()
 }

@@ -62,16 +62,20 @@ const benchTime = time.Second
 // One mutex guards the instances and the queue; the critical sections are
 // a few comparisons and pointer moves.
 type Throttler struct {
-	capacity   int
 	maxWaiting int
 	buffer     *Buffer
 	// poke is called when a request starts waiting while the function
 	// has no instance: once per activation, not once per request.
 	poke func()
 
-	mu        sync.Mutex
-	instances []*Instance
-	benched   []*Instance
+	mu sync.Mutex
+	// concurrency is the function's limit per instance; capacity this
+	// activator's share of it, on the instances of its share (see share).
+	concurrency, capacity int
+	peers                 Peers
+	all                   []string // every ready instance, sorted
+	instances             []*Instance
+	benched               []*Instance
 	waiters   []*waiter // FIFO; the head is waiters[0]
 	poked     bool      // poke was called since the last instance left
 	rng       *rand.Rand
@@ -82,16 +86,17 @@ type waiter struct {
 }
 
 // NewThrottler returns a throttler for a function whose instances each take
-// capacity requests at once (0: unlimited), with room for maxWaiting
+// concurrency requests at once (0: unlimited), with room for maxWaiting
 // requests in its queue and in buffer. poke, if not nil, is called when the
-// function needs an instance it does not have.
-func NewThrottler(capacity, maxWaiting int, buffer *Buffer, poke func()) *Throttler {
+// function needs an instance it does not have. It admits the whole
+// concurrency until SetPeers says other activators share the instances.
+func NewThrottler(concurrency, maxWaiting int, buffer *Buffer, poke func()) *Throttler {
 	if poke == nil {
 		poke = func() {}
 	}
 	return &Throttler{
-		capacity: capacity, maxWaiting: maxWaiting, buffer: buffer, poke: poke,
-		rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		concurrency: concurrency, capacity: concurrency, maxWaiting: maxWaiting, buffer: buffer, poke: poke,
+		peers: Peers{N: 1}, rng: rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
 	}
 }
 
@@ -211,18 +216,45 @@ func (t *Throttler) readmit(in *Instance) {
 // new room at once.
 func (t *Throttler) SetCapacity(capacity int) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.capacity = capacity
-	t.dispatchLocked()
+	t.concurrency = capacity
+	t.reshareLocked() // unlocks
+}
+
+// SetPeers tells the throttler the activators it shares the instances
+// with, and returns the addresses that left this activator's share.
+func (t *Throttler) SetPeers(p Peers) (gone []string) {
+	t.mu.Lock()
+	t.peers = p
+	return t.reshareLocked()
 }
 
 // Update replaces the set of ready instances and returns the addresses
-// that left it. Instances that stay keep their counts and traffic; removed
-// ones get no new requests; waiting requests are handed to the new
-// capacity at once. A benched instance listed comes back at once, as a new
-// one.
+// that left this activator's share of them. Instances that stay keep their
+// counts and traffic; removed ones get no new requests; waiting requests
+// are handed to the new capacity at once. A benched instance listed comes
+// back at once, as a new one.
 func (t *Throttler) Update(addrs []string) (gone []string) {
 	t.mu.Lock()
+	t.all = slices.Sorted(slices.Values(addrs))
+	return t.reshareLocked()
+}
+
+// reshareLocked puts this activator's share of the instances in rotation,
+// at its share of the concurrency, and unlocks.
+func (t *Throttler) reshareLocked() (gone []string) {
+	first, step, capacity := share(t.concurrency, len(t.all), t.peers)
+	t.capacity = capacity
+	mine := make([]string, 0, len(t.all)/step+1)
+	for j, a := range t.all {
+		if j%step == first {
+			mine = append(mine, a)
+		}
+	}
+	return t.rotateLocked(mine)
+}
+
+// rotateLocked makes addrs the instances in rotation and unlocks.
+func (t *Throttler) rotateLocked(addrs []string) (gone []string) {
 	old := make(map[string]*Instance, len(t.instances)+len(t.benched))
 	for _, in := range t.benched {
 		in.benched = false

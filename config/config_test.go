@@ -120,6 +120,20 @@ func TestManifestsAgree(t *testing.T) {
 			t.Errorf("%s: terminationGracePeriodSeconds %v, want more than its propagation delay and drain (%v + %v)",
 				name, grace, activator.DefaultPropagationDelay, activator.DefaultDrainTimeout)
 		}
+		if component == "activator" {
+			// The activators share instances: each finds the others in its
+			// Service, and itself by its pod IP.
+			env := map[string]string{}
+			for _, e := range c.Env {
+				if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+					env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+				}
+			}
+			if flag(c.Args, "peers-service") != svc.Name || env["POD_IP"] != "status.podIP" || env["POD_NAMESPACE"] != "metadata.namespace" {
+				t.Errorf("%s: --peers-service %q, env %v: want its own Service and POD_IP, POD_NAMESPACE from the downward API",
+					name, flag(c.Args, "peers-service"), env)
+			}
+		}
 		if len(c.Args) == 0 || c.Args[0] != component {
 			t.Errorf("%s runs %v, want the %s subcommand", name, c.Args, component)
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -270,4 +271,69 @@ func TestWatchFailsWhenForbidden(t *testing.T) {
 			}
 		})
 	}
+}
+
+// peerSink records what Peers pushes.
+type peerSink struct{ got chan activator.Peers }
+
+func (s peerSink) SetPeers(p activator.Peers) { s.got <- p }
+
+// TestPeersFromTheActivatorService: the activator learns how many
+// activators are ready, and which it is, from its own Service's
+// EndpointSlices as they change, on the real API server.
+func TestPeersFromTheActivatorService(t *testing.T) {
+	cfg := controlplane.Start(t)
+	kube := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sless-system"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sink := peerSink{got: make(chan activator.Peers, 100)}
+	w, err := kubewatch.NewPeers(cfg, "sless-system", "sless-activator", "10.0.0.2", sink, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	t.Cleanup(cancel)
+	if err := w.Run(runCtx); err != nil {
+		t.Fatal(err)
+	}
+	expect := func(want activator.Peers) {
+		t.Helper()
+		for deadline := time.After(10 * time.Second); ; {
+			select {
+			case got := <-sink.got:
+				if got == want {
+					return
+				}
+			case <-deadline:
+				t.Fatalf("peers never became %+v", want)
+			}
+		}
+	}
+	expect(activator.Peers{N: 0, Self: -1})
+	endpoint := func(ip string, ready bool) discoveryv1.Endpoint {
+		return discoveryv1.Endpoint{Addresses: []string{ip}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(ready)}}
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "sless-activator-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "sless-activator"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080))}},
+		Endpoints:   []discoveryv1.Endpoint{endpoint("10.0.0.2", true), endpoint("10.0.0.1", true)},
+	}
+	slices := kube.DiscoveryV1().EndpointSlices("sless-system")
+	created, err := slices.Create(ctx, slice, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expect(activator.Peers{N: 2, Self: 1})
+	created.Endpoints = []discoveryv1.Endpoint{endpoint("10.0.0.2", true), endpoint("10.0.0.1", false)}
+	if _, err := slices.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect(activator.Peers{N: 1, Self: 0})
+	if err := slices.Delete(ctx, created.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	expect(activator.Peers{N: 0, Self: -1})
 }

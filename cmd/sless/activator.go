@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"sless.dev/sless/activator"
@@ -21,6 +23,7 @@ import (
 func newActivatorCommand() *cobra.Command {
 	var (
 		listen, admin, domain, autoscaler string
+		peersService                      string
 		cfg                               activator.Config
 		drain, readTimeout, propagation   time.Duration
 		records                           int
@@ -73,6 +76,9 @@ bearer token the admin API requires.`,
 			if err := eps.Run(ctx); err != nil {
 				return err
 			}
+			if err := watchPeers(ctx, restCfg, peersService, a, log); err != nil {
+				return err
+			}
 			servingLn, err := net.Listen("tcp", listen)
 			if err != nil {
 				return fmt.Errorf("--listen: %w", err)
@@ -100,6 +106,8 @@ bearer token the admin API requires.`,
 	f.DurationVar(&readTimeout, "read-timeout", forward.DefaultReadTimeout,
 		"most a client may take to send a request head, or each part of its body (408 beyond)")
 	f.IntVar(&records, "records", 10_000, "invocation records kept in memory")
+	f.StringVar(&peersService, "peers-service", "sless-activator",
+		"the activators' Service, in the pod's namespace (POD_NAMESPACE): its ready endpoints share every instance's concurrency; POD_IP names this one")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		cfg.Domain = domain
 		if cfg.MaxBodyBytes < 1 || cfg.QueueDepth < 1 || cfg.MaxBuffered < 1 || records < 1 || readTimeout <= 0 || propagation < 0 {
@@ -108,6 +116,24 @@ bearer token the admin API requires.`,
 		return nil
 	}
 	return cmd
+}
+
+// watchPeers makes the activator share every instance's concurrency with
+// the other ready endpoints of service, in the pod's namespace, when the
+// pod's IP is known (POD_IP, from the downward API); without it, it
+// admits all of it.
+func watchPeers(ctx context.Context, cfg *rest.Config, service string, a *activator.Activator, log *slog.Logger) error {
+	ip, namespace := os.Getenv("POD_IP"), os.Getenv("POD_NAMESPACE")
+	if service == "" || ip == "" || namespace == "" {
+		log.Warn("not sharing instances' concurrency with other activators: --peers-service, POD_IP or POD_NAMESPACE unset",
+			"peersService", service, "podIP", ip, "podNamespace", namespace)
+		return nil
+	}
+	peers, err := kubewatch.NewPeers(cfg, namespace, service, ip, a, log)
+	if err != nil {
+		return err
+	}
+	return peers.Run(ctx)
 }
 
 // logPoker logs the pokes it cannot deliver, until an autoscaler is

@@ -30,14 +30,18 @@ type Instance struct {
 // connections, as a stopped instance's does.
 func (i *Instance) Stop() { i.stop() }
 
-// Start runs an instance, waits until its queue-proxy is ready and stops it
-// when the test ends.
-func Start(t testing.TB) *Instance {
+// Start runs an instance, its queue-proxy configured by set when given,
+// waits until it is ready and stops it when the test ends.
+func Start(t testing.TB, set ...func(*queueproxy.Config)) *Instance {
 	t.Helper()
 	fn := testfn.Start(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv, err := queueproxy.New(queueproxy.Config{Namespace: "test", Function: "fn", UserPort: fn.Port,
-		Timeout: 30 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: time.Second}, quiet)
+	cfg := queueproxy.Config{Namespace: "test", Function: "fn", UserPort: fn.Port,
+		Timeout: 30 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: time.Second}
+	for _, f := range set {
+		f(&cfg)
+	}
+	srv, err := queueproxy.New(cfg, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,110 @@
+package kubewatch
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	listers "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"sless.dev/sless/activator"
+	"sless.dev/sless/internal/cachesync"
+	"sless.dev/sless/internal/endpointslice"
+)
+
+// PeerSink learns the activators it shares instances with:
+// *activator.Activator.
+type PeerSink interface {
+	SetPeers(activator.Peers)
+}
+
+// Peers tells an activator how many activators are ready and which of them
+// it is, from the EndpointSlices of their own Service, as they change: each
+// then admits its share of every instance's concurrency. An activator is
+// known by its pod's IP; until its own endpoint is ready (its Service
+// sends it nothing yet), it is not among them.
+type Peers struct {
+	client             kubernetes.Interface
+	namespace, service string
+	self               string // this activator's pod IP
+	sink               PeerSink
+	log                *slog.Logger
+	lister             listers.EndpointSliceLister
+	last               activator.Peers // guarded by the informer's one handler goroutine
+
+	// SyncTimeout bounds the first list (cachesync.DefaultTimeout); set
+	// before Run.
+	SyncTimeout time.Duration
+}
+
+// NewPeers returns a watcher of the Service namespace/service whose
+// endpoints are the activators, this one at selfIP.
+func NewPeers(cfg *rest.Config, namespace, service, selfIP string, sink PeerSink, log *slog.Logger) (*Peers, error) {
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("activator endpointslices: %w", err)
+	}
+	return &Peers{client: client, namespace: namespace, service: service, self: selfIP, sink: sink, log: log,
+		SyncTimeout: cachesync.DefaultTimeout}, nil
+}
+
+// Run watches until ctx ends. It returns once the watch is set up and the
+// activators have been counted, or with an error.
+func (w *Peers) Run(ctx context.Context) error {
+	selector := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: w.service})
+	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithNamespace(w.namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }))
+	inf := factory.Discovery().V1().EndpointSlices()
+	w.lister = inf.Lister()
+	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.changed() },
+		UpdateFunc: func(any, any) { w.changed() },
+		DeleteFunc: func(any) { w.changed() },
+	})
+	if err != nil {
+		return fmt.Errorf("activator endpointslices: %w", err)
+	}
+	factory.Start(ctx.Done())
+	synced := func(ctx context.Context) bool {
+		for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}
+	if err := cachesync.Wait(ctx, w.SyncTimeout, synced, "activator", "endpointslices of "+w.namespace+"/"+w.service); err != nil {
+		return err
+	}
+	w.changed() // none yet is news too: this one alone
+	return nil
+}
+
+func (w *Peers) changed() {
+	all, err := w.lister.EndpointSlices(w.namespace).List(labels.Everything())
+	if err != nil {
+		w.log.Error("list activator endpoint slices", "err", err)
+		return
+	}
+	peers := activator.Peers{Self: -1}
+	for _, addr := range endpointslice.ReadyAddrs(all, "http", 0) {
+		if host, _, _ := net.SplitHostPort(addr); host == w.self {
+			peers.Self = peers.N
+		}
+		peers.N++
+	}
+	if peers != w.last {
+		w.log.Info("activators sharing the instances", "activators", peers.N, "self", peers.Self)
+		w.last = peers
+	}
+	w.sink.SetPeers(peers)
+}
