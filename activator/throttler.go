@@ -76,9 +76,9 @@ type Throttler struct {
 	all                   []string // every ready instance, sorted
 	instances             []*Instance
 	benched               []*Instance
-	waiters   []*waiter // FIFO; the head is waiters[0]
-	poked     bool      // poke was called since the last instance left
-	rng       *rand.Rand
+	waiters               []*waiter // FIFO; the head is waiters[0]
+	poked                 bool      // poke was called since the last instance left
+	rng                   *rand.Rand
 }
 
 type waiter struct {
