@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
@@ -172,7 +173,7 @@ func TestScaleFromZero(t *testing.T) {
 			codes <- resp.StatusCode
 		})
 	}
-	waitUntil(t, func() bool { return a.Buffered()["ns/cold"] == requests })
+	eventually.True(t, "every request waiting", func() bool { return a.Buffered()["ns/cold"] == requests })
 	if n := poker.n.Load(); n != 1 {
 		t.Fatalf("%d pokes for one activation, want 1", n)
 	}
@@ -216,7 +217,7 @@ func TestBufferFull(t *testing.T) {
 	for range 2 {
 		go func() { _, _ = client.Get(base + "/fn/ns/busy/echo") }()
 	}
-	waitUntil(t, func() bool { return a.Buffered()["ns/busy"] == 2 })
+	eventually.True(t, "two requests waiting", func() bool { return a.Buffered()["ns/busy"] == 2 })
 	resp, err := client.Get(base + "/fn/ns/busy/echo")
 	if err != nil {
 		t.Fatal(err)
@@ -272,7 +273,7 @@ func TestServer(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- srv.Run(ctx, serving, admin) }()
 	base, adminURL := "http://"+serving.Addr().String(), "http://"+admin.Addr().String()
-	waitUntil(t, func() bool { code, _ := get(t, adminURL+"/healthz"); return code == 200 })
+	eventually.True(t, "the admin port", func() bool { code, _ := get(t, adminURL+"/healthz"); return code == 200 })
 
 	for range 3 {
 		if code, body := get(t, base+"/fn/ns/hello/echo"); code != 200 {
@@ -340,7 +341,7 @@ func TestInstanceStopsMidLoad(t *testing.T) {
 			}
 		})
 	}
-	waitUntil(t, func() bool { return sent.Load() > workers*each/4 })
+	eventually.True(t, "a quarter of the load sent", func() bool { return sent.Load() > workers*each/4 })
 	one.Stop() // drains, then closes its port; the activator still lists it
 	for range 50 {
 		code, body := get(t, base+"/fn/ns/pair/echo")

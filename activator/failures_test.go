@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"sless.dev/sless/internal/badclient"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testinstance"
 	"sless.dev/sless/invocation"
@@ -171,13 +172,13 @@ func TestConcurrencyChangeKeepsWaiters(t *testing.T) {
 		resp.Body.Close()
 		blocked <- resp.StatusCode
 	}()
-	waitUntil(t, func() bool { return a.Functions()[0].InFlight == 1 })
+	eventually.True(t, "the blocked request at the instance", func() bool { return a.Functions()[0].InFlight == 1 })
 	waiter := make(chan int, 1)
 	go func() {
 		code, _ := get(t, base+"/fn/ns/grow/echo")
 		waiter <- code
 	}()
-	waitUntil(t, func() bool { return a.Buffered()["ns/grow"] == 1 })
+	eventually.True(t, "the waiter", func() bool { return a.Buffered()["ns/grow"] == 1 })
 	fn.Concurrency = 2
 	a.SetFunction(fn)
 	select {
@@ -228,7 +229,7 @@ func TestGoneInstancesLeaveNoConnections(t *testing.T) {
 		t.Errorf("%d clients kept for instances that are gone", n)
 	}
 	// The test's client keeps up to 20 connections to the activator.
-	waitUntil(t, func() bool { return openFDs(t) <= before+2 })
+	eventually.True(t, "the connections to gone instances closed", func() bool { return openFDs(t) <= before+2 })
 }
 
 func openFDs(t *testing.T) int {
@@ -296,7 +297,7 @@ func TestPeersShareAnInstance(t *testing.T) {
 			})
 		}
 	}
-	waitUntil(t, func() bool {
+	eventually.True(t, "one request at the instance from each activator, two waiting in each", func() bool {
 		for _, a := range acts {
 			if fs := a.Functions()[0]; fs.InFlight != 1 || fs.Waiting != 2 {
 				return false

@@ -83,109 +83,129 @@ func TestThrottlerLeastLoaded(t *testing.T) {
 }
 
 func TestThrottlerQueueBounds(t *testing.T) {
-	buf := NewBuffer(3)
-	t1 := NewThrottler(1, 2, buf, nil)
-	t2 := NewThrottler(1, 5, buf, nil)
-	results := make(chan error, 4)
-	wait := func(th *Throttler) {
-		go func() {
-			_, _, err := th.Acquire(nil, never())
-			results <- err
-		}()
-	}
-	wait(t1)
-	wait(t1)
-	waitUntil(t, func() bool { return t1.Waiting() == 2 })
-	if _, _, err := t1.Acquire(nil, never()); !errors.Is(err, ErrBufferFull) {
-		t.Errorf("third waiter of a function with room for 2: %v, want ErrBufferFull", err)
-	}
-	wait(t2)
-	waitUntil(t, func() bool { return t2.Waiting() == 1 })
-	if _, _, err := t2.Acquire(nil, never()); !errors.Is(err, ErrBufferFull) {
-		t.Errorf("fourth waiter with a global buffer of 3: %v, want ErrBufferFull", err)
-	}
-	if buf.Waiting() != 3 {
-		t.Errorf("buffer counts %d waiting, want 3", buf.Waiting())
-	}
-	t1.Update([]string{"a"})
-	t2.Update([]string{"b"})
-	if err := <-results; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-results; err != nil {
-		t.Fatal(err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		buf := NewBuffer(3)
+		t1 := NewThrottler(1, 2, buf, nil)
+		t2 := NewThrottler(1, 5, buf, nil)
+		results := make(chan error, 4)
+		wait := func(th *Throttler) {
+			go func() {
+				_, _, err := th.Acquire(nil, never())
+				results <- err
+			}()
+		}
+		wait(t1)
+		wait(t1)
+		synctest.Wait()
+		if t1.Waiting() != 2 {
+			t.Fatalf("%d waiting, want 2", t1.Waiting())
+		}
+		if _, _, err := t1.Acquire(nil, never()); !errors.Is(err, ErrBufferFull) {
+			t.Errorf("third waiter of a function with room for 2: %v, want ErrBufferFull", err)
+		}
+		wait(t2)
+		synctest.Wait()
+		if t2.Waiting() != 1 {
+			t.Fatalf("%d waiting, want 1", t2.Waiting())
+		}
+		if _, _, err := t2.Acquire(nil, never()); !errors.Is(err, ErrBufferFull) {
+			t.Errorf("fourth waiter with a global buffer of 3: %v, want ErrBufferFull", err)
+		}
+		if buf.Waiting() != 3 {
+			t.Errorf("buffer counts %d waiting, want 3", buf.Waiting())
+		}
+		t1.Update([]string{"a", "a2"}) // one each for its two waiters
+		t2.Update([]string{"b"})
+		for range 3 {
+			if err := <-results; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
 }
 
 func TestThrottlerCancel(t *testing.T) {
-	buf := NewBuffer(10)
-	th := NewThrottler(1, 10, buf, nil)
-	// The timeout is a channel the test fires itself: no clock, no sleep.
-	timeout, gone := make(chan time.Time), make(chan struct{})
-	done := make(chan error, 2)
-	for range 2 {
-		go func() {
-			_, cold, err := th.Acquire(timeout, gone)
-			if !cold {
-				t.Error("a request waiting for a function without instances is not cold")
-			}
-			done <- err
-		}()
-	}
-	waitUntil(t, func() bool { return th.Waiting() == 2 })
-	timeout <- time.Now()
-	if err := <-done; !errors.Is(err, ErrTimeout) {
-		t.Fatalf("Acquire after its timeout = %v, want ErrTimeout", err)
-	}
-	close(gone)
-	if err := <-done; !errors.Is(err, ErrCanceled) {
-		t.Fatalf("Acquire after the client left = %v, want ErrCanceled", err)
-	}
-	if th.Waiting() != 0 || buf.Waiting() != 0 {
-		t.Errorf("after giving up: %d waiting, buffer %d; want 0, 0", th.Waiting(), buf.Waiting())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		buf := NewBuffer(10)
+		th := NewThrottler(1, 10, buf, nil)
+		// The timeout is a channel the test fires itself: no clock, no sleep.
+		timeout, gone := make(chan time.Time), make(chan struct{})
+		done := make(chan error, 2)
+		for range 2 {
+			go func() {
+				_, cold, err := th.Acquire(timeout, gone)
+				if !cold {
+					t.Error("a request waiting for a function without instances is not cold")
+				}
+				done <- err
+			}()
+		}
+		synctest.Wait()
+		if th.Waiting() != 2 {
+			t.Fatalf("%d waiting, want 2", th.Waiting())
+		}
+		timeout <- time.Now()
+		if err := <-done; !errors.Is(err, ErrTimeout) {
+			t.Fatalf("Acquire after its timeout = %v, want ErrTimeout", err)
+		}
+		close(gone)
+		if err := <-done; !errors.Is(err, ErrCanceled) {
+			t.Fatalf("Acquire after the client left = %v, want ErrCanceled", err)
+		}
+		if th.Waiting() != 0 || buf.Waiting() != 0 {
+			t.Errorf("after giving up: %d waiting, buffer %d; want 0, 0", th.Waiting(), buf.Waiting())
+		}
+	})
 }
 
 // TestThrottlerScaleFromZero: requests that arrive with no instance poke
 // once, wait, and are handed the first instance in arrival order as its
 // capacity (one request) frees.
 func TestThrottlerScaleFromZero(t *testing.T) {
-	var pokes atomic.Int32
-	th := NewThrottler(1, 100, NewBuffer(100), func() { pokes.Add(1) })
-	const n = 10
-	order := make(chan int, n)
-	got := make(chan *Instance, n)
-	for i := range n {
-		go func() {
-			in, _, err := th.Acquire(nil, never())
-			if err != nil {
-				t.Error(err)
-				return
+	synctest.Test(t, func(t *testing.T) {
+		var pokes atomic.Int32
+		th := NewThrottler(1, 100, NewBuffer(100), func() { pokes.Add(1) })
+		const n = 10
+		order := make(chan int, n)
+		got := make(chan *Instance, n)
+		for i := range n {
+			go func() {
+				in, _, err := th.Acquire(nil, never())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				order <- i
+				got <- in
+			}()
+			synctest.Wait() // it waits, in arrival order
+			if th.Waiting() != i+1 {
+				t.Fatalf("%d waiting, want %d", th.Waiting(), i+1)
 			}
-			order <- i
-			got <- in
-		}()
-		waitUntil(t, func() bool { return th.Waiting() == i+1 })
-	}
-	if pokes.Load() != 1 {
-		t.Fatalf("%d pokes for %d waiting requests, want 1", pokes.Load(), n)
-	}
-	th.Update([]string{"a"})
-	for want := range n {
-		if want > 0 { // each release lets the next one in
-			th.Release(<-got)
 		}
-		if i := <-order; i != want {
-			t.Fatalf("request %d got the instance in turn %d", i, want)
+		if pokes.Load() != 1 {
+			t.Fatalf("%d pokes for %d waiting requests, want 1", pokes.Load(), n)
 		}
-	}
+		th.Update([]string{"a"})
+		for want := range n {
+			if want > 0 { // each release lets the next one in
+				th.Release(<-got)
+			}
+			if i := <-order; i != want {
+				t.Fatalf("request %d got the instance in turn %d", i, want)
+			}
+		}
 
-	// Scale to zero and back: one more poke.
-	th.Release(<-got)
-	th.Update(nil)
-	go func() { _, _, _ = th.Acquire(nil, never()) }()
-	waitUntil(t, func() bool { return pokes.Load() == 2 })
-	th.Update([]string{"b"})
+		// Scale to zero and back: one more poke.
+		th.Release(<-got)
+		th.Update(nil)
+		go func() { _, _, _ = th.Acquire(nil, never()) }()
+		synctest.Wait()
+		if pokes.Load() != 2 {
+			t.Fatalf("%d pokes after scaling to zero and back, want 2", pokes.Load())
+		}
+		th.Update([]string{"b"})
+	})
 }
 
 func TestThrottlerRemovedInstanceGetsNoNewRequests(t *testing.T) {
@@ -209,16 +229,6 @@ func TestThrottlerRemovedInstanceGetsNoNewRequests(t *testing.T) {
 	}
 	if th.Instances() != 2 {
 		t.Errorf("%d instances, want 2", th.Instances())
-	}
-}
-
-func waitUntil(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached within 10s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 

@@ -39,6 +39,7 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 )
 
 const namespace = "sless-system"
@@ -275,7 +276,7 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 	exists := func(obj client.Object, name string) bool {
 		return c.Get(bg, types.NamespacedName{Namespace: "default", Name: name}, obj) == nil
 	}
-	waitFor(t, "the Function's objects and status", func() bool {
+	eventually.True(t, "the Function's objects and status", func() bool {
 		if err := c.Get(bg, key, fn); err != nil {
 			t.Fatal(err)
 		}
@@ -283,7 +284,7 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 			exists(&kedav1alpha1.ScaledObject{}, "orders") && exists(&kedav1alpha1.TriggerAuthentication{}, "orders.new") &&
 			fn.Status.ObservedGeneration == fn.Generation && len(fn.Status.Conditions) == 3
 	})
-	waitFor(t, "an event about the Function", func() bool {
+	eventually.True(t, "an event about the Function", func() bool {
 		var events eventsv1.EventList
 		if err := c.List(bg, &events, client.InNamespace("default")); err != nil {
 			t.Fatal(err)
@@ -301,7 +302,7 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the KEDA objects deleted", func() bool {
+	eventually.True(t, "the KEDA objects deleted", func() bool {
 		return !exists(&kedav1alpha1.ScaledObject{}, "orders") && !exists(&kedav1alpha1.TriggerAuthentication{}, "orders.new")
 	})
 }
@@ -330,16 +331,6 @@ func checkAccess(t *testing.T, c client.Client, account string, want []access) {
 		if review.Status.Allowed != a.allowed {
 			t.Errorf("%s may %s %s/%s %s in %q: %v, want %v", account, a.verb, a.group, a.resource, a.subresource, a.namespace, review.Status.Allowed, a.allowed)
 		}
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -196,7 +197,7 @@ func testUpdateKeepsReplicas(t *testing.T, e *env) {
 		fn.Spec.Image = "registry.test/hello:2"
 	})
 	var got appsv1.Deployment
-	waitFor(t, "the new image in the pod template", func() bool {
+	eventually.True(t, "the new image in the pod template", func() bool {
 		e.get(t, ns, "busy", &got)
 		return container(t, &got, controller.FunctionContainer).Image == "registry.test/hello:2"
 	})
@@ -210,7 +211,7 @@ func testUpdateKeepsReplicas(t *testing.T, e *env) {
 	if *got.Spec.Replicas != 7 {
 		t.Errorf("replicas = %d, want the autoscaler's 7 kept", *got.Spec.Replicas)
 	}
-	waitFor(t, "desiredReplicas 7 in the status", func() bool {
+	eventually.True(t, "desiredReplicas 7 in the status", func() bool {
 		var fn v1alpha1.Function
 		e.get(t, ns, "busy", &fn)
 		return fn.Status.DesiredReplicas == 7
@@ -230,7 +231,7 @@ func testEditsReverted(t *testing.T, e *env) {
 	if err := e.c.Patch(context.Background(), edited, client.MergeFrom(d)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the queue-proxy image restored", func() bool {
+	eventually.True(t, "the queue-proxy image restored", func() bool {
 		var got appsv1.Deployment
 		e.get(t, ns, "guarded", &got)
 		return container(t, &got, controller.QueueProxyContainer).Image == testOptions.Image
@@ -283,7 +284,7 @@ func testOwnerSwitch(t *testing.T, e *env) {
 	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonScaledObjectReady)
 
 	e.updateFunction(t, ns, "switch", func(fn *v1alpha1.Function) { fn.Spec.Scale.Owner = v1alpha1.OwnerSless })
-	waitFor(t, "the ScaledObject deleted", func() bool { return !e.get(t, ns, "switch", &kedav1alpha1.ScaledObject{}) })
+	eventually.True(t, "the ScaledObject deleted", func() bool { return !e.get(t, ns, "switch", &kedav1alpha1.ScaledObject{}) })
 	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler)
 	e.waitEvent(t, ns, "switch", "Deleted", "ScaledObject switch")
 }
@@ -320,16 +321,16 @@ func testRabbitMQ(t *testing.T, e *env) {
 	}
 
 	e.updateFunction(t, ns, "orders", func(fn *v1alpha1.Function) { fn.Spec.Triggers = fn.Spec.Triggers[:2] })
-	waitFor(t, "the audit TriggerAuthentication deleted", func() bool {
+	eventually.True(t, "the audit TriggerAuthentication deleted", func() bool {
 		return !e.get(t, ns, "orders.audit", &kedav1alpha1.TriggerAuthentication{})
 	})
-	waitFor(t, "the audit trigger gone", func() bool {
+	eventually.True(t, "the audit trigger gone", func() bool {
 		e.get(t, ns, "orders", so)
 		return len(so.Spec.Triggers) == 2
 	})
 
 	e.updateFunction(t, ns, "orders", func(fn *v1alpha1.Function) { fn.Spec.Triggers = fn.Spec.Triggers[:1] })
-	waitFor(t, "the ScaledObject and TriggerAuthentications deleted", func() bool {
+	eventually.True(t, "the ScaledObject and TriggerAuthentications deleted", func() bool {
 		return !e.get(t, ns, "orders", &kedav1alpha1.ScaledObject{}) && !e.get(t, ns, "orders.new", &kedav1alpha1.TriggerAuthentication{})
 	})
 }
@@ -433,14 +434,14 @@ func testDelete(t *testing.T, e *env, run *running) {
 	}
 	// No finalizer: the Function is gone at once, and the garbage
 	// collector (not running here) deletes what it controls.
-	waitFor(t, "the Function gone", func() bool { return !e.get(t, ns, "gone", &v1alpha1.Function{}) })
+	eventually.True(t, "the Function gone", func() bool { return !e.get(t, ns, "gone", &v1alpha1.Function{}) })
 	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &kedav1alpha1.ScaledObject{}} {
 		e.get(t, ns, "gone", obj)
 		if err := e.c.Delete(context.Background(), obj); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the controller's cache to see the deletions", func() bool {
+	eventually.True(t, "the controller's cache to see the deletions", func() bool {
 		err := run.mgr.GetClient().Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "gone"}, &appsv1.Deployment{})
 		return client.IgnoreNotFound(err) == nil && err != nil
 	})

@@ -7,7 +7,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/go-logr/logr"
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
@@ -29,6 +28,7 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 )
 
 func TestMain(m *testing.M) {
@@ -158,25 +158,6 @@ func (e *env) updateFunction(t *testing.T, ns, name string, change func(*v1alpha
 	t.Fatalf("update function %s: conflicts did not stop", name)
 }
 
-// waitFor polls cond until it holds, failing the test after 30 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	waitWithin(t, 30*time.Second, 20*time.Millisecond, what, cond)
-}
-
-// waitWithin polls cond every interval until it holds, failing the test
-// after limit.
-func waitWithin(t *testing.T, limit, interval time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(interval)
-	}
-}
-
 // get reads an object, reporting whether it exists.
 func (e *env) get(t *testing.T, ns, name string, obj client.Object) bool {
 	t.Helper()
@@ -193,7 +174,7 @@ func (e *env) get(t *testing.T, ns, name string, obj client.Object) bool {
 // waitObject waits until the object exists and returns it filled.
 func waitObject[T client.Object](t *testing.T, e *env, ns, name string, obj T) T {
 	t.Helper()
-	waitFor(t, "object "+ns+"/"+name, func() bool { return e.get(t, ns, name, obj) })
+	eventually.True(t, "object "+ns+"/"+name, func() bool { return e.get(t, ns, name, obj) })
 	return obj
 }
 
@@ -202,7 +183,7 @@ func waitObject[T client.Object](t *testing.T, e *env, ns, name string, obj T) T
 func (e *env) waitCondition(t *testing.T, ns, name, typ string, status metav1.ConditionStatus, reason string) *v1alpha1.Function {
 	t.Helper()
 	var fn v1alpha1.Function
-	waitFor(t, typ+"="+string(status)+" ("+reason+") on "+name, func() bool {
+	eventually.True(t, typ+"="+string(status)+" ("+reason+") on "+name, func() bool {
 		if !e.get(t, ns, name, &fn) || fn.Status.ObservedGeneration != fn.Generation {
 			return false
 		}
@@ -248,7 +229,7 @@ func (e *env) markKEDAReady(t *testing.T, ns, name string) {
 // whose note contains text.
 func (e *env) waitEvent(t *testing.T, ns, name, reason, text string) {
 	t.Helper()
-	waitFor(t, "event "+reason+" on "+name, func() bool {
+	eventually.True(t, "event "+reason+" on "+name, func() bool {
 		var list eventsv1.EventList
 		if err := e.c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/eventually"
 )
 
 // manyFunctions is how many Functions TestManyFunctions creates at once.
@@ -57,11 +58,11 @@ func TestManyFunctions(t *testing.T) {
 		}
 		return meta.LenList(list)
 	}
-	waitWithin(t, 5*time.Minute, 250*time.Millisecond, "every Function's Deployment and Service", func() bool {
+	eventually.TrueWithin(t, 5*time.Minute, "every Function's Deployment and Service", func() bool {
 		return count(&appsv1.DeploymentList{}) == manyFunctions && count(&corev1.ServiceList{}) == manyFunctions
 	})
 	objects := time.Since(start)
-	waitWithin(t, 5*time.Minute, 250*time.Millisecond, "every Function's status", func() bool {
+	eventually.TrueWithin(t, 5*time.Minute, "every Function's status", func() bool {
 		var list v1alpha1.FunctionList
 		if err := e.c.List(context.Background(), &list, client.InNamespace(ns)); err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 )
 
 // TestWithoutKEDA removes KEDA's CRDs from the API server: the controller
@@ -33,7 +34,7 @@ func TestWithoutKEDA(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "KEDA's CRDs gone from discovery", func() bool {
+	eventually.True(t, "KEDA's CRDs gone from discovery", func() bool {
 		installed, err := controller.KEDAInstalled(e.cfg)
 		if err != nil {
 			t.Fatal(err)

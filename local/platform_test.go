@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/eventually"
 )
 
 // handler is a Python function that reports its process, the most
@@ -189,12 +191,7 @@ func (p *platform) status(name string) FunctionStatus {
 
 func (p *platform) waitFor(what string, within time.Duration, cond func() bool) {
 	p.t.Helper()
-	for deadline := time.Now().Add(within); !cond(); {
-		if time.Now().After(deadline) {
-			p.t.Fatalf("timed out after %s waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	eventually.TrueWithin(p.t, within, what, cond)
 }
 
 // Requests at zero wait for the first instance and all succeed; with no

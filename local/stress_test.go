@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"sless.dev/sless/internal/badclient"
+	"sless.dev/sless/internal/eventually"
 )
 
 var soakFor = flag.Duration("soak", 60*time.Second, "how long TestSoak loads the platform")
@@ -242,7 +243,7 @@ func (p *platform) checkIdle(t *testing.T) {
 		}
 		return p.queueProxyLoad() == 0
 	}
-	if !eventually(10*time.Second, settled) {
+	if !eventually.Holds(10*time.Second, settled) {
 		for _, fs := range p.act.Functions() {
 			t.Errorf("activator: %s/%s has %d in flight, %d waiting; want 0, 0", fs.Namespace, fs.Name, fs.InFlight, fs.Waiting)
 		}
@@ -267,15 +268,6 @@ func (p *platform) queueProxyLoad() float64 {
 		}
 	}
 	return sum
-}
-
-func eventually(within time.Duration, cond func() bool) bool {
-	for deadline := time.Now().Add(within); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
-	return true
 }
 
 // TestRuntimeKilledUnderLoad kills a function's only runtime process under

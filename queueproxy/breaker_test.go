@@ -2,11 +2,10 @@ package queueproxy
 
 import (
 	"errors"
-	"runtime"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -53,94 +52,87 @@ func TestBreakerHammer(t *testing.T) {
 }
 
 func TestBreakerQueueBound(t *testing.T) {
-	b := NewBreaker(1, 2)
-	far := time.Now().Add(time.Minute)
-	if err := b.Acquire(far, nil); err != nil {
-		t.Fatal(err)
-	}
-	results := make(chan error, 2)
-	for range 2 {
-		go func() { results <- b.Acquire(far, nil) }()
-	}
-	for b.Waiting() != 2 {
-		time.Sleep(time.Millisecond)
-	}
-	if err := b.Acquire(far, nil); !errors.Is(err, ErrQueueFull) {
-		t.Fatalf("Acquire with the queue full = %v, want ErrQueueFull", err)
-	}
-	b.Release()
-	if err := <-results; err != nil {
-		t.Fatalf("waiter = %v", err)
-	}
-	b.Release()
-	if err := <-results; err != nil {
-		t.Fatalf("waiter = %v", err)
-	}
-	b.Release()
-	if b.InFlight() != 0 || b.Waiting() != 0 {
-		t.Errorf("%d in flight, %d waiting; want none", b.InFlight(), b.Waiting())
-	}
-}
-
-// blockedWaiters counts goroutines parked in Breaker.wait: counted by
-// Waiting, a waiter may not yet be in the queue.
-func blockedWaiters() int {
-	buf := make([]byte, 1<<20)
-	n := 0
-	for g := range strings.SplitSeq(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
-		if strings.Contains(g, "[select") && strings.Contains(g, "(*Breaker).wait") {
-			n++
+	synctest.Test(t, func(t *testing.T) {
+		b := NewBreaker(1, 2)
+		far := time.Now().Add(time.Minute)
+		if err := b.Acquire(far, nil); err != nil {
+			t.Fatal(err)
 		}
-	}
-	return n
+		results := make(chan error, 2)
+		for range 2 {
+			go func() { results <- b.Acquire(far, nil) }()
+		}
+		synctest.Wait()
+		if b.Waiting() != 2 {
+			t.Fatalf("%d waiting, want 2", b.Waiting())
+		}
+		if err := b.Acquire(far, nil); !errors.Is(err, ErrQueueFull) {
+			t.Fatalf("Acquire with the queue full = %v, want ErrQueueFull", err)
+		}
+		b.Release()
+		if err := <-results; err != nil {
+			t.Fatalf("waiter = %v", err)
+		}
+		b.Release()
+		if err := <-results; err != nil {
+			t.Fatalf("waiter = %v", err)
+		}
+		b.Release()
+		if b.InFlight() != 0 || b.Waiting() != 0 {
+			t.Errorf("%d in flight, %d waiting; want none", b.InFlight(), b.Waiting())
+		}
+	})
 }
 
 // TestBreakerFIFO releases one slot at a time and checks that waiters get
-// it in arrival order.
+// it in arrival order. In the bubble, time stands still and the waiters
+// enter the queue one by one.
 func TestBreakerFIFO(t *testing.T) {
-	const waiters = 20
-	b := NewBreaker(1, waiters)
-	far := time.Now().Add(time.Minute)
-	if err := b.Acquire(far, nil); err != nil {
-		t.Fatal(err)
-	}
-	order := make(chan int, waiters)
-	for i := range waiters {
-		go func() {
-			if err := b.Acquire(far, nil); err != nil {
-				t.Error(err)
+	synctest.Test(t, func(t *testing.T) {
+		const waiters = 20
+		b := NewBreaker(1, waiters)
+		far := time.Now().Add(time.Minute)
+		if err := b.Acquire(far, nil); err != nil {
+			t.Fatal(err)
+		}
+		order := make(chan int, waiters)
+		for i := range waiters {
+			go func() {
+				if err := b.Acquire(far, nil); err != nil {
+					t.Error(err)
+				}
+				order <- i
+			}()
+			synctest.Wait() // one after the other into the queue
+		}
+		for want := range waiters {
+			b.Release()
+			if got := <-order; got != want {
+				t.Fatalf("slot %d went to waiter %d, want %d", want, got, want)
 			}
-			order <- i
-		}()
-		for blockedWaiters() != i+1 { // one after the other into the queue
-			runtime.Gosched()
 		}
-	}
-	for want := range waiters {
 		b.Release()
-		if got := <-order; got != want {
-			t.Fatalf("slot %d went to waiter %d, want %d", want, got, want)
-		}
-	}
-	b.Release()
+	})
 }
 
 func TestBreakerTimeout(t *testing.T) {
-	b := NewBreaker(1, 1)
-	if err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.Acquire(time.Now().Add(20*time.Millisecond), nil); !errors.Is(err, ErrQueueTimeout) {
-		t.Fatalf("Acquire past its deadline = %v, want ErrQueueTimeout", err)
-	}
-	if err := b.Acquire(time.Now().Add(-time.Second), nil); !errors.Is(err, ErrQueueTimeout) {
-		t.Fatalf("Acquire with a passed deadline = %v, want ErrQueueTimeout", err)
-	}
-	if b.Waiting() != 0 {
-		t.Errorf("timed-out waiters still counted: %d", b.Waiting())
-	}
-	b.Release()
-	if err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
-		t.Fatalf("Acquire after the timeouts = %v", err)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		b := NewBreaker(1, 1)
+		if err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Acquire(time.Now().Add(20*time.Millisecond), nil); !errors.Is(err, ErrQueueTimeout) {
+			t.Fatalf("Acquire past its deadline = %v, want ErrQueueTimeout", err)
+		}
+		if err := b.Acquire(time.Now().Add(-time.Second), nil); !errors.Is(err, ErrQueueTimeout) {
+			t.Fatalf("Acquire with a passed deadline = %v, want ErrQueueTimeout", err)
+		}
+		if b.Waiting() != 0 {
+			t.Errorf("timed-out waiters still counted: %d", b.Waiting())
+		}
+		b.Release()
+		if err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
+			t.Fatalf("Acquire after the timeouts = %v", err)
+		}
+	})
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 )
 
@@ -72,7 +73,7 @@ func startProxy(t *testing.T, mutate func(*Config)) *harness {
 			t.Error("queue-proxy did not stop")
 		}
 	})
-	h.waitFor("ready", srv.Ready)
+	eventually.True(h.t, "ready", srv.Ready)
 	return h
 }
 
@@ -83,17 +84,6 @@ func listen(t *testing.T) net.Listener {
 		t.Fatal(err)
 	}
 	return l
-}
-
-// waitFor polls cond until it holds, failing the test after 10 s.
-func (h *harness) waitFor(what string, cond func() bool) {
-	h.t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			h.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
 }
 
 func (h *harness) do(req *http.Request) (*http.Response, []byte) {
@@ -283,9 +273,9 @@ func TestConcurrencyLimit(t *testing.T) {
 func TestQueueFull(t *testing.T) {
 	h := startProxy(t, func(c *Config) { c.Concurrency, c.QueueDepth = 1, 1 })
 	first := h.getAsync("/block?id=q")
-	h.waitFor("first request in flight", func() bool { return h.srv.inFlight() == 1 })
+	eventually.True(h.t, "first request in flight", func() bool { return h.srv.inFlight() == 1 })
 	second := h.getAsync("/block?id=q")
-	h.waitFor("second request queued", func() bool { return h.srv.queued() == 1 })
+	eventually.True(h.t, "second request queued", func() bool { return h.srv.queued() == 1 })
 
 	resp, body := h.get(h.url, "/echo")
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" ||
@@ -301,11 +291,11 @@ func TestQueueFull(t *testing.T) {
 func TestTimeouts(t *testing.T) {
 	h := startProxy(t, func(c *Config) { c.Concurrency, c.Timeout = 1, time.Second })
 	slow := h.getAsync("/sleep?ms=3000")
-	h.waitFor("slow request in flight", func() bool { return h.srv.inFlight() == 1 })
+	eventually.True(h.t, "slow request in flight", func() bool { return h.srv.inFlight() == 1 })
 	// Queued behind the slow one, then slow itself: whichever of its
 	// queue wait and its own call uses up the second, it gets 504.
 	queued := h.getAsync("/sleep?ms=1500")
-	h.waitFor("second request queued", func() bool { return h.srv.queued() == 1 })
+	eventually.True(h.t, "second request queued", func() bool { return h.srv.queued() == 1 })
 	if code := <-slow; code != http.StatusGatewayTimeout {
 		t.Errorf("slow request got %d, want 504", code)
 	}
@@ -329,10 +319,10 @@ func TestUserProcessDies(t *testing.T) {
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "connection refused") {
 		t.Errorf("request to the dead process: %d %s, want 502 connection refused", resp.StatusCode, body)
 	}
-	h.waitFor("not ready", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
+	eventually.True(h.t, "not ready", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
 
 	h.fn.Restart()
-	h.waitFor("ready again", h.srv.Ready)
+	eventually.True(h.t, "ready again", h.srv.Ready)
 	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
 		t.Errorf("after restart: %d, want 200", resp.StatusCode)
 	}
@@ -352,7 +342,7 @@ func TestReadiness(t *testing.T) {
 		t.Fatal("FirstReady not closed once ready")
 	}
 	h.fn.Kill()
-	h.waitFor("/readyz 503 after the process stopped", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
+	eventually.True(h.t, "/readyz 503 after the process stopped", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
 	if resp, _ := h.get(h.admin, "/healthz"); resp.StatusCode != 200 {
 		t.Errorf("/healthz = %d, want 200: the queue-proxy itself is alive", resp.StatusCode)
 	}
@@ -361,10 +351,10 @@ func TestReadiness(t *testing.T) {
 func TestDrain(t *testing.T) {
 	h := startProxy(t, nil)
 	inFlight := h.getAsync("/block?id=drain")
-	h.waitFor("request in flight", func() bool { return h.srv.inFlight() == 1 })
+	eventually.True(h.t, "request in flight", func() bool { return h.srv.inFlight() == 1 })
 
 	h.cancel() // what SIGTERM does in the command
-	h.waitFor("/readyz 503 while draining", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
+	eventually.True(h.t, "/readyz 503 while draining", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
 	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
 		t.Errorf("request arriving during drain: %d, want 200", resp.StatusCode)
 	}
@@ -465,17 +455,17 @@ func TestClientHangUpFreesSlot(t *testing.T) {
 		return conn
 	}
 	holder := rawGet("/block?id=hangup")
-	h.waitFor("holder in flight", func() bool { return h.srv.inFlight() == 1 })
+	eventually.True(h.t, "holder in flight", func() bool { return h.srv.inFlight() == 1 })
 	waiter := rawGet("/echo")
-	h.waitFor("waiter queued", func() bool { return h.srv.queued() == 1 })
+	eventually.True(h.t, "waiter queued", func() bool { return h.srv.queued() == 1 })
 
 	waiter.Close()
-	h.waitFor("waiter out of the queue", func() bool { return h.srv.queued() == 0 })
+	eventually.True(h.t, "waiter out of the queue", func() bool { return h.srv.queued() == 0 })
 	if h.srv.inFlight() != 1 {
 		t.Fatalf("in flight = %d, want the holder still there", h.srv.inFlight())
 	}
 	holder.Close()
-	h.waitFor("holder's slot freed", func() bool { return h.srv.inFlight() == 0 })
+	eventually.True(h.t, "holder's slot freed", func() bool { return h.srv.inFlight() == 0 })
 
 	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
 		t.Errorf("next request: %d, want 200", resp.StatusCode)
@@ -527,7 +517,7 @@ func TestStreaming(t *testing.T) {
 		if err != nil || len(rest) != 100<<10 {
 			t.Fatalf("rest of the body: %d bytes, %v", len(rest), err)
 		}
-		h.waitFor("slot released after the body", func() bool { return h.srv.inFlight() == 0 })
+		eventually.True(h.t, "slot released after the body", func() bool { return h.srv.inFlight() == 0 })
 	})
 	t.Run("client hangs up mid-body", func(t *testing.T) {
 		conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
@@ -541,7 +531,7 @@ func TestStreaming(t *testing.T) {
 			t.Fatal(err)
 		}
 		conn.Close()
-		h.waitFor("slot released after the hang-up", func() bool { return h.srv.inFlight() == 0 })
+		eventually.True(h.t, "slot released after the hang-up", func() bool { return h.srv.inFlight() == 0 })
 		if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
 			t.Errorf("next request: %d, want 200", resp.StatusCode)
 		}

@@ -25,6 +25,7 @@ import (
 	"sless.dev/sless/activator/kubewatch"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
@@ -79,7 +80,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first instance to serve", func() bool { return get(base) == 200 })
+	eventually.True(t, "the first instance to serve", func() bool { return get(base) == 200 })
 
 	// The second instance, in a slice of its own, is terminating: it must
 	// get nothing new. Then the first one stops being ready and the
@@ -98,7 +99,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	if _, err := slices.Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the function to have no ready instance", func() bool {
+	eventually.True(t, "the function to have no ready instance", func() bool {
 		done := make(chan int, 1)
 		go func() { done <- get(base) }()
 		select {
@@ -114,7 +115,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	if _, err := slices.Update(ctx, second, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "waiting requests served", func() bool { return a.Buffered()["default/hello"] == 0 })
+	eventually.True(t, "waiting requests served", func() bool { return a.Buffered()["default/hello"] == 0 })
 	if code := get(base); code != 200 {
 		t.Errorf("after the second became ready: %d, want 200", code)
 	}
@@ -125,7 +126,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "requests to buffer after the slices are gone", func() bool {
+	eventually.True(t, "requests to buffer after the slices are gone", func() bool {
 		go get(base)
 		time.Sleep(50 * time.Millisecond)
 		return a.Buffered()["default/hello"] > 0
@@ -176,16 +177,6 @@ func get(url string) int {
 	return resp.StatusCode
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // TestFunctionsAreServed: the activator serves the valid Functions of the
 // cluster as they come, change and go.
 func TestFunctionsAreServed(t *testing.T) {
@@ -225,7 +216,7 @@ func TestFunctionsAreServed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "nightly to be known", func() bool { return len(a.Functions()) == 2 })
+	eventually.True(t, "nightly to be known", func() bool { return len(a.Functions()) == 2 })
 	fns := a.Functions()
 	if fns[1].Name != "nightly" || fns[1].HTTP || fns[1].Concurrency != 4 {
 		t.Errorf("nightly served as %+v, want no HTTP and concurrency 4", fns[1])
@@ -233,7 +224,7 @@ func TestFunctionsAreServed(t *testing.T) {
 	if err := c.Delete(ctx, existing); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "early to be gone", func() bool { fns := a.Functions(); return len(fns) == 1 && fns[0].Name == "nightly" })
+	eventually.True(t, "early to be gone", func() bool { fns := a.Functions(); return len(fns) == 1 && fns[0].Name == "nightly" })
 }
 
 // A watcher that cannot list gives up after its SyncTimeout and says what

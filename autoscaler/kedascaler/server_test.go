@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
@@ -17,6 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -67,17 +67,6 @@ func newServer() *Server { return New(slog.New(slog.NewTextHandler(io.Discard, n
 func ref(namespace, function string) *externalscaler.ScaledObjectRef {
 	return &externalscaler.ScaledObjectRef{Name: "so", Namespace: namespace,
 		ScalerMetadata: map[string]string{wire.KEDAFunction: function}}
-}
-
-// eventually polls cond until it holds, failing after a bounded wait.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting until %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 // subscribed reports how many streams are subscribed to namespace/name.
@@ -248,7 +237,7 @@ func TestStreamIsActiveEdges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "both streams are subscribed", func() bool {
+	eventually.True(t, "both streams are subscribed", func() bool {
 		return srv.subscribed("default", "hello") == 1 && srv.subscribed("default", "other") == 1
 	})
 	scale := func(namespace, name string, replicas int32) {
@@ -256,7 +245,7 @@ func TestStreamIsActiveEdges(t *testing.T) {
 		if _, err := srv.Scale(ctx, namespace, name, replicas); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, namespace+"/"+name+"'s pushes are taken", func() bool { return srv.drained(namespace, name) })
+		eventually.True(t, namespace+"/"+name+"'s pushes are taken", func() bool { return srv.drained(namespace, name) })
 	}
 
 	scale("default", "hello", 0) // unknown → 0: not an edge
@@ -288,12 +277,12 @@ func TestStreamEndsWhenClientCancels(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the stream is subscribed", func() bool { return srv.subscribed("default", "hello") == 1 })
+	eventually.True(t, "the stream is subscribed", func() bool { return srv.subscribed("default", "hello") == 1 })
 	cancel()
 	if _, err := stream.Recv(); status.Code(err) != codes.Canceled {
 		t.Errorf("Recv after cancel: %v, want Canceled", err)
 	}
-	eventually(t, "the handler returns", func() bool { return handlers.running.Load() == 0 })
+	eventually.True(t, "the handler returns", func() bool { return handlers.running.Load() == 0 })
 	if n := srv.subscribed("default", "hello"); n != 0 {
 		t.Errorf("%d streams still subscribed after the handler returned", n)
 	}
@@ -314,14 +303,14 @@ func TestStreamLimit(t *testing.T) {
 	first, cancelFirst := context.WithCancel(t.Context())
 	open(first)
 	open(t.Context())
-	eventually(t, "two streams are subscribed", func() bool { return srv.subscribed("default", "hello") == 2 })
+	eventually.True(t, "two streams are subscribed", func() bool { return srv.subscribed("default", "hello") == 2 })
 	if _, err := open(t.Context()).Recv(); status.Code(err) != codes.ResourceExhausted {
 		t.Errorf("third stream: %v, want ResourceExhausted", err)
 	}
 	cancelFirst()
-	eventually(t, "the first handler returns", func() bool { return handlers.running.Load() == 1 })
+	eventually.True(t, "the first handler returns", func() bool { return handlers.running.Load() == 1 })
 	open(t.Context())
-	eventually(t, "a stream takes the freed place", func() bool { return srv.subscribed("default", "hello") == 2 })
+	eventually.True(t, "a stream takes the freed place", func() bool { return srv.subscribed("default", "hello") == 2 })
 }
 
 // TestKnownBeforeDecision: a function known but not decided on yet is

@@ -34,6 +34,7 @@ import (
 	"sless.dev/sless/autoscaler/kedascaler"
 	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -166,7 +167,7 @@ func (h *harness) demand(t *testing.T, name string, buffered int) {
 // known waits until the autoscaler scales name (a poke is not 404).
 func (h *harness) known(t *testing.T, name string) {
 	t.Helper()
-	waitFor(t, name+" to be scaled", func() bool { return h.pushed(t, "/v1/buffered", name, 0) == http.StatusNoContent })
+	eventually.True(t, name+" to be scaled", func() bool { return h.pushed(t, "/v1/buffered", name, 0) == http.StatusNoContent })
 }
 
 func (h *harness) replicas(t *testing.T, name string) int32 {
@@ -273,7 +274,7 @@ func TestReplicasGoToTheirOwner(t *testing.T) {
 	if err := h.c.Update(ctx, &fn); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "KEDA to forget keda-web", func() bool { _, code := h.kedaMetric(t, "keda-web"); return code == codes.NotFound })
+	eventually.True(t, "KEDA to forget keda-web", func() bool { _, code := h.kedaMetric(t, "keda-web"); return code == codes.NotFound })
 	h.demand(t, "keda-web", 250)
 	if got := h.replicas(t, "keda-web"); got != 4 {
 		t.Errorf("keda-web owned by sless: Deployment replicas = %d, want 4", got)
@@ -283,7 +284,7 @@ func TestReplicasGoToTheirOwner(t *testing.T) {
 	if err := h.c.Delete(ctx, function("orders", nil)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "orders to be dropped", func() bool { return h.pushed(t, "/v1/poke", "orders", 0) == http.StatusNotFound })
+	eventually.True(t, "orders to be dropped", func() bool { return h.pushed(t, "/v1/poke", "orders", 0) == http.StatusNotFound })
 	if _, code := h.kedaMetric(t, "orders"); code != codes.NotFound {
 		t.Errorf("KEDA reads deleted orders with %v, want NotFound", code)
 	}
@@ -305,7 +306,7 @@ func TestKEDAAnswersBeforeTheFirstDecision(t *testing.T) {
 		t.Fatal(err)
 	}
 	keda := func(s *v1alpha1.FunctionSpec) { s.Scale.Owner = v1alpha1.OwnerKEDA }
-	waitFor(t, "the Deployment's replicas in the watcher's cache", func() bool {
+	eventually.True(t, "the Deployment's replicas in the watcher's cache", func() bool {
 		var cached appsv1.Deployment
 		err := h.deps.Get(ctx, client.ObjectKey{Namespace: "default", Name: "running"}, &cached)
 		return err == nil && ptr.Deref(cached.Spec.Replicas, 0) == 3
@@ -321,7 +322,7 @@ func TestKEDAAnswersBeforeTheFirstDecision(t *testing.T) {
 		if err := h.c.Create(ctx, function(tc.name, tc.mutate)); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, tc.name+" known to KEDA", func() bool { _, code := h.kedaMetric(t, tc.name); return code == codes.OK })
+		eventually.True(t, tc.name+" known to KEDA", func() bool { _, code := h.kedaMetric(t, tc.name); return code == codes.OK })
 		if got, _ := h.kedaMetric(t, tc.name); got != tc.want {
 			t.Errorf("KEDA reads %s before any decision: %d, want %d", tc.name, got, tc.want)
 		}
@@ -356,7 +357,7 @@ func TestOnlyValidFunctionsAreScaled(t *testing.T) {
 	if err := h.c.Update(ctx, &fn); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "good to be dropped once invalid", func() bool { return h.pushed(t, "/v1/poke", "good", 0) == http.StatusNotFound })
+	eventually.True(t, "good to be dropped once invalid", func() bool { return h.pushed(t, "/v1/poke", "good", 0) == http.StatusNotFound })
 }
 
 // TestFunctionsResetOnlyOnChange: an update that changes nothing the
@@ -390,7 +391,7 @@ func TestFunctionsResetOnlyOnChange(t *testing.T) {
 		t.Errorf("after an image and owner change: %d SetFunction calls, want 1", n)
 	}
 	update(func(s *v1alpha1.FunctionSpec) { s.Scale.Target = 10 })
-	waitFor(t, "the new target to be set", func() bool { return h.rec.setCalls("default/web") == 2 })
+	eventually.True(t, "the new target to be set", func() bool { return h.rec.setCalls("default/web") == 2 })
 }
 
 // TestInstancesFromEndpointSlices: the autoscaler gets the admin address
@@ -496,15 +497,5 @@ func TestRunFailsWhenForbidden(t *testing.T) {
 	}
 	if ctx.Err() != nil {
 		t.Fatal("Run returned only when the test's context ended")
-	}
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(15 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -16,6 +16,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 )
 
@@ -92,13 +93,13 @@ func TestActivatorRolloutRefusesNothing(t *testing.T) {
 			}
 		})
 	}
-	waitUntil(t, "load on the activator", 10*time.Second, func() bool { return served.Load() > 50 })
+	eventually.TrueWithin(t, 10*time.Second, "load on the activator", func() bool { return served.Load() > 50 })
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	waitStatus(t, readyz, http.StatusServiceUnavailable)
 	before := served.Load()
-	waitUntil(t, "load served while unready", 10*time.Second, func() bool { return served.Load() > before+50 })
+	eventually.TrueWithin(t, 10*time.Second, "load served while unready", func() bool { return served.Load() > before+50 })
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n > 0 {

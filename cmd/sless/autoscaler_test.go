@@ -33,6 +33,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/wire"
 )
@@ -265,7 +266,7 @@ func TestAutoscalerCommandLeaderElection(t *testing.T) {
 
 	one, two := startAutoscaler(t, kubeconfig), startAutoscaler(t, kubeconfig)
 	var leader, standby *autoscalerProcess
-	waitUntil(t, "one autoscaler to lead", 30*time.Second, func() bool {
+	eventually.TrueWithin(t, 30*time.Second, "one autoscaler to lead", func() bool {
 		switch a, b := one.ready(), two.ready(); {
 		case a && b:
 			t.Fatal("both autoscalers are ready: two leaders")
@@ -294,7 +295,7 @@ func TestAutoscalerCommandLeaderElection(t *testing.T) {
 	// A write already in flight for the function (its first decision,
 	// as the leader starts) takes the poke's decision after its own.
 	leader.demand(t, 250)
-	waitUntil(t, "the leader's decision of 4 replicas", 10*time.Second, func() bool { return deploymentReplicas(t, c) == 4 })
+	eventually.TrueWithin(t, 10*time.Second, "the leader's decision of 4 replicas", func() bool { return deploymentReplicas(t, c) == 4 })
 	code, body := fetch(t, leader.admin+"/metrics", "")
 	if code != http.StatusOK || !strings.Contains(body, `sless_autoscaler_desired_replicas{function="web",namespace="default"} 4`) ||
 		!strings.Contains(body, `leader_election_master_status{name="sless-autoscaler"} 1`) {
@@ -302,9 +303,9 @@ func TestAutoscalerCommandLeaderElection(t *testing.T) {
 	}
 
 	leader.stop(t)
-	waitUntil(t, "the standby to take over", 30*time.Second, standby.ready)
+	eventually.TrueWithin(t, 30*time.Second, "the standby to take over", standby.ready)
 	standby.demand(t, 500)
-	waitUntil(t, "the new leader's decision of 8 replicas", 10*time.Second, func() bool { return deploymentReplicas(t, c) == 8 })
+	eventually.TrueWithin(t, 10*time.Second, "the new leader's decision of 8 replicas", func() bool { return deploymentReplicas(t, c) == 8 })
 	standby.stop(t)
 }
 
@@ -317,9 +318,9 @@ func TestAutoscalerAnswersKEDAAtOnce(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	p := startAutoscaler(t, writeKubeconfig(t, cfg))
-	waitUntil(t, "the autoscaler to lead", 30*time.Second, p.ready)
+	eventually.TrueWithin(t, 30*time.Second, "the autoscaler to lead", p.ready)
 	createFunction(t, c, "queued", 2, v1alpha1.Scale{Owner: v1alpha1.OwnerKEDA})
-	waitUntil(t, "the autoscaler to know the function", 30*time.Second, func() bool {
+	eventually.TrueWithin(t, 30*time.Second, "the autoscaler to know the function", func() bool {
 		_, body := fetch(t, p.admin+"/metrics", "")
 		return strings.Contains(body, "\nsless_autoscaler_functions 1\n")
 	})
@@ -399,14 +400,4 @@ func writeKubeconfigIn(t *testing.T, cfg *rest.Config, namespace string) string 
 		t.Fatal(err)
 	}
 	return path
-}
-
-func waitUntil(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(limit); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -18,6 +18,7 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 )
 
@@ -84,7 +85,7 @@ func TestControllerCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	var d appsv1.Deployment
-	waitUntil(t, "the Function's Deployment", 30*time.Second, func() bool {
+	eventually.TrueWithin(t, 30*time.Second, "the Function's Deployment", func() bool {
 		return c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "hello"}, &d) == nil
 	})
 	for _, ct := range d.Spec.Template.Spec.Containers {
@@ -92,7 +93,7 @@ func TestControllerCommand(t *testing.T) {
 			t.Errorf("queue-proxy image = %q, want --image", ct.Image)
 		}
 	}
-	waitUntil(t, "the Function's status URL", 30*time.Second, func() bool {
+	eventually.TrueWithin(t, 30*time.Second, "the Function's status URL", func() bool {
 		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: "hello"}, fn); err != nil {
 			t.Fatal(err)
 		}
@@ -128,7 +129,7 @@ func TestControllerLeaseNamespaceDefault(t *testing.T) {
 		admin := "127.0.0.1:" + strconv.Itoa(testfn.FreePort(t))
 		cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + writeKubeconfigIn(t, cfg, tt.contextNamespace)},
 			"controller", "--admin", admin, "--image", "registry.test/sless:e2e")
-		waitUntil(t, "the Lease in "+tt.want, 30*time.Second, func() bool {
+		eventually.TrueWithin(t, 30*time.Second, "the Lease in "+tt.want, func() bool {
 			var lease coordinationv1.Lease
 			return c.Get(ctx, types.NamespacedName{Namespace: tt.want, Name: "sless-controller"}, &lease) == nil
 		})

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 )
 
@@ -69,7 +70,7 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) (cmd *exec.Cmd
 			t.Logf("sless dev output:\n%s", out.String())
 		}
 	})
-	waitFor(t, "two instances", func() bool { return len(processesUsing(cacheDir)) == 2 })
+	eventually.True(t, "two instances", func() bool { return len(processesUsing(cacheDir)) == 2 })
 	url = "http://127.0.0.1:" + strconv.Itoa(serving) + "/fn/default/hi"
 	if code, body := fetch(t, url, ""); code != 200 || body != "hi" {
 		t.Fatalf("GET %s = %d %q, want 200 hi", url, code, body)
@@ -95,16 +96,6 @@ func processesUsing(dir string) []int {
 	return pids
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(60 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // Ctrl-C drains and stops every instance, and sless dev exits 0.
 func TestDevInterruptLeavesNoProcess(t *testing.T) {
 	cmd, exited, cacheDir := startDev(t)
@@ -122,5 +113,5 @@ func TestDevKilledLeavesNoProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-exited
-	waitFor(t, "the instances to die with sless dev", func() bool { return len(processesUsing(cacheDir)) == 0 })
+	eventually.True(t, "the instances to die with sless dev", func() bool { return len(processesUsing(cacheDir)) == 0 })
 }

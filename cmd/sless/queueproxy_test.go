@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 )
 
@@ -72,20 +74,15 @@ func TestQueueProxyCommandDrainsOnSIGTERM(t *testing.T) {
 		resp.Body.Close()
 		inFlight <- resp.StatusCode
 	}()
-	for deadline := time.Now().Add(10 * time.Second); ; { // until the request reaches the function
+	eventually.True(t, "the request at the function", func() bool {
 		resp, err := http.Get("http://" + fn.Addr() + "/max")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if string(b) == "1" {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the request never reached the function")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return string(b) == "1"
+	})
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -104,18 +101,14 @@ func TestQueueProxyCommandDrainsOnSIGTERM(t *testing.T) {
 
 func waitStatus(t *testing.T, url string, want int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == want {
-				return
-			}
+	eventually.True(t, fmt.Sprintf("%s to answer %d", url, want), func() bool {
+		resp, err := http.Get(url)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s never answered %d", url, want)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == want
+	})
 }
 
 // stopAndWait sends sig to a real sless process and waits, up to within,

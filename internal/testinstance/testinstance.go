@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/queueproxy"
 )
@@ -66,11 +67,6 @@ func Start(t testing.TB, set ...func(*queueproxy.Config)) *Instance {
 			t.Errorf("queue-proxy: %v", stopped)
 		}
 	})
-	for deadline := time.Now().Add(10 * time.Second); !srv.Ready(); {
-		if time.Now().After(deadline) {
-			t.Fatal("instance not ready within 10s")
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	eventually.True(t, "the instance ready", srv.Ready)
 	return &Instance{Addr: serving.Addr().String(), AdminAddr: admin.Addr().String(), Function: fn, stop: stop}
 }

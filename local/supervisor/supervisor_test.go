@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/runtimes"
 )
@@ -127,7 +128,7 @@ func TestScaleUpAndDown(t *testing.T) {
 		t.Fatalf("Scale = %d, %v; want 2, nil", had, err)
 	}
 	rec.waitReady(t, 0)
-	waitFor(t, "instances stopped", func() bool { st := status(t, s); return st.Stopping+st.Starting+st.Ready == 0 })
+	eventually.True(t, "instances stopped", func() bool { st := status(t, s); return st.Stopping+st.Starting+st.Ready == 0 })
 	for _, ep := range eps {
 		if _, err := http.Get("http://" + ep.Addr + "/echo"); err == nil {
 			t.Errorf("instance %s still serves after scaling to zero", ep.Addr)
@@ -141,7 +142,7 @@ func TestCrashRestarts(t *testing.T) {
 	_, _ = s.Scale(context.Background(), "test", "fn", 1)
 	first := rec.waitReady(t, 1)[0]
 	_, _ = http.Get("http://" + first.Addr + "/exit")
-	waitFor(t, "a new instance", func() bool {
+	eventually.True(t, "a new instance", func() bool {
 		last := rec.last()
 		return len(last) == 1 && last[0] != first
 	})
@@ -157,7 +158,7 @@ func TestStartFailureBacksOff(t *testing.T) {
 	fn.Process.Path = "/nonexistent/runtime"
 	s.Set(fn)
 	_, _ = s.Scale(context.Background(), "test", "fn", 1)
-	waitFor(t, "two failed starts", func() bool { return status(t, s).Crashes >= 2 })
+	eventually.True(t, "two failed starts", func() bool { return status(t, s).Crashes >= 2 })
 	if st := status(t, s); !strings.Contains(st.LastError, "/nonexistent/runtime") {
 		t.Errorf("last error %q does not name the runtime", st.LastError)
 	}
@@ -175,7 +176,7 @@ func TestExitBeforeReady(t *testing.T) {
 	fn.Process = runtimes.Process{Path: "/bin/sh", Args: []string{"-c", "echo cannot load handler >&2; exit 2"}}
 	s.Set(fn)
 	_, _ = s.Scale(context.Background(), "test", "fn", 1)
-	waitFor(t, "a crash", func() bool { return status(t, s).Crashes >= 1 })
+	eventually.True(t, "a crash", func() bool { return status(t, s).Crashes >= 1 })
 	st := status(t, s)
 	for _, want := range []string{"before it was ready", "exit status 2", "cannot load handler"} {
 		if !strings.Contains(st.LastError, want) {
@@ -202,13 +203,13 @@ func TestRollingReplace(t *testing.T) {
 		resp.Body.Close()
 		inflight <- resp.StatusCode
 	}()
-	waitFor(t, "request in flight", func() bool {
+	eventually.True(t, "request in flight", func() bool {
 		_, body := get(t, "http://"+old.Admin+"/stats")
 		return strings.Contains(body, `"inFlight":1`)
 	})
 	fn.Env = []string{"GENERATION=2"}
 	s.Set(fn)
-	waitFor(t, "the new instance alone", func() bool {
+	eventually.True(t, "the new instance alone", func() bool {
 		last := rec.last()
 		return len(last) == 1 && last[0] != old
 	})
@@ -230,7 +231,7 @@ func TestRemoveAndShutdown(t *testing.T) {
 	_, _ = s.Scale(context.Background(), "test", "fn", 1)
 	rec.waitReady(t, 1)
 	s.Remove("test", "fn")
-	waitFor(t, "function forgotten", func() bool { _, ok := s.Status("test", "fn"); return !ok })
+	eventually.True(t, "function forgotten", func() bool { _, ok := s.Status("test", "fn"); return !ok })
 	if _, err := s.Scale(context.Background(), "test", "fn", 1); err == nil {
 		t.Error("Scale of a removed function succeeded")
 	}
@@ -248,19 +249,9 @@ func TestReAddedStartsFromZero(t *testing.T) {
 	if st := status(t, s); st.Desired != 0 || st.Starting != 0 {
 		t.Fatalf("status after re-adding %+v, want nothing desired or starting", st)
 	}
-	waitFor(t, "old instances stopped", func() bool { st := status(t, s); return st.Stopping+st.Starting+st.Ready == 0 })
+	eventually.True(t, "old instances stopped", func() bool { st := status(t, s); return st.Stopping+st.Starting+st.Ready == 0 })
 	if had, err := s.Scale(context.Background(), "test", "fn", 1); err != nil || had != 0 {
 		t.Fatalf("Scale = %d, %v; want 0, nil", had, err)
 	}
 	rec.waitReady(t, 1)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
