@@ -1,3 +1,9 @@
+// Package autoscaler decides how many instances each function needs and
+// makes it so: it observes every function's load (Scraper, and what
+// activators push), decides with the KPA (package kpa) every tick and on a
+// poke, and writes the replicas through a ReplicaWriter (the Deployment's
+// scale subresource on Kubernetes, in autoscaler/kubewatch; the supervisor
+// in sless dev).
 package autoscaler
 
 import (
@@ -9,6 +15,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"sless.dev/sless/autoscaler/kpa"
 )
 
 // DecideEvery is the tick of decisions; load is observed every second.
@@ -41,7 +49,7 @@ const (
 // change, its ready instances' admin addresses.
 type Function struct {
 	Namespace, Name string
-	Spec            Spec
+	Spec            kpa.Spec
 	Metric          Metric
 	// Queues are the RabbitMQ queues the function consumes: each asks for
 	// instances by its depth, read each second when a QueueReader is set.
@@ -91,7 +99,7 @@ type Autoscaler struct {
 
 type state struct {
 	fn       Function
-	decider  *Decider
+	decider  *kpa.Decider
 	admins   []string             // ready instances' queue-proxy admin addresses
 	buffered map[string]report    // requests waiting, by activator
 	floor    int32                // cron pre-warm floor
@@ -156,7 +164,7 @@ func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
 		}
 	}
 	st.mu.Lock()
-	st.fn, st.decider = fn, NewDecider(fn.Spec, now)
+	st.fn, st.decider = fn, kpa.NewDecider(fn.Spec, now)
 	st.mu.Unlock()
 }
 
@@ -378,7 +386,7 @@ func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) {
 		}
 		read.failing = errs[i] != nil
 		if !read.failing {
-			read.desired = QueueDesired(depths[i], q.Target, q.Activation)
+			read.desired = kpa.QueueDesired(depths[i], q.Target, q.Activation)
 		}
 		reads[q.Name] = read
 		st.queue = max(st.queue, read.desired)
@@ -398,7 +406,7 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 		st.noData = false
 		a.log.Info("load observed again: deciding", "namespace", st.fn.Namespace, "function", st.fn.Name)
 	}
-	desired := Desired(st.fn.Spec, d.Desired, st.queue, st.floor)
+	desired := kpa.Desired(st.fn.Spec, d.Desired, st.queue, st.floor)
 	st.desired = desired
 	if st.series == nil {
 		st.series = a.metrics.series(st.fn.Namespace, st.fn.Name)
@@ -417,7 +425,7 @@ const WriteTimeout = 5 * time.Second
 // in flight at a time: a decision made meanwhile (a poke's beside a
 // tick's) is left for the write in flight to make after its own, so the
 // latest decision always lands last, and its caller does not wait.
-func (a *Autoscaler) write(ctx context.Context, st *state, ready int32, d Decision) {
+func (a *Autoscaler) write(ctx context.Context, st *state, ready int32, d kpa.Decision) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.unwritten = true

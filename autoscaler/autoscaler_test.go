@@ -19,16 +19,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/kpa"
+	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/testinstance"
-	"sless.dev/sless/internal/wire"
 )
 
 // TestAutoscalerLoop runs the whole loop on real parts: load held on a
@@ -40,17 +38,17 @@ func TestAutoscalerLoop(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	ctx := context.Background()
-	createDeployment(t, c, "loop", 1)
+	controlplane.CreateDeployment(t, c, "loop", 1)
 	in := testinstance.Start(t)
 
 	reg := prometheus.NewRegistry()
-	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), &autoscaler.KubernetesScaler{Client: c},
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), &kubewatch.KubernetesScaler{Client: c},
 		reg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "loop", Spec: autoscaler.Spec{
+	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "loop", Spec: kpa.Spec{
 		Min: 0, Max: 10, Initial: 1, Target: 1, StableWindow: 6 * time.Second, ScaleToZeroGrace: 2 * time.Second}})
 	a.SetInstances("default", "loop", []string{in.AdminAddr})
 
@@ -124,7 +122,7 @@ func TestStepDecidesEveryFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1_700_000_000, 0)
-	spec := autoscaler.Spec{Max: 10, Target: 1, StableWindow: 6 * time.Second}
+	spec := kpa.Spec{Max: 10, Target: 1, StableWindow: 6 * time.Second}
 	for i := range n {
 		name := fmt.Sprint("function-", i)
 		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: name, Spec: spec})
@@ -185,25 +183,6 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no single %s in the registry", name)
 	return 0
 }
-func createDeployment(t *testing.T, c client.Client, name string, replicas int32) {
-	t.Helper()
-	labels := map[string]string{wire.FunctionLabel: name}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(replicas),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "function", Image: "x"}}},
-			},
-		},
-	}
-	if err := c.Create(context.Background(), dep); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func replicas(t *testing.T, c client.Client, name string) int32 {
 	t.Helper()
 	var dep appsv1.Deployment
@@ -233,7 +212,7 @@ func TestPokeDoesNotHoldTheFunctionUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1_700_000_000, 0)
-	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "f", Spec: autoscaler.Spec{
+	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
 		Max: 10, Target: 1, StableWindow: 6 * time.Second, ScaleToZeroGrace: time.Second}})
 	a.Poke(context.Background(), now, "default", "f", 1)
 	if got := w.last("f"); got != 1 {
@@ -262,7 +241,7 @@ func TestNewFunctionDecidedAtOnce(t *testing.T) {
 		ctx, stop := context.WithCancel(t.Context())
 		defer stop()
 		go a.Run(ctx)
-		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: "new", Spec: autoscaler.Spec{
+		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: "new", Spec: kpa.Spec{
 			Max: 10, Initial: 2, Target: 1, StableWindow: 6 * time.Second}})
 		synctest.Wait() // no time passes: no tick
 		if got := w.last("new"); got != 2 {
@@ -303,7 +282,7 @@ func TestBufferedAddsUpAcrossActivators(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a.SetFunction(t0, autoscaler.Function{Namespace: "default", Name: "fn", Spec: autoscaler.Spec{
+			a.SetFunction(t0, autoscaler.Function{Namespace: "default", Name: "fn", Spec: kpa.Spec{
 				Max: 100, Target: 10, StableWindow: 60 * time.Second}})
 			for _, r := range tt.reports {
 				a.SetBuffered(t0.Add(r.at), r.activator, "default", "fn", r.n)
@@ -339,7 +318,7 @@ func TestScrapesStopKeepsScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1_700_000_000, 0)
-	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "busy", Spec: autoscaler.Spec{
+	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "busy", Spec: kpa.Spec{
 		Max: 20, Initial: 1, Target: 10, StableWindow: 60 * time.Second, ScaleToZeroGrace: 30 * time.Second}})
 	a.SetInstances("default", "busy", admins)
 	for range 60 {
@@ -440,7 +419,7 @@ func TestOneWriterPerFunction(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "f", Spec: autoscaler.Spec{
+		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
 			Max: 100, Target: 10, StableWindow: 60 * time.Second}})
 		a.SetBuffered(now, "a", "default", "f", 50)
 		go a.Poke(t.Context(), now, "default", "f", 0) // decides 5 and writes it
@@ -547,7 +526,7 @@ func (b byName) Scale(ctx context.Context, namespace, name string, replicas int3
 func TestStalledAPIServer(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
-	createDeployment(t, c, "slow", 0)
+	controlplane.CreateDeployment(t, c, "slow", 0)
 	u, err := url.Parse(cfg.Host)
 	if err != nil {
 		t.Fatal(err)
@@ -566,14 +545,14 @@ func TestStalledAPIServer(t *testing.T) {
 	}
 	fast := &recordingWriter{writes: map[string][]int32{}}
 	a, err := autoscaler.New(autoscaler.NewScraper(time.Second),
-		byName{name: "fast", own: fast, rest: &autoscaler.KubernetesScaler{Client: pc}},
+		byName{name: "fast", own: fast, rest: &kubewatch.KubernetesScaler{Client: pc}},
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a.SetWriteTimeout(300 * time.Millisecond)
 	now := time.Now()
-	spec := autoscaler.Spec{Max: 10, Target: 70, StableWindow: 6 * time.Second}
+	spec := kpa.Spec{Max: 10, Target: 70, StableWindow: 6 * time.Second}
 	for _, name := range []string{"slow", "fast"} {
 		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: name, Spec: spec})
 	}

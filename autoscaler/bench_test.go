@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/kpa"
 )
 
 // benchFunctions is the fleet size of the tick goal (issue 5: ≤ 50 ms).
@@ -62,7 +63,7 @@ func benchmarkStep(b *testing.B, scraped int, admin string) {
 	defer scraper.Client.CloseIdleConnections()
 	ctx := context.Background()
 	now := time.Unix(1_700_000_000, 0)
-	spec := autoscaler.Spec{Max: 100, Initial: 0, Target: 70, StableWindow: 60 * time.Second, ScaleToZeroGrace: 30 * time.Second}
+	spec := kpa.Spec{Max: 100, Initial: 0, Target: 70, StableWindow: 60 * time.Second, ScaleToZeroGrace: 30 * time.Second}
 
 	var before, after runtime.MemStats
 	runtime.GC()

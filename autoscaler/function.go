@@ -2,6 +2,7 @@ package autoscaler
 
 import (
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/autoscaler/kpa"
 )
 
 // FunctionFor is what the autoscaler needs of a defaulted, valid Function:
@@ -12,7 +13,7 @@ func FunctionFor(fn *v1alpha1.Function) Function {
 	out := Function{
 		Namespace: fn.Namespace,
 		Name:      fn.Name,
-		Spec: Spec{
+		Spec: kpa.Spec{
 			Min: s.Min, Max: s.Max, Initial: s.InitialReplicas(),
 			Target: float64(s.Target) * float64(s.TargetUtilization) / 100,
 		},

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/autoscaler/kpa"
 )
 
 func TestFunctionFor(t *testing.T) {
@@ -18,7 +19,7 @@ func TestFunctionFor(t *testing.T) {
 		triggers []v1alpha1.Trigger
 		want     Function
 	}{
-		{"defaults", v1alpha1.Scale{}, nil, Function{Namespace: "default", Name: "f", Spec: Spec{
+		{"defaults", v1alpha1.Scale{}, nil, Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
 			Min: 0, Max: v1alpha1.DefaultMaxScale, Initial: 1, Target: float64(v1alpha1.DefaultTarget) * 0.7,
 			StableWindow: 60 * time.Second, ScaleToZeroGrace: 30 * time.Second}}},
 		{"all set, rps", v1alpha1.Scale{Min: 2, Max: 5, Initial: &zero, Target: 10, TargetUtilization: 50,
@@ -26,7 +27,7 @@ func TestFunctionFor(t *testing.T) {
 			ScaleToZeroGracePeriod: &metav1.Duration{Duration: time.Second}},
 			[]v1alpha1.Trigger{{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
 				{Name: "orders", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "orders", TargetQueueLength: 3, ActivationQueueLength: 2}}},
-			Function{Queues: []Queue{{Name: "orders", Target: 3, Activation: 2}}, Namespace: "default", Name: "f", Metric: MetricRPS, Spec: Spec{
+			Function{Queues: []Queue{{Name: "orders", Target: 3, Activation: 2}}, Namespace: "default", Name: "f", Metric: MetricRPS, Spec: kpa.Spec{
 				Min: 2, Max: 5, Initial: 0, Target: 5, StableWindow: 20 * time.Second, ScaleToZeroGrace: time.Second}}},
 	}
 	for _, tt := range tests {

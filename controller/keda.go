@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
-	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/kpa"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -72,7 +72,7 @@ func (r *FunctionReconciler) scaledObject(fn *v1alpha1.Function) *kedav1alpha1.S
 	// KEDA polls its scalers every pollingInterval (30 s by default): how
 	// long a queue waits to wake its function from zero. As often as the
 	// autoscaler's panic window reacts to a burst, within [1 s, 30 s].
-	panicWindow := s.Window.Duration * autoscaler.PanicWindowPercent / 100
+	panicWindow := s.Window.Duration * kpa.PanicWindowPercent / 100
 	polling := min(max(int32(math.Ceil(panicWindow.Seconds())), 1), 30)
 	triggers := []kedav1alpha1.ScaleTriggers{{
 		Type: "external-push",

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -93,7 +92,7 @@ func start(t *testing.T) *harness {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	keda := kedascaler.New(quiet)
-	kube := &autoscaler.KubernetesScaler{Client: c}
+	kube := &kubewatch.KubernetesScaler{Client: c}
 	router := kubewatch.NewReplicaRouter(kube, keda)
 	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, prometheus.NewRegistry(), quiet)
 	if err != nil {
@@ -193,25 +192,6 @@ func (h *harness) kedaMetric(t *testing.T, name string) (int64, codes.Code) {
 	return resp.MetricValues[0].MetricValue, codes.OK
 }
 
-func createDeployment(t *testing.T, c client.Client, name string) {
-	t.Helper()
-	labels := map[string]string{wire.FunctionLabel: name}
-	dep := &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(0)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "fn", Image: "x"}}},
-			},
-		},
-	}
-	if err := c.Create(context.Background(), dep); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // function is a valid Function starting at zero instances, with the
 // default target of 100 × 70%: 250 waiting requests ask for 4 instances.
 func function(name string, mutate func(*v1alpha1.FunctionSpec)) *v1alpha1.Function {
@@ -249,7 +229,7 @@ func TestReplicasGoToTheirOwner(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			createDeployment(t, h.c, tc.name)
+			controlplane.CreateDeployment(t, h.c, tc.name, 0)
 			if err := h.c.Create(ctx, function(tc.name, tc.mutate)); err != nil {
 				t.Fatal(err)
 			}
@@ -296,15 +276,7 @@ func TestReplicasGoToTheirOwner(t *testing.T) {
 func TestKEDAAnswersBeforeTheFirstDecision(t *testing.T) {
 	h := start(t) // no Run: nothing decides
 	ctx := context.Background()
-	createDeployment(t, h.c, "running")
-	var dep appsv1.Deployment
-	if err := h.c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "running"}, &dep); err != nil {
-		t.Fatal(err)
-	}
-	dep.Spec.Replicas = ptr.To(int32(3))
-	if err := h.c.Update(ctx, &dep); err != nil {
-		t.Fatal(err)
-	}
+	controlplane.CreateDeployment(t, h.c, "running", 3)
 	keda := func(s *v1alpha1.FunctionSpec) { s.Scale.Owner = v1alpha1.OwnerKEDA }
 	eventually.True(t, "the Deployment's replicas in the watcher's cache", func() bool {
 		var cached appsv1.Deployment

@@ -20,6 +20,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/kpa"
 )
 
 const brokerURL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -197,7 +198,7 @@ func TestAutoscaler(t *testing.T) {
 }
 
 func function(max int32, queues ...autoscaler.Queue) autoscaler.Function {
-	return autoscaler.Function{Namespace: "default", Name: "fn", Queues: queues, Spec: autoscaler.Spec{
+	return autoscaler.Function{Namespace: "default", Name: "fn", Queues: queues, Spec: kpa.Spec{
 		Max: max, Target: 1, StableWindow: 6 * time.Second}}
 }
 

@@ -148,7 +148,7 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	keda := kedascaler.New(log)
-	deployments := &autoscaler.KubernetesScaler{Client: kube}
+	deployments := &kubewatch.KubernetesScaler{Client: kube}
 	router := kubewatch.NewReplicaRouter(deployments, keda)
 	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, reg, log)
 	if err != nil {

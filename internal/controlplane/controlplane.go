@@ -8,6 +8,7 @@
 package controlplane
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -17,6 +18,9 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -24,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/wire"
 )
 
 // kedaModule is the module whose config/crd/bases holds KEDA's CRDs; its
@@ -136,4 +141,26 @@ func Client(t testing.TB, cfg *rest.Config, adds ...func(*kruntime.Scheme) error
 		t.Fatal(err)
 	}
 	return c
+}
+
+// CreateDeployment creates the Deployment default/name a Function's
+// instances would run in, labelled as the controller labels it, with
+// replicas: what the autoscaler reads and scales.
+func CreateDeployment(t testing.TB, c client.Client, name string, replicas int32) {
+	t.Helper()
+	labels := map[string]string{wire.FunctionLabel: name}
+	dep := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &replicas,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "function", Image: "x"}}},
+			},
+		},
+	}
+	if err := c.Create(context.Background(), dep); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/kpa"
 )
 
 func main() {
@@ -25,13 +26,13 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-autoscaler: -start-delay must not be negative")
 		os.Exit(2)
 	}
-	report(os.Stdout, autoscaler.Instances{StartDelay: *startDelay})
+	report(os.Stdout, kpa.Instances{StartDelay: *startDelay})
 }
 
 // knativeDefaults are Knative's defaults (target 100 at 70% utilization,
 // 60 s stable window, scale-to-zero grace 30 s, no max), with initial 0 so
 // that every trace starts from a function at zero.
-var knativeDefaults = autoscaler.Spec{
+var knativeDefaults = kpa.Spec{
 	Max: math.MaxInt32, Target: 70, StableWindow: 60 * time.Second, ScaleToZeroGrace: 30 * time.Second,
 }
 
@@ -80,12 +81,12 @@ type result struct {
 	over     float64 // mean ready / needed from the trace's from
 }
 
-func measure(spec autoscaler.Spec, model autoscaler.Instances, tr trace) result {
-	samples := autoscaler.Simulate(spec, model, autoscaler.DecideEvery, tr.load)
+func measure(spec kpa.Spec, model kpa.Instances, tr trace) result {
+	samples := kpa.Simulate(spec, model, autoscaler.DecideEvery, tr.load)
 	r := result{
-		capacity: autoscaler.TimeToCapacity(samples, spec.Target),
-		cost:     autoscaler.InstanceSeconds(samples),
-		over:     autoscaler.OverProvisioning(samples, spec.Target, tr.from),
+		capacity: kpa.TimeToCapacity(samples, spec.Target),
+		cost:     kpa.InstanceSeconds(samples),
+		over:     kpa.OverProvisioning(samples, spec.Target, tr.from),
 	}
 	for _, s := range samples {
 		if float64(s.Ready)*spec.Target < s.Load {
@@ -95,7 +96,7 @@ func measure(spec autoscaler.Spec, model autoscaler.Instances, tr trace) result 
 	return r
 }
 
-func report(w io.Writer, model autoscaler.Instances) {
+func report(w io.Writer, model kpa.Instances) {
 	plain := knativeDefaults
 	plain.PlainKPA = true
 	fmt.Fprintf(w, "Instances ready %s after they are asked for; decisions every %s.\n\n", model.StartDelay, autoscaler.DecideEvery)

@@ -1,4 +1,4 @@
-package autoscaler_test
+package kubewatch_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
 )
 
@@ -18,9 +18,9 @@ func TestKubernetesScaler(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	ctx := context.Background()
-	createDeployment(t, c, "fn", 1)
+	controlplane.CreateDeployment(t, c, "fn", 1)
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "fn", Namespace: "default"}}
-	s := &autoscaler.KubernetesScaler{Client: c}
+	s := &kubewatch.KubernetesScaler{Client: c}
 	had, err := s.Scale(ctx, "default", "fn", 5)
 	if err != nil || had != 1 {
 		t.Fatalf("Scale to 5 = %d, %v; want it to report 1 before", had, err)

@@ -1,6 +1,10 @@
-// Package autoscaler decides how many instances each function needs and
-// makes it so.
-package autoscaler
+// Package kpa is the autoscaler's pure part: Knative's KPA algorithm, with
+// its stable and panic windows, turned into a function's instances
+// (Decider), the final number beside queue depth and floors (Desired,
+// QueueDesired), and a simulation of instances starting and stopping to
+// trace decisions over a load (Simulate). It reads no clock and does no
+// I/O: callers pass the time and the load.
+package kpa
 
 import (
 	"math"
