@@ -31,7 +31,9 @@ const stepWorkers = 1024
 
 // ReplicaWriter makes a function's replicas so: the Deployment's scale
 // subresource on Kubernetes, the supervisor locally. It returns the
-// replicas there were.
+// replicas there were. A writer that goes over the network bounds its own
+// calls (the autoscaler writes every function's replicas each tick, and a
+// deadline per write would cost allocations for the in-memory writers).
 type ReplicaWriter interface {
 	Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error)
 }
@@ -80,11 +82,10 @@ const queueReadTimeout = time.Second
 // replicas. All its work is Step, called with the time; Run calls it from a
 // ticker.
 type Autoscaler struct {
-	scraper      *Scraper
-	writer       ReplicaWriter
-	writeTimeout time.Duration
-	log          *slog.Logger
-	metrics      *metrics
+	scraper *Scraper
+	writer  ReplicaWriter
+	log     *slog.Logger
+	metrics *metrics
 
 	mu     sync.Mutex
 	fns    map[string]*state
@@ -101,7 +102,7 @@ type state struct {
 	fn       Function
 	decider  *kpa.Decider
 	admins   []string             // ready instances' queue-proxy admin addresses
-	buffered map[string]report    // requests waiting, by activator
+	buffered []report             // requests waiting, one report per activator
 	floor    int32                // cron pre-warm floor
 	queue    int32                // queue-depth desired: the most any queue asks for
 	reads    map[string]queueRead // by queue name
@@ -130,7 +131,7 @@ func New(scraper *Scraper, writer ReplicaWriter, reg prometheus.Registerer, log 
 	if err != nil {
 		return nil, err
 	}
-	a := &Autoscaler{scraper: scraper, writer: writer, writeTimeout: WriteTimeout, log: log, metrics: m,
+	a := &Autoscaler{scraper: scraper, writer: writer, log: log, metrics: m,
 		fns: map[string]*state{}, wake: make(chan struct{}, 1)}
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sless_autoscaler_functions", Help: "Functions the autoscaler scales.",
@@ -198,10 +199,12 @@ func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
 const BufferedTTL = 3 * time.Second
 
 // report is one activator's latest count of a function's waiting
-// requests.
+// requests. A function has a report per activator that has requests of it
+// waiting: a few, so a slice searched in full beats a map.
 type report struct {
-	n  int
-	at time.Time
+	activator string
+	n         int
+	at        time.Time
 }
 
 // SetBuffered records how many of a function's requests wait in the
@@ -215,26 +218,29 @@ func (a *Autoscaler) SetBuffered(now time.Time, activator, namespace, name strin
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if n == 0 {
-		delete(st.buffered, activator)
-		return
+	i := slices.IndexFunc(st.buffered, func(r report) bool { return r.activator == activator })
+	switch {
+	case n == 0 && i >= 0:
+		st.buffered = slices.Delete(st.buffered, i, i+1)
+	case n == 0:
+	case i >= 0:
+		st.buffered[i].n, st.buffered[i].at = n, now
+	default:
+		st.buffered = append(st.buffered, report{activator: activator, n: n, at: now})
 	}
-	if st.buffered == nil {
-		st.buffered = map[string]report{}
-	}
-	st.buffered[activator] = report{n: n, at: now}
 }
 
 // bufferedAt sums the activators' counts that have not expired at now,
 // dropping those that have. Called with st.mu held.
 func (st *state) bufferedAt(now time.Time) float64 {
 	var sum int
-	for id, r := range st.buffered {
-		if now.Sub(r.at) >= BufferedTTL {
-			delete(st.buffered, id)
+	for i := 0; i < len(st.buffered); {
+		if r := st.buffered[i]; now.Sub(r.at) < BufferedTTL {
+			sum += r.n
+			i++
 			continue
 		}
-		sum += r.n
+		st.buffered = slices.Delete(st.buffered, i, i+1)
 	}
 	return float64(sum)
 }
@@ -263,10 +269,6 @@ func (a *Autoscaler) Poke(ctx context.Context, now time.Time, namespace, name st
 	st.mu.Unlock()
 	a.decide(ctx, now, st)
 }
-
-// SetWriteTimeout replaces WriteTimeout; call it before the autoscaler
-// decides.
-func (a *Autoscaler) SetWriteTimeout(d time.Duration) { a.writeTimeout = d }
 
 // SetQueueReader makes the autoscaler read the depth of functions' queues
 // with r; without one, queues ask for nothing.
@@ -411,25 +413,19 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	if st.series == nil {
 		st.series = a.metrics.series(st.fn.Namespace, st.fn.Name)
 	}
-	series := st.series
-	st.mu.Unlock()
-	series.decided(desired, ready, d.Panic)
-	a.write(ctx, st, ready, d)
+	st.series.decided(desired, ready, d.Panic)
+	a.writeLocked(ctx, st, ready, d)
 }
 
-// WriteTimeout bounds one write of a function's replicas: an API server
-// that stalls delays that function's write, never for long.
-const WriteTimeout = 5 * time.Second
-
-// write writes the function's latest decision. One write of a function is
-// in flight at a time: a decision made meanwhile (a poke's beside a
-// tick's) is left for the write in flight to make after its own, so the
-// latest decision always lands last, and its caller does not wait.
-func (a *Autoscaler) write(ctx context.Context, st *state, ready int32, d kpa.Decision) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
+// writeLocked writes the function's latest decision; it is called with
+// st.mu held, and releases it. One write of a function is in flight at a
+// time: a decision made meanwhile (a poke's beside a tick's) is left for
+// the write in flight to make after its own, so the latest decision always
+// lands last, and its caller does not wait.
+func (a *Autoscaler) writeLocked(ctx context.Context, st *state, ready int32, d kpa.Decision) {
 	st.unwritten = true
 	if st.writing {
+		st.mu.Unlock()
 		return
 	}
 	st.writing = true
@@ -437,9 +433,7 @@ func (a *Autoscaler) write(ctx context.Context, st *state, ready int32, d kpa.De
 		st.unwritten = false
 		fn, desired, queue := st.fn, st.desired, st.queue
 		st.mu.Unlock()
-		wctx, cancel := context.WithTimeout(ctx, a.writeTimeout)
-		had, err := a.writer.Scale(wctx, fn.Namespace, fn.Name, desired)
-		cancel()
+		had, err := a.writer.Scale(ctx, fn.Namespace, fn.Name, desired)
 		switch {
 		case err != nil:
 			a.log.Error("scale", "namespace", fn.Namespace, "function", fn.Name, "desired", desired, "err", err)
@@ -450,23 +444,23 @@ func (a *Autoscaler) write(ctx context.Context, st *state, ready int32, d kpa.De
 		st.mu.Lock()
 	}
 	st.writing = false
+	st.mu.Unlock()
 }
 
 // keepScale handles a decision without data: the function keeps its scale
 // (nothing is written), the skip is counted, and logged when it starts.
 // Called with st.mu held, which it releases.
 func (a *Autoscaler) keepScale(st *state) {
-	if st.series == nil {
-		st.series = a.metrics.series(st.fn.Namespace, st.fn.Name)
-	}
 	if !st.noData {
 		st.noData = true
 		a.log.Warn("no load observed for a whole stable window: keeping the current scale",
 			"namespace", st.fn.Namespace, "function", st.fn.Name, "desired", st.desired)
 	}
-	series := st.series
+	fn := st.fn
 	st.mu.Unlock()
-	series.noData.Inc()
+	// Looked up here, not kept with the gauges: rare, and a series a
+	// function would otherwise carry for ever.
+	a.metrics.noData.WithLabelValues(fn.Namespace, fn.Name).Inc()
 }
 
 // Run steps every second until ctx ends, and decides on new functions as

@@ -545,12 +545,11 @@ func TestStalledAPIServer(t *testing.T) {
 	}
 	fast := &recordingWriter{writes: map[string][]int32{}}
 	a, err := autoscaler.New(autoscaler.NewScraper(time.Second),
-		byName{name: "fast", own: fast, rest: &kubewatch.KubernetesScaler{Client: pc}},
+		byName{name: "fast", own: fast, rest: &kubewatch.KubernetesScaler{Client: pc, Timeout: 300 * time.Millisecond}},
 		prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetWriteTimeout(300 * time.Millisecond)
 	now := time.Now()
 	spec := kpa.Spec{Max: 10, Target: 70, StableWindow: 6 * time.Second}
 	for _, name := range []string{"slow", "fast"} {

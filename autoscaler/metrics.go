@@ -39,7 +39,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // CPU over 10,000 functions (BenchmarkStep10k).
 type series struct {
 	desired, actual, panic prometheus.Gauge
-	noData                 prometheus.Counter
 }
 
 func (m *metrics) series(namespace, name string) *series {
@@ -47,7 +46,6 @@ func (m *metrics) series(namespace, name string) *series {
 		desired: m.desired.WithLabelValues(namespace, name),
 		actual:  m.actual.WithLabelValues(namespace, name),
 		panic:   m.panic.WithLabelValues(namespace, name),
-		noData:  m.noData.WithLabelValues(namespace, name),
 	}
 }
 

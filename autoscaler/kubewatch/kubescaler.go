@@ -1,8 +1,10 @@
 package kubewatch
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
@@ -11,12 +13,18 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// WriteTimeout bounds a KubernetesScaler's Scale by default.
+const WriteTimeout = 5 * time.Second
+
 // KubernetesScaler writes a function's replicas through its Deployment's
 // scale subresource, the one writer of replicas for functions owned by
 // sless (the controller sets them only at creation).
 type KubernetesScaler struct {
 	// Client writes the scale subresource.
 	Client client.Client
+	// Timeout bounds one Scale (WriteTimeout when 0): an API server that
+	// stalls delays that function's write, never for long.
+	Timeout time.Duration
 	// Reader reads Deployments; with an informer cache behind it a
 	// decision costs the API server nothing unless replicas change (a
 	// tick decides for every function). Client when nil.
@@ -26,6 +34,8 @@ type KubernetesScaler struct {
 // Scale sets the replicas of the Deployment namespace/name, writing only
 // when they differ, and returns the replicas the Deployment had.
 func (s *KubernetesScaler) Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error) {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, WriteTimeout))
+	defer cancel()
 	r := s.Reader
 	if r == nil {
 		r = s.Client
