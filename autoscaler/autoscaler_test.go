@@ -75,7 +75,7 @@ func TestAutoscalerLoop(t *testing.T) {
 		}
 		step(1)
 	}
-	if got := gauge(t, reg, "sless_autoscaler_desired_replicas"); got != 3 {
+	if got := metric(t, reg, "sless_autoscaler_desired_replicas"); got != 3 {
 		t.Errorf("sless_autoscaler_desired_replicas = %v, want 3", got)
 	}
 	release(t, in)
@@ -168,8 +168,9 @@ func (w *recordingWriter) last(name string) int32 {
 	return -1
 }
 
-// gauge returns the value of the one gauge of the named family in reg.
-func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
+// metric returns the value of the one gauge or counter of the named family
+// in reg.
+func metric(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Helper()
 	families, err := reg.Gather()
 	if err != nil {
@@ -177,7 +178,8 @@ func gauge(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	}
 	for _, f := range families {
 		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetGauge().GetValue()
+			m := f.GetMetric()[0]
+			return m.GetGauge().GetValue() + m.GetCounter().GetValue()
 		}
 	}
 	t.Fatalf("no single %s in the registry", name)
@@ -247,7 +249,7 @@ func TestNewFunctionDecidedAtOnce(t *testing.T) {
 		if got := w.last("new"); got != 2 {
 			t.Errorf("replicas written before any tick: %d, want the initial 2", got)
 		}
-		if got := gauge(t, reg, "sless_autoscaler_functions"); got != 1 {
+		if got := metric(t, reg, "sless_autoscaler_functions"); got != 1 {
 			t.Errorf("sless_autoscaler_functions = %v, want 1", got)
 		}
 	})
@@ -339,7 +341,7 @@ func TestScrapesStopKeepsScale(t *testing.T) {
 	if got := w.writes["busy"][writes:]; slices.ContainsFunc(got, func(r int32) bool { return r != 10 }) {
 		t.Errorf("written while no scrape worked: %v, want only 10", got)
 	}
-	if n := counter(t, reg, "sless_autoscaler_no_data_total"); n < 10 {
+	if n := metric(t, reg, "sless_autoscaler_no_data_total"); n < 10 {
 		t.Errorf("sless_autoscaler_no_data_total = %v, want the skipped decisions counted", n)
 	}
 	out := logs.String()
@@ -348,21 +350,6 @@ func TestScrapesStopKeepsScale(t *testing.T) {
 			t.Errorf("%q logged %d times, want once:\n%s", msg, n, out)
 		}
 	}
-}
-
-func counter(t *testing.T, reg *prometheus.Registry, name string) float64 {
-	t.Helper()
-	families, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() == name && len(f.GetMetric()) == 1 {
-			return f.GetMetric()[0].GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no single %s in the registry", name)
-	return 0
 }
 
 // syncBuffer is a log written by the autoscaler's goroutines and read by

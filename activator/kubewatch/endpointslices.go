@@ -55,17 +55,26 @@ func NewEndpoints(cfg *rest.Config, sink EndpointSink, log *slog.Logger) (*Endpo
 // initial state has been pushed, or with an error; the watch goes on in
 // the background until ctx ends.
 func (w *Endpoints) Run(ctx context.Context) error {
-	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0,
+	return watchSlices(ctx, w.client, w.SyncTimeout, "endpointslices", &w.lister, w.changed,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = wire.FunctionLabel }))
+}
+
+// watchSlices runs an EndpointSlice informer with opts, setting *lister
+// to its lister before any event, calling changed with each slice added,
+// updated or deleted, and returns once the first list is in, within
+// timeout (what names the watch in errors).
+func watchSlices(ctx context.Context, client kubernetes.Interface, timeout time.Duration, what string,
+	lister *listers.EndpointSliceLister, changed func(obj any), opts ...informers.SharedInformerOption) error {
+	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, opts...)
 	inf := factory.Discovery().V1().EndpointSlices()
-	w.lister = inf.Lister()
+	*lister = inf.Lister()
 	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    w.changed,
-		UpdateFunc: func(_, obj any) { w.changed(obj) },
-		DeleteFunc: w.changed,
+		AddFunc:    changed,
+		UpdateFunc: func(_, obj any) { changed(obj) },
+		DeleteFunc: changed,
 	})
 	if err != nil {
-		return fmt.Errorf("endpointslices: %w", err)
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	factory.Start(ctx.Done())
 	synced := func(ctx context.Context) bool {
@@ -76,7 +85,7 @@ func (w *Endpoints) Run(ctx context.Context) error {
 		}
 		return true
 	}
-	return cachesync.Wait(ctx, w.SyncTimeout, synced, "activator", "endpointslices")
+	return cachesync.Wait(ctx, timeout, synced, "activator", what)
 }
 
 func (w *Endpoints) changed(obj any) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -14,7 +15,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	listers "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/internal/cachesync"
@@ -39,7 +39,8 @@ type Peers struct {
 	sink               PeerSink
 	log                *slog.Logger
 	lister             listers.EndpointSliceLister
-	last               activator.Peers // guarded by the informer's one handler goroutine
+	mu                 sync.Mutex      // serialises changed: the informer's and Run's
+	last               activator.Peers // what changed pushed last
 
 	// SyncTimeout bounds the first list (cachesync.DefaultTimeout); set
 	// before Run.
@@ -61,28 +62,10 @@ func NewPeers(cfg *rest.Config, namespace, service, selfIP string, sink PeerSink
 // activators have been counted, or with an error.
 func (w *Peers) Run(ctx context.Context) error {
 	selector := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: w.service})
-	factory := informers.NewSharedInformerFactoryWithOptions(w.client, 0, informers.WithNamespace(w.namespace),
+	err := watchSlices(ctx, w.client, w.SyncTimeout, "endpointslices of "+w.namespace+"/"+w.service, &w.lister,
+		func(any) { w.changed() }, informers.WithNamespace(w.namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }))
-	inf := factory.Discovery().V1().EndpointSlices()
-	w.lister = inf.Lister()
-	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { w.changed() },
-		UpdateFunc: func(any, any) { w.changed() },
-		DeleteFunc: func(any) { w.changed() },
-	})
 	if err != nil {
-		return fmt.Errorf("activator endpointslices: %w", err)
-	}
-	factory.Start(ctx.Done())
-	synced := func(ctx context.Context) bool {
-		for _, ok := range factory.WaitForCacheSync(ctx.Done()) {
-			if !ok {
-				return false
-			}
-		}
-		return true
-	}
-	if err := cachesync.Wait(ctx, w.SyncTimeout, synced, "activator", "endpointslices of "+w.namespace+"/"+w.service); err != nil {
 		return err
 	}
 	w.changed() // none yet is news too: this one alone
@@ -90,6 +73,8 @@ func (w *Peers) Run(ctx context.Context) error {
 }
 
 func (w *Peers) changed() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	all, err := w.lister.EndpointSlices(w.namespace).List(labels.Everything())
 	if err != nil {
 		w.log.Error("list activator endpoint slices", "err", err)
