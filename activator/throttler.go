@@ -54,8 +54,9 @@ type Instance struct {
 const benchTime = time.Second
 
 // Throttler admits a function's requests to its ready instances, at most
-// capacity at once on each (0: unlimited), choosing between two random
-// instances the one with fewer requests in flight. Requests that find no
+// this activator's share of the function's concurrency at once on each
+// (0: unlimited; see share), choosing between two random instances the one
+// with fewer requests in flight. Requests that find no
 // free instance wait in a bounded FIFO queue and are handed an instance
 // directly when one frees up or appears, so nothing polls.
 //
@@ -372,7 +373,7 @@ func (t *Throttler) Load() (instances, inFlight int) {
 	return len(t.instances), inFlight
 }
 
-// Instances is the number of ready instances.
+// Instances is the number of instances in this activator's rotation.
 func (t *Throttler) Instances() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
