@@ -372,10 +372,3 @@ func (t *Throttler) Load() (instances, inFlight int) {
 	}
 	return len(t.instances), inFlight
 }
-
-// Instances is the number of instances in this activator's rotation.
-func (t *Throttler) Instances() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.instances)
-}

@@ -227,8 +227,8 @@ func TestThrottlerRemovedInstanceGetsNoNewRequests(t *testing.T) {
 	for _, in := range held {
 		th.Release(in)
 	}
-	if th.Instances() != 2 {
-		t.Errorf("%d instances, want 2", th.Instances())
+	if n, _ := th.Load(); n != 2 {
+		t.Errorf("%d instances, want 2", n)
 	}
 }
 
@@ -350,12 +350,12 @@ func TestThrottlerUpdateSettlesBench(t *testing.T) {
 				if gone := th.Update(tt.update); !slices.Equal(gone, tt.wantGone) {
 					t.Errorf("Update returned gone %v, want %v", gone, tt.wantGone)
 				}
-				if n := th.Instances(); n != tt.instances {
+				if n, _ := th.Load(); n != tt.instances {
 					t.Errorf("%d instances after the update, want %d", n, tt.instances)
 				}
 				time.Sleep(2 * benchTime)
 				synctest.Wait()
-				if n := th.Instances(); n != tt.instances {
+				if n, _ := th.Load(); n != tt.instances {
 					t.Errorf("%d instances after the bench, want %d: the bench ended twice", n, tt.instances)
 				}
 			})

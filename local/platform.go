@@ -293,7 +293,8 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 	}
 	e.err, e.installFailures = "", 0
 	scaling := autoscaler.FunctionFor(fn.Function)
-	rescale := !e.running || !reflect.DeepEqual(e.scaling, scaling)
+	added := !e.running
+	rescale := added || !reflect.DeepEqual(e.scaling, scaling)
 	e.running, e.scaling = true, scaling
 	p.mu.Unlock()
 
@@ -303,8 +304,12 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 		MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
 	})
 	if rescale {
+		// The autoscaler decides on a function new to it at once; one
+		// whose settings changed starts a new decider, decided on now.
 		p.scaler.SetFunction(time.Now(), e.scaling)
-		p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, 0) // start the initial instances now
+		if !added {
+			p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, 0)
+		}
 	}
 	p.act.SetFunction(activator.FunctionFor(fn.Function))
 	p.opts.Log.Info("function ready to serve", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))

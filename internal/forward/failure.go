@@ -34,8 +34,9 @@ var (
 	// failed dial is one; a queue-proxy whose user process refused the
 	// connection answers with the unsent mark, which is another.
 	ErrUnsent = errors.New("request not delivered")
-	// ErrRefused means the next hop's function refused the connection
-	// after the request's body was sent, so it cannot be sent again.
+	// ErrRefused means the next hop's function refused the connection.
+	// Alone, the request's body was sent and it cannot be sent again;
+	// inside an ErrUnsent, it can.
 	ErrRefused = errors.New("connection refused by the function")
 )
 
@@ -55,6 +56,15 @@ type Failure struct {
 // ClientFault reports whether the client caused the failure; such a
 // failure never counts against the function.
 func (f Failure) ClientFault() bool { return f.Code >= 400 && f.Code < 500 }
+
+// Message is the error an answer's body gives: the cause, said to be the
+// function's when it is.
+func (f Failure) Message() string {
+	if f.ClientFault() || f.Code == fasthttp.StatusServiceUnavailable {
+		return f.Cause
+	}
+	return "function failed: " + f.Cause
+}
 
 // Classify maps the error of a call (Client.Do) to its Failure.
 func Classify(err error) Failure {
@@ -159,13 +169,4 @@ func WriteError(resp *fasthttp.Response, code int, body []byte) {
 		resp.Header.Set("Retry-After", "1")
 	}
 	resp.SetBodyRaw(body)
-}
-
-// Message is the error an answer's body gives: the cause, said to be the
-// function's when it is.
-func (f Failure) Message() string {
-	if f.ClientFault() || f.Code == fasthttp.StatusServiceUnavailable {
-		return f.Cause
-	}
-	return "function failed: " + f.Cause
 }
