@@ -128,6 +128,7 @@ func (a *Activator) SetFunction(fn Function) {
 			poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
 			rt = &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke),
 				metrics: a.metrics.forFunction(fn.Namespace, fn.Name)}
+			rt.throttler.ColdStarted = rt.metrics.coldStarted
 			a.peersMu.Lock()
 			rt.throttler.SetPeers(a.peers)
 			a.peersMu.Unlock()
@@ -155,6 +156,23 @@ func (a *Activator) RemoveFunction(namespace, name string) {
 	if rt != nil {
 		a.closeClients(rt.throttler.Update(nil))
 	}
+}
+
+// SetUnavailable makes a function with no ready instance answer 503 at
+// once with cause, a one-line reason (its build failed, its instances
+// crash before becoming ready), instead of holding requests until their
+// timeout; waiting requests get it too. An empty cause lifts it. It
+// changes nothing for a function not set.
+func (a *Activator) SetUnavailable(namespace, name, cause string) {
+	rt := a.routes.get(namespace, name)
+	if rt == nil {
+		return
+	}
+	var err error
+	if cause != "" {
+		err = errors.New(cause)
+	}
+	rt.throttler.SetUnavailable(err)
 }
 
 // SetEndpoints sets the ready instances of a function: the addresses of
@@ -305,13 +323,23 @@ type result struct {
 // finish records a request that has ended.
 func (a *Activator) finish(ctx *fasthttp.RequestCtx, rt *route, start time.Time, res result) {
 	d := time.Since(start)
-	rt.metrics.observe(res.code, d, res.cold, res.wait)
+	rt.metrics.observe(res.code, d, res.cold)
 	a.sink.Add(invocation.Record{
 		Namespace: rt.fn.Namespace, Function: rt.fn.Name, Trigger: "http", Status: res.code,
 		Start: start, Duration: d, ColdStart: res.cold, ColdStartWait: res.wait,
-		BytesIn: max(ctx.Request.Header.ContentLength(), -1), BytesOut: max(ctx.Response.Header.ContentLength(), -1),
+		BytesIn: bodySize(ctx.Request.Header.ContentLength()), BytesOut: max(ctx.Response.Header.ContentLength(), -1),
 		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")),
 	})
+}
+
+// bodySize is a request body's size for its record, from fasthttp's
+// Content-Length: -1 (chunked, not counted) stays; a request without
+// Content-Length (-2) has no body.
+func bodySize(contentLength int) int {
+	if contentLength == -2 {
+		return 0
+	}
+	return contentLength
 }
 
 // serve sends the request to an instance, and to another when one
@@ -332,6 +360,9 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 		switch {
 		case errors.Is(err, ErrBufferFull):
 			res.code = a.fail(ctx, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function", rt)
+			return res
+		case errors.Is(err, ErrUnavailable):
+			res.code = a.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), rt)
 			return res
 		case errors.Is(err, ErrTimeout):
 			res.code = a.fail(ctx, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance", rt)

@@ -202,8 +202,11 @@ func TestScaleFromZero(t *testing.T) {
 	if len(ids) != requests || ids[""] {
 		t.Errorf("%d distinct request ids in %d records, want one each", len(ids), requests)
 	}
-	if n := testutil.ToFloat64(a.metrics.coldStarts.WithLabelValues("ns", "cold")); n != requests {
-		t.Errorf("sless_cold_starts_total = %v, want %d", n, requests)
+	if n := testutil.ToFloat64(a.metrics.coldStarts.WithLabelValues("ns", "cold")); n != 1 {
+		t.Errorf("sless_cold_starts_total = %v, want 1 (one start)", n)
+	}
+	if n := testutil.ToFloat64(a.metrics.coldRequests.WithLabelValues("ns", "cold")); n != requests {
+		t.Errorf("sless_cold_start_requests_total = %v, want %d", n, requests)
 	}
 	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "cold", "200")); n != requests {
 		t.Errorf("sless_activator_requests_total{code=200} = %v, want %d", n, requests)
@@ -358,5 +361,41 @@ func TestInstanceStopsMidLoad(t *testing.T) {
 	}
 	if fns := a.Functions(); fns[0].InFlight != 0 || fns[0].Waiting != 0 {
 		t.Errorf("after the load: %d in flight, %d waiting; want 0, 0", fns[0].InFlight, fns[0].Waiting)
+	}
+}
+
+// A function that cannot start answers 503 at once, with its cause and
+// Retry-After, to waiting and new requests; counted as its own 503s.
+func TestUnavailableAnswersAtOnce(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "broken", HTTP: true, Timeout: time.Minute})
+	base := serveActivator(t, a)
+	waiting := make(chan int, 1)
+	go func() { code, _ := get(t, base+"/fn/ns/broken/"); waiting <- code }()
+	eventually.True(t, "a request waiting", func() bool { return a.Buffered()["ns/broken"] == 1 })
+	a.SetUnavailable("ns", "broken", "build failed: main.go:3:1: syntax error")
+	if code := <-waiting; code != 503 {
+		t.Errorf("waiting request: %d, want 503", code)
+	}
+	resp, err := client.Get(base + "/fn/ns/broken/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), "main.go:3:1: syntax error") {
+		t.Errorf("new request: %d Retry-After %q %s, want 503 with the cause and Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+	}
+	a.SetUnavailable("ns", "broken", "")
+	a.SetEndpoints("ns", "broken", []string{startInstance(t)})
+	if code, body := get(t, base+"/fn/ns/broken/echo"); code != 200 {
+		t.Errorf("once it serves: %d %s", code, body)
+	}
+	records, _ := a.sink.(*invocation.Ring).Recent(1)
+	if len(records) != 1 || records[0].BytesIn != 0 {
+		t.Errorf("record of a GET %+v, want bytesIn 0", records)
+	}
+	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "broken", "503")); n != 2 {
+		t.Errorf("sless_activator_requests_total{code=503} = %v, want 2", n)
 	}
 }

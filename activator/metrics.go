@@ -14,6 +14,7 @@ type metrics struct {
 	duration     *prometheus.HistogramVec
 	coldStarts   *prometheus.CounterVec
 	coldDuration *prometheus.HistogramVec
+	coldRequests *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
@@ -30,15 +31,19 @@ func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 		}, fn),
 		coldStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sless_cold_starts_total",
-			Help: "Invocations that waited for a function with no instance.",
+			Help: "Starts from zero instances that invocations waited for: one per start, however many waited.",
 		}, fn),
 		coldDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sless_cold_start_duration_seconds",
-			Help:    "How long invocations waited for a function's first instance.",
+			Help:    "Per cold start, the time from the first invocation waiting at zero to the first instance ready.",
 			Buckets: httpmetrics.DurationBuckets,
 		}, fn),
+		coldRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_cold_start_requests_total",
+			Help: "Invocations that waited for a function with no instance to start one.",
+		}, fn),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.coldStarts, m.coldDuration, bufferedCollector{a}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.coldStarts, m.coldDuration, m.coldRequests, bufferedCollector{a}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -53,6 +58,7 @@ type routeMetrics struct {
 	duration     prometheus.Observer
 	coldStarts   prometheus.Counter
 	coldDuration prometheus.Observer
+	coldRequests prometheus.Counter
 }
 
 func (m *metrics) forFunction(namespace, name string) *routeMetrics {
@@ -62,16 +68,22 @@ func (m *metrics) forFunction(namespace, name string) *routeMetrics {
 		duration:     m.duration.With(labels),
 		coldStarts:   m.coldStarts.With(labels),
 		coldDuration: m.coldDuration.With(labels),
+		coldRequests: m.coldRequests.With(labels),
 	}
 }
 
-func (r *routeMetrics) observe(code int, d time.Duration, cold bool, wait time.Duration) {
+func (r *routeMetrics) observe(code int, d time.Duration, cold bool) {
 	r.duration.Observe(d.Seconds())
 	if cold {
-		r.coldStarts.Inc()
-		r.coldDuration.Observe(wait.Seconds())
+		r.coldRequests.Inc()
 	}
 	r.requests.Inc(code)
+}
+
+// coldStarted counts one cold start; the throttler calls it.
+func (r *routeMetrics) coldStarted(wait time.Duration) {
+	r.coldStarts.Inc()
+	r.coldDuration.Observe(wait.Seconds())
 }
 
 var bufferedDesc = prometheus.NewDesc("sless_activator_buffered_requests",

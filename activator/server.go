@@ -39,10 +39,10 @@ type Server struct {
 	Records *invocation.Ring
 	// Token, when set, is the bearer token the /v1/ API requires.
 	Token string
-	// Functions, when set, serves GET /v1/functions and
-	// /v1/functions/{namespace}/{name} in place of the activator's own
-	// list: the local platform adds builds and instances to it.
-	Functions http.Handler
+	// API, when set, serves every /v1/ route but /v1/invocations, behind
+	// the token, in place of the activator's own list of functions: the
+	// local platform adds builds, instances and logs to it.
+	API http.Handler
 	// DrainTimeout bounds the drain at shutdown.
 	DrainTimeout time.Duration
 	// PropagationDelay is how long the activator keeps taking new
@@ -138,9 +138,8 @@ func (s *Server) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
-	if s.Functions != nil {
-		mux.Handle("GET /v1/functions", s.authorized(s.Functions.ServeHTTP))
-		mux.Handle("GET /v1/functions/{namespace}/{name}", s.authorized(s.Functions.ServeHTTP))
+	if s.API != nil {
+		mux.Handle("/v1/", s.authorized(s.API.ServeHTTP))
 	} else {
 		mux.Handle("GET /v1/functions", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
 			writeJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})

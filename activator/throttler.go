@@ -5,6 +5,7 @@ package activator
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -21,6 +22,9 @@ var (
 	ErrTimeout = errors.New("timed out waiting for an instance")
 	// ErrCanceled means the client hung up while waiting.
 	ErrCanceled = errors.New("client gone while waiting for an instance")
+	// ErrUnavailable means the function has no instance and cannot start
+	// one (see SetUnavailable): answer 503 with the cause at once.
+	ErrUnavailable = errors.New("function unavailable")
 )
 
 // Buffer bounds the requests waiting across all of an activator's
@@ -68,6 +72,10 @@ type Throttler struct {
 	// poke is called when a request starts waiting while the function
 	// has no instance: once per activation, not once per request.
 	poke func()
+	// ColdStarted, when set before the throttler is used, is called once
+	// per cold start: when the first instance arrives for requests that
+	// waited, with how long the first of them waited.
+	ColdStarted func(wait time.Duration)
 
 	mu sync.Mutex
 	// concurrency is the function's limit per instance; capacity this
@@ -79,11 +87,15 @@ type Throttler struct {
 	benched               []*Instance
 	waiters               []*waiter // FIFO; the head is waiters[0]
 	poked                 bool      // poke was called since the last instance left
+	coldSince             time.Time // when the first request waited with no instance
+	unavailable           error     // why the function cannot start, if it cannot
+	lastPoke              time.Time // of a request refused as unavailable
 	rng                   *rand.Rand
 }
 
 type waiter struct {
 	got chan *Instance // receives the instance; buffered, written once
+	err error          // when got receives nil: why no instance comes
 }
 
 // NewThrottler returns a throttler for a function whose instances each take
@@ -129,6 +141,9 @@ func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (in 
 			return in, false, nil
 		}
 	}
+	if err := t.unavailableLocked(); err != nil {
+		return nil, false, err // unlocked
+	}
 	if len(t.waiters) >= t.maxWaiting {
 		t.mu.Unlock()
 		return nil, false, ErrBufferFull
@@ -139,8 +154,11 @@ func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (in 
 		return nil, false, ErrBufferFull
 	}
 	w := &waiter{got: make(chan *Instance, 1)}
-	t.waiters = append(t.waiters, w)
 	cold = len(t.instances) == 0
+	if cold && len(t.waiters) == 0 {
+		t.coldSince = time.Now()
+	}
+	t.waiters = append(t.waiters, w)
 	pokeNow := cold && !t.poked
 	t.poked = t.poked || pokeNow
 	t.mu.Unlock()
@@ -150,6 +168,9 @@ func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (in 
 
 	select {
 	case in := <-w.got:
+		if in == nil {
+			return nil, cold, w.err
+		}
 		return in, cold, nil
 	case <-timeout:
 		err = ErrTimeout
@@ -163,9 +184,56 @@ func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (in 
 		t.buffer.waiting.Add(-1)
 		return nil, cold, err
 	}
-	// Handed an instance while giving up: pass it on.
-	t.releaseLocked(<-w.got)
+	// Handed an instance (or refused) while giving up: pass it on.
+	if in := <-w.got; in != nil {
+		t.releaseLocked(in)
+	}
 	return nil, cold, err
+}
+
+// SetUnavailable makes requests fail at once with err (wrapping
+// ErrUnavailable) while the function has no instance in rotation, those
+// waiting included: a function whose build failed, or whose instances
+// crash before becoming ready, would otherwise hold them to their
+// timeout. nil lifts it.
+func (t *Throttler) SetUnavailable(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if err != nil {
+		err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	t.unavailable = err
+	if err == nil || len(t.instances) > 0 {
+		return
+	}
+	for _, w := range t.waiters {
+		w.err = err
+		w.got <- nil
+	}
+	t.buffer.waiting.Add(-int64(len(t.waiters)))
+	clear(t.waiters)
+	t.waiters = t.waiters[:0]
+}
+
+// unavailableLocked returns why the function cannot take a request, and
+// unlocks, or returns nil with the lock still held. A refused request
+// pokes the autoscaler, at most once a second, so that a function whose
+// instances crash keeps being retried while it is asked for.
+func (t *Throttler) unavailableLocked() error {
+	if t.unavailable == nil || len(t.instances) > 0 {
+		return nil
+	}
+	err := t.unavailable
+	now := time.Now()
+	pokeNow := now.Sub(t.lastPoke) >= time.Second
+	if pokeNow {
+		t.lastPoke = now
+	}
+	t.mu.Unlock()
+	if pokeNow {
+		t.poke()
+	}
+	return err
 }
 
 // Release gives back an instance returned by Acquire.
@@ -285,10 +353,20 @@ func (t *Throttler) rotateLocked(addrs []string) (gone []string) {
 	// requests are already waiting.
 	pokeNow := len(next) == 0 && len(t.waiters) > 0
 	t.poked = pokeNow || len(next) > 0 && t.poked
+	var coldWait time.Duration
+	if len(next) > 0 && !t.coldSince.IsZero() {
+		if len(t.waiters) > 0 {
+			coldWait = max(time.Since(t.coldSince), time.Nanosecond)
+		}
+		t.coldSince = time.Time{}
+	}
 	t.dispatchLocked()
 	t.mu.Unlock()
 	if pokeNow {
 		t.poke()
+	}
+	if coldWait > 0 && t.ColdStarted != nil {
+		t.ColdStarted(coldWait)
 	}
 	return gone
 }

@@ -402,3 +402,92 @@ func TestThrottlerSetCapacity(t *testing.T) {
 		}
 	})
 }
+
+// A start from zero that requests waited for is one cold start, however
+// many waited, timed from the first; instances that come with nobody
+// waiting are none.
+func TestThrottlerCountsColdStarts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var waits []time.Duration
+		th := NewThrottler(0, 100, NewBuffer(100), nil)
+		th.ColdStarted = func(d time.Duration) { waits = append(waits, d) }
+		th.Update([]string{"warm"}) // nobody waited
+		th.Update(nil)
+		for range 5 {
+			go func() {
+				if in, _, err := th.Acquire(nil, never()); err == nil {
+					th.Release(in)
+				}
+			}()
+			time.Sleep(100 * time.Millisecond) // in the bubble: the clock steps
+		}
+		synctest.Wait()
+		th.Update([]string{"a"})
+		synctest.Wait()
+		if len(waits) != 1 || waits[0] != 500*time.Millisecond {
+			t.Fatalf("cold starts %v, want one of 500ms (from the first waiting request)", waits)
+		}
+		th.Update([]string{"a", "b"}) // scaling up is no cold start
+		if len(waits) != 1 {
+			t.Errorf("cold starts %v after scaling up, want still one", waits)
+		}
+	})
+}
+
+// An unavailable function answers at once, waiting requests included,
+// while it has no instance; pokes go on, a second apart, so that it is
+// retried; an instance, or lifting it, serves again.
+func TestThrottlerUnavailable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var pokes atomic.Int32
+		buf := NewBuffer(100)
+		th := NewThrottler(1, 100, buf, func() { pokes.Add(1) })
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() { _, _, err := th.Acquire(nil, never()); errs <- err }()
+		}
+		synctest.Wait()
+		cause := errors.New("crashing: exit status 1")
+		th.SetUnavailable(cause)
+		for range 3 {
+			if err := <-errs; !errors.Is(err, ErrUnavailable) || !errors.Is(err, cause) {
+				t.Fatalf("waiting request: %v, want the cause", err)
+			}
+		}
+		if th.Waiting() != 0 || buf.Waiting() != 0 {
+			t.Fatalf("%d waiting, %d in the buffer after the refusal, want 0", th.Waiting(), buf.Waiting())
+		}
+		before := pokes.Load()
+		for range 3 {
+			if _, _, err := th.Acquire(nil, never()); !errors.Is(err, cause) {
+				t.Fatalf("new request: %v, want the cause at once", err)
+			}
+		}
+		if got := pokes.Load() - before; got != 1 {
+			t.Errorf("%d pokes for 3 refusals within a second, want 1", got)
+		}
+		time.Sleep(time.Second)
+		_, _, _ = th.Acquire(nil, never())
+		if got := pokes.Load() - before; got != 2 {
+			t.Errorf("%d pokes a second later, want 2", got)
+		}
+
+		th.Update([]string{"a"}) // an instance serves whatever the cause
+		in, _, err := th.Acquire(nil, never())
+		if err != nil {
+			t.Fatalf("with an instance: %v", err)
+		}
+		th.Release(in)
+		th.Update(nil)
+		th.SetUnavailable(nil)
+		go func() { _, _, err := th.Acquire(nil, never()); errs <- err }()
+		synctest.Wait()
+		if th.Waiting() != 1 {
+			t.Fatalf("%d waiting once lifted, want 1", th.Waiting())
+		}
+		th.Update([]string{"a"})
+		if err := <-errs; err != nil {
+			t.Errorf("once lifted: %v", err)
+		}
+	})
+}

@@ -26,7 +26,8 @@ type Record struct {
 	// instance; ColdStartWait is how long it waited.
 	ColdStart     bool          `json:"coldStart"`
 	ColdStartWait time.Duration `json:"coldStartWaitNs,omitempty"`
-	// BytesIn and BytesOut are the body sizes, when known (-1: streamed).
+	// BytesIn and BytesOut are the body sizes, when known (-1: chunked or
+	// streamed without a length).
 	BytesIn  int `json:"bytesIn"`
 	BytesOut int `json:"bytesOut"`
 }

@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strings"
 	"text/tabwriter"
+	"time"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/local/supervisor"
 )
 
 // FunctionStatus is a function as the admin API and the table show it.
@@ -17,17 +20,29 @@ type FunctionStatus struct {
 	Runtime   string `json:"runtime"`
 	File      string `json:"file"`
 	URL       string `json:"url"`
-	// State is building, failed, idle (no instance), starting or ready.
-	State     string `json:"state"`
-	Error     string `json:"error,omitempty"`
-	Desired   int    `json:"desired"`
-	Ready     int    `json:"ready"`
-	Starting  int    `json:"starting"`
-	Crashes   int    `json:"crashes"`
-	LastCrash string `json:"lastCrash,omitempty"`
+	// Created is when its manifest was first loaded.
+	Created time.Time `json:"created"`
+	// State is building, failed (its build: nothing to run), crashing
+	// (its instances crash before ready), idle (no instance), starting or
+	// ready; Error says why it is failed or crashing.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+	// Update is "failed" when a new version could not be built or crashes
+	// before ready while the previous one serves; UpdateError says why.
+	Update      string `json:"update,omitempty"`
+	UpdateError string `json:"updateError,omitempty"`
+	// BuildError is the last build or install failure of its source.
+	BuildError string `json:"buildError,omitempty"`
+	Desired    int    `json:"desired"`
+	Ready      int    `json:"ready"`
+	Starting   int    `json:"starting"`
+	Crashes    int    `json:"crashes"`
+	LastCrash  string `json:"lastCrash,omitempty"`
 	// LastStartupMs is how long the latest instance took from the start of
 	// its process to ready.
-	LastStartupMs float64 `json:"lastStartupMs"`
+	LastStartupMs float64               `json:"lastStartupMs"`
+	Instances     []supervisor.Instance `json:"instances"`
+	Spec          v1alpha1.FunctionSpec `json:"spec"`
 }
 
 // Functions reports every function, sorted by namespace and name.
@@ -52,18 +67,22 @@ func (p *Platform) Functions() []FunctionStatus {
 func (p *Platform) status(e *entry) FunctionStatus {
 	fn := e.fn
 	st := FunctionStatus{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime),
-		File: fn.File, URL: p.URL(fn.Namespace, fn.Name), Error: e.err}
-	sup, ok := p.sup.Status(fn.Namespace, fn.Name)
-	if ok {
-		st.Desired, st.Ready, st.Starting = sup.Desired, sup.Ready, sup.Starting
-		st.Crashes, st.LastCrash = sup.Crashes, sup.LastError
-		st.LastStartupMs = float64(sup.LastStartup.Microseconds()) / 1000
+		File: fn.File, URL: p.URL(fn.Namespace, fn.Name), Created: e.created, BuildError: e.err,
+		Spec: fn.Spec, Instances: []supervisor.Instance{}}
+	sup, _ := p.sup.Status(fn.Namespace, fn.Name)
+	st.Desired, st.Ready, st.Starting = sup.Desired, sup.Ready, sup.Starting
+	st.Crashes, st.LastCrash = sup.Crashes, sup.LastError
+	st.LastStartupMs = float64(sup.LastStartup.Microseconds()) / 1000
+	if sup.Instances != nil {
+		st.Instances = sup.Instances
 	}
 	switch {
-	case e.err != "":
-		st.State = "failed"
+	case !e.running && e.err != "":
+		st.State, st.Error = "failed", e.err
 	case !e.running:
 		st.State = "building"
+	case sup.Failing != "" && st.Ready == 0:
+		st.State, st.Error = "crashing", sup.Failing
 	case st.Ready > 0:
 		st.State = "ready"
 	case st.Starting > 0:
@@ -71,30 +90,52 @@ func (p *Platform) status(e *entry) FunctionStatus {
 	default:
 		st.State = "idle"
 	}
+	switch {
+	case e.running && e.err != "":
+		st.Update, st.UpdateError = "failed", e.err
+	case sup.Failing != "" && st.Ready > 0:
+		st.Update, st.UpdateError = "failed", sup.Failing
+	}
 	return st
 }
 
-// adminHandler serves /v1/functions and /v1/functions/{namespace}/{name}.
-func (p *Platform) adminHandler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ns, name := r.PathValue("namespace"), r.PathValue("name")
-		if ns == "" {
-			writeJSON(w, http.StatusOK, map[string]any{"functions": p.Functions()})
-			return
-		}
-		p.mu.Lock()
-		e := p.fns[ns+"/"+name]
-		var st FunctionStatus
-		if e != nil {
-			st = p.status(e)
-		}
-		p.mu.Unlock()
-		if e == nil {
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown function " + ns + "/" + name})
+// apiHandler serves the platform's /v1/ routes. Each route of one
+// function lives under /v1/namespaces/{namespace}/functions/{name}.
+func (p *Platform) apiHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/functions", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"functions": p.Functions()})
+	})
+	mux.HandleFunc("GET "+functionRoute, func(w http.ResponseWriter, r *http.Request) {
+		st, ok := p.Function(r.PathValue("namespace"), r.PathValue("name"))
+		if !ok {
+			writeUnknown(w, r)
 			return
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such route: " + r.Method + " " + r.URL.Path})
+	})
+	return mux
+}
+
+// functionRoute is the admin API's path of one function.
+const functionRoute = "/v1/namespaces/{namespace}/functions/{name}"
+
+// Function reports one function; ok is false when no manifest declares it.
+func (p *Platform) Function(namespace, name string) (st FunctionStatus, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	e := p.fns[namespace+"/"+name]
+	if e == nil {
+		return FunctionStatus{}, false
+	}
+	return p.status(e), true
+}
+
+func writeUnknown(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown function " + r.PathValue("namespace") + "/" + r.PathValue("name")})
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -110,7 +151,10 @@ func (p *Platform) printTable() {
 	for _, st := range p.Functions() {
 		state := st.State
 		if st.Error != "" {
-			state += ": " + strings.SplitN(st.Error, "\n", 2)[0]
+			state += ": " + firstLine(st.Error)
+		}
+		if st.Update != "" {
+			state += ", update " + st.Update + ": " + firstLine(st.UpdateError)
 		}
 		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d/%d\t%s\n", st.Namespace, st.Name, st.Runtime, state, st.Ready, st.Desired, st.URL)
 	}

@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net"
 	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,6 +32,10 @@ import (
 type Options struct {
 	// Dir holds the Function manifests; sources live in subdirectories.
 	Dir string
+	// AllowExternalSources serves functions whose spec.source lies outside
+	// Dir; off, such manifests are refused, so a directory of manifests
+	// cannot expose files the platform was not given.
+	AllowExternalSources bool
 	// Listen and Admin are the invocation and admin addresses.
 	Listen, Admin string
 	// CacheDir keeps builds and installed dependencies between runs.
@@ -82,6 +87,7 @@ type Platform struct {
 // entry is a function as the platform knows it.
 type entry struct {
 	fn          manifests.Function
+	created     time.Time // when its manifest was first loaded
 	fingerprint string
 	scaling     autoscaler.Function
 	running     bool   // handed to the supervisor
@@ -119,7 +125,7 @@ func New(opts Options) (*Platform, error) {
 	}
 	p := &Platform{opts: opts, reg: prometheus.NewRegistry(), records: invocation.NewRing(10_000), fns: map[string]*entry{}}
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, Changed: p.instancesChanged})
+	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, Changed: p.instancesChanged, Failing: p.failing})
 	var err error
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
 		return nil, err
@@ -151,7 +157,7 @@ func (p *Platform) Run(ctx context.Context) error {
 	// Every hop lives in this process: a client connection may take one
 	// to a queue-proxy (both ends here) and one to the function.
 	srv := &activator.Server{Activator: p.act, Registry: metrics, Records: p.records, Token: p.opts.AdminToken,
-		Functions: p.adminHandler(), DrainTimeout: p.opts.Drain, ReadTimeout: p.opts.ReadTimeout,
+		API: p.apiHandler(), DrainTimeout: p.opts.Drain, ReadTimeout: p.opts.ReadTimeout,
 		MaxConns: forward.MaxConns(4), Log: p.opts.Log}
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(ctx, p.serving, p.admin) }()
@@ -167,10 +173,35 @@ func (p *Platform) Run(ctx context.Context) error {
 	p.printTable()
 	go p.watch(ctx)
 
-	err := <-served
-	shutdown, cancel := context.WithTimeout(context.Background(), p.opts.Drain)
+	var err error
+	drainStart := time.Now()
+	select {
+	case err = <-served: // it could not serve
+	case <-ctx.Done():
+		drainStart = time.Now()
+		p.printDraining()
+		err = <-served
+	}
+	// --drain is the whole budget, counted from ctx's end: the
+	// activator's drain, then the instances', and what is left at its end
+	// is stopped at once.
+	shutdown, cancel := context.WithDeadline(context.Background(), drainStart.Add(p.opts.Drain))
 	defer cancel()
 	return errors.Join(err, p.sup.Shutdown(shutdown))
+}
+
+// printDraining says what the drain waits for.
+func (p *Platform) printDraining() {
+	requests := 0
+	for _, f := range p.act.Functions() {
+		requests += f.InFlight + f.Waiting
+	}
+	instances := 0
+	for _, st := range p.Functions() {
+		instances += st.Ready + st.Starting
+	}
+	fmt.Fprintf(p.opts.Out, "draining %d requests and %d instances (at most %v; Ctrl-C again stops at once)\n",
+		requests, instances, p.opts.Drain)
 }
 
 // maxParallelPrepare bounds the builds and installs run at once: a
@@ -195,7 +226,7 @@ func (p *Platform) watch(ctx context.Context) {
 // prepared and (re)started, removed ones stopped. A function whose
 // manifest turned invalid keeps running as it was, with the error shown.
 func (p *Platform) sync(ctx context.Context) {
-	fns, errs := manifests.Load(p.opts.Dir)
+	fns, errs := manifests.Load(p.opts.Dir, manifests.LoadOptions{AllowExternalSources: p.opts.AllowExternalSources})
 	p.reportLoadErrors(errs)
 	broken := map[string]bool{}
 	for _, err := range errs {
@@ -218,8 +249,17 @@ func (p *Platform) sync(ctx context.Context) {
 			continue
 		}
 		p.mu.Lock()
-		due := p.fns[fn.Key()].due(fp, time.Now())
+		e := p.fns[fn.Key()]
+		due := e.due(fp, time.Now())
+		if e == nil {
+			// Known at once, shown as building: its requests wait for
+			// the build as for a cold start.
+			p.fns[fn.Key()] = &entry{fn: fn, created: time.Now()}
+		}
 		p.mu.Unlock()
+		if e == nil {
+			p.act.SetFunction(activator.FunctionFor(fn.Function))
+		}
 		if due {
 			deploys.Go(func() {
 				slots <- struct{}{}
@@ -264,10 +304,6 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 	start := time.Now()
 	p.mu.Lock()
 	e := p.fns[fn.Key()]
-	if e == nil {
-		e = &entry{fn: fn} // shown as building
-		p.fns[fn.Key()] = e
-	}
 	p.mu.Unlock()
 	proc, err := runtimes.Prepare(ctx, runtimes.Source{
 		Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,
@@ -287,7 +323,13 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 			e.retryAt = time.Now().Add(wait)
 			retry = fmt.Sprintf(" (retrying in %v)", wait)
 		}
+		running := e.running
 		p.mu.Unlock()
+		if !running {
+			// Nothing to start: say why at once rather than hold
+			// requests to their timeout.
+			p.act.SetUnavailable(fn.Namespace, fn.Name, "build failed: "+firstLine(err.Error()))
+		}
 		fmt.Fprintf(p.opts.Out, "error: %s: %s: %v%s\n", fn.File, fn.Key(), err, retry)
 		return
 	}
@@ -305,14 +347,38 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 	})
 	if rescale {
 		// The autoscaler decides on a function new to it at once; one
-		// whose settings changed starts a new decider, decided on now.
+		// whose settings changed starts a new decider, decided on now,
+		// with the requests that waited for its build.
 		p.scaler.SetFunction(time.Now(), e.scaling)
-		if !added {
-			p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, 0)
+		if waiting := p.act.Buffered()[fn.Key()]; !added || waiting > 0 {
+			p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, waiting)
 		}
 	}
 	p.act.SetFunction(activator.FunctionFor(fn.Function))
-	p.opts.Log.Info("function ready to serve", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))
+	p.act.SetUnavailable(fn.Namespace, fn.Name, "") // a failed build's, if any
+	p.opts.Log.Info("function deployed", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))
+}
+
+// failing is the supervisor's news of a version that crashes before it is
+// ready (cause), or that no longer does (""): the activator answers 503
+// with the cause while no instance serves, and the terminal says it once.
+func (p *Platform) failing(namespace, name, cause string, serving int) {
+	if cause == "" {
+		p.act.SetUnavailable(namespace, name, "")
+		return
+	}
+	p.act.SetUnavailable(namespace, name, "crashing: "+firstLine(cause))
+	if serving > 0 {
+		fmt.Fprintf(p.opts.Out, "error: %s/%s: update failed, the previous version serves: %s\n", namespace, name, firstLine(cause))
+		return
+	}
+	fmt.Fprintf(p.opts.Out, "error: %s/%s: crashing: %s\n", namespace, name, firstLine(cause))
+}
+
+// firstLine is a message's first line, for one-line answers and tables.
+func firstLine(msg string) string {
+	line, _, _ := strings.Cut(msg, "\n")
+	return line
 }
 
 func env(fn manifests.Function) []string {

@@ -177,7 +177,7 @@ func (p *platform) invoke(name, query string) (int, answer, error) {
 
 func (p *platform) status(name string) FunctionStatus {
 	p.t.Helper()
-	resp, err := http.Get("http://" + p.AdminAddr() + "/v1/functions/default/" + name)
+	resp, err := http.Get("http://" + p.AdminAddr() + "/v1/namespaces/default/functions/" + name)
 	if err != nil {
 		p.t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"reflect"
 
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
@@ -27,7 +28,8 @@ func (e *DocumentError) Unwrap() error { return e.Err }
 
 // DecodeManifest decodes every Function in a multi-document YAML manifest,
 // as written for kubectl apply. Unknown and duplicate fields are errors, so
-// a typo is reported rather than silently ignored. A bad document does not
+// a typo is reported rather than silently ignored; every value of the wrong
+// type is reported, with its path, not only the first. A bad document does not
 // stop the others: DecodeManifest returns the Functions it could decode and
 // the errors of the rest, each a *DocumentError, joined. Documents that are
 // empty or only comments are skipped.
@@ -73,6 +75,9 @@ func decodeDocument(data []byte) (*Function, error) {
 	var fn Function
 	strict, err := kjson.UnmarshalStrict(js, &fn, kjson.DisallowUnknownFields)
 	if err != nil {
+		if errs := typeErrors(js, reflect.TypeFor[Function]()); len(errs) > 0 {
+			return nil, errs.ToAggregate() // all of them, not only the first
+		}
 		return nil, err
 	}
 	if len(strict) > 0 {

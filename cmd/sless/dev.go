@@ -25,7 +25,8 @@ admin API and metrics on --admin, the autoscaler, and each function instance as
 a local process behind its own queue-proxy. It loads every Function manifest
 (*.yaml, *.yml) directly in --functions, builds or installs each source, and
 applies changes to manifests and sources while it runs. Ctrl-C drains requests
-in flight and stops every instance.`,
+in flight and stops every instance within --drain; a second Ctrl-C stops at
+once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out := cmd.OutOrStdout()
@@ -50,9 +51,11 @@ in flight and stops every instance.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&opts.Dir, "functions", "config/samples/functions", "directory of Function manifests")
-	f.StringVar(&opts.Listen, "listen", ":8080", "address of the invocation port")
-	f.StringVar(&opts.Admin, "admin", ":9090", "address of the admin API, health and metrics")
+	f.StringVar(&opts.Listen, "listen", "127.0.0.1:8080", "address of the invocation port (:8080 for every interface)")
+	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of the admin API, health and metrics (:9090 for every interface)")
 	f.StringVar(&opts.CacheDir, "cache-dir", "", "builds and installed dependencies (default: the user cache directory/sless)")
+	f.BoolVar(&opts.AllowExternalSources, "allow-external-sources", false,
+		"serve manifests whose spec.source is outside the --functions directory")
 	f.DurationVar(&opts.Drain, "drain", 30*time.Second, "longest drain of requests and instances at exit")
 	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", activator.DefaultMaxBodyBytes, "largest request body (413 beyond)")
 	f.DurationVar(&opts.ReadTimeout, "read-timeout", forward.DefaultReadTimeout,
@@ -60,6 +63,12 @@ in flight and stops every instance.`,
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if opts.MaxBodyBytes < 1 || opts.MaxBodyBytes > math.MaxInt32 || opts.ReadTimeout < time.Millisecond {
 			return fmt.Errorf("--max-body-bytes must be from 1 to %d and --read-timeout at least 1ms", math.MaxInt32)
+		}
+		if opts.Drain <= 0 {
+			return fmt.Errorf("--drain must be positive")
+		}
+		if info, err := os.Stat(opts.Dir); err != nil || !info.IsDir() {
+			return fmt.Errorf("--functions %s: not a directory of Function manifests", opts.Dir)
 		}
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,17 +25,45 @@ spec:
   scale: {initial: 2}
 `
 
+// devProcess is a real `sless dev` process.
+type devProcess struct {
+	cmd      *exec.Cmd
+	exited   <-chan error
+	cacheDir string
+	url      string // of its function, hi (?sleep=seconds holds a request)
+	admin    string // the admin API's base URL
+	out      *lockedOutput
+}
+
 // startDev runs `sless dev` as a real process on a Python function with
 // two instances, and waits until both serve.
 func startDev(t *testing.T) (cmd *exec.Cmd, exited <-chan error, cacheDir string) {
 	t.Helper()
-	cmd, exited, cacheDir, _ = startDevWith(t, nil)
-	return cmd, exited, cacheDir
+	d := startDevWith(t, nil)
+	return d.cmd, d.exited, d.cacheDir
+}
+
+// lockedOutput is a process's output, read while it is written.
+type lockedOutput struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (o *lockedOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.Write(p)
+}
+
+func (o *lockedOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
 }
 
 // startDevWith is startDev with the command run under prefix (prlimit,
-// say) and extra flags; it also returns the function's URL.
-func startDevWith(t *testing.T, prefix []string, extra ...string) (cmd *exec.Cmd, exited <-chan error, cacheDir, url string) {
+// say) and extra flags.
+func startDevWith(t *testing.T, prefix []string, extra ...string) *devProcess {
 	t.Helper()
 	if _, err := exec.LookPath("python3"); err != nil {
 		if os.Getenv("CI") != "" {
@@ -46,7 +75,7 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) (cmd *exec.Cmd
 	if err := os.MkdirAll(filepath.Join(dir, "hi"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "hi", "main.py"), []byte("def handle(e):\n    return 'hi'\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "hi", "main.py"), []byte("import time\ndef handle(e):\n    time.sleep(float(e['query'].get('sleep', '0')))\n    return 'hi'\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "hi.yaml"), []byte(devManifest), 0o644); err != nil {
@@ -55,10 +84,10 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) (cmd *exec.Cmd
 	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
 	args := append(append(prefix, os.Args[0], "dev", "--functions", dir, "--cache-dir", cacheDir, "--drain", "5s",
 		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin)), extra...)
-	cmd = exec.Command(args[0], args[1:]...)
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := &lockedOutput{}
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +100,12 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) (cmd *exec.Cmd
 		}
 	})
 	eventually.True(t, "two instances", func() bool { return len(processesUsing(cacheDir)) == 2 })
-	url = "http://127.0.0.1:" + strconv.Itoa(serving) + "/fn/default/hi"
+	url := "http://127.0.0.1:" + strconv.Itoa(serving) + "/fn/default/hi"
 	if code, body := fetch(t, url, ""); code != 200 || body != "hi" {
 		t.Fatalf("GET %s = %d %q, want 200 hi", url, code, body)
 	}
-	return cmd, done, cacheDir, url
+	return &devProcess{cmd: cmd, exited: done, cacheDir: cacheDir, url: url,
+		admin: "http://127.0.0.1:" + strconv.Itoa(admin), out: out}
 }
 
 // processesUsing lists the processes whose command line names dir: the

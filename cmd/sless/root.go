@@ -30,7 +30,31 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 		newAutoscalerCommand(),
 		newQueueProxyCommand(),
 	)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
+	for _, c := range root.Commands() {
+		asUsage(c)
+	}
 	return root
+}
+
+// asUsage makes the errors of c's argument and flag checks usage errors.
+func asUsage(c *cobra.Command) {
+	if args := c.Args; args != nil {
+		c.Args = func(cmd *cobra.Command, a []string) error {
+			if err := args(cmd, a); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
+	if pre := c.PreRunE; pre != nil {
+		c.PreRunE = func(cmd *cobra.Command, a []string) error {
+			if err := pre(cmd, a); err != nil {
+				return usageError{err}
+			}
+			return nil
+		}
+	}
 }
 
 func newVersionCommand() *cobra.Command {

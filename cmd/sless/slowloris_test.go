@@ -43,7 +43,8 @@ func prlimit(t *testing.T, nofile int) []string {
 // lives. (It used to keep them all, run out of descriptors, and exit on
 // "accept4: too many open files".)
 func TestDevSurvivesSlowloris(t *testing.T) {
-	cmd, exited, _, url := startDevWith(t, prlimit(t, 256), "--read-timeout", "1s")
+	d := startDevWith(t, prlimit(t, 256), "--read-timeout", "1s")
+	cmd, exited, url := d.cmd, d.exited, d.url
 	u, err := neturl.Parse(url)
 	if err != nil {
 		t.Fatal(err)

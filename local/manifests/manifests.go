@@ -41,13 +41,26 @@ type FileError struct {
 func (e *FileError) Error() string { return e.File + ": " + e.Err.Error() }
 func (e *FileError) Unwrap() error { return e.Err }
 
+// LoadOptions configure Load.
+type LoadOptions struct {
+	// AllowExternalSources accepts a spec.source outside the manifests
+	// directory. Off, such a manifest is refused, so that a directory of
+	// manifests from elsewhere cannot make the platform build and serve
+	// files it was not given, through "../", an absolute path or a symlink.
+	AllowExternalSources bool
+}
+
 // Load reads every *.yaml and *.yml file directly in dir (sources live in
 // subdirectories, which are not searched, so their own YAML files are
 // never mistaken for manifests). It returns the valid Functions, sorted by
 // key, and one error per problem, naming the file and the field; a bad
 // document or file does not keep the others from loading.
-func Load(dir string) ([]Function, []error) {
+func Load(dir string, opts LoadOptions) ([]Function, []error) {
 	files, err := manifestFiles(dir)
+	if err != nil {
+		return nil, []error{err}
+	}
+	srcs, err := newSources(dir, opts)
 	if err != nil {
 		return nil, []error{err}
 	}
@@ -57,7 +70,7 @@ func Load(dir string) ([]Function, []error) {
 		seen = map[string]string{} // key → file
 	)
 	for _, file := range files {
-		got, ferrs := loadFile(file)
+		got, ferrs := loadFile(file, srcs)
 		errs = append(errs, ferrs...)
 		for _, fn := range got {
 			if other, dup := seen[fn.Key()]; dup {
@@ -87,7 +100,7 @@ func manifestFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
-func loadFile(file string) ([]Function, []error) {
+func loadFile(file string, srcs sources) ([]Function, []error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, []error{&FileError{File: file, Err: err}}
@@ -107,22 +120,70 @@ func loadFile(file string) ([]Function, []error) {
 			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, verrs.ToAggregate())})
 			continue
 		}
-		src := fn.Spec.Source
-		if !filepath.IsAbs(src) {
-			src = filepath.Join(filepath.Dir(file), src)
-		}
-		if st, err := os.Stat(src); err != nil || !st.IsDir() {
-			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: spec.source: %q is not a directory", fn.Namespace, fn.Name, fn.Spec.Source)})
-			continue
-		}
-		abs, err := filepath.Abs(src)
+		src, err := srcs.resolve(file, fn.Spec.Source)
 		if err != nil {
-			errs = append(errs, &FileError{File: file, Err: err})
+			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, err)})
 			continue
 		}
-		fns = append(fns, Function{Function: fn, File: file, SourceDir: abs})
+		fns = append(fns, Function{Function: fn, File: file, SourceDir: src})
 	}
 	return fns, errs
+}
+
+// sources resolves the spec.source of the manifests of one directory.
+type sources struct {
+	dir      string // absolute, as given, for messages
+	realDir  string // dir with symlinks resolved, for comparisons
+	external bool   // LoadOptions.AllowExternalSources
+}
+
+func newSources(dir string, opts LoadOptions) (sources, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return sources{}, fmt.Errorf("functions directory: %w", err)
+	}
+	resolved, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return sources{}, fmt.Errorf("functions directory: %w", err)
+	}
+	return sources{dir: abs, realDir: resolved, external: opts.AllowExternalSources}, nil
+}
+
+// resolve returns the absolute directory that source, the spec.source of
+// manifest file, names, relative to the manifest.
+func (s sources) resolve(file, source string) (string, error) {
+	src := source
+	if !filepath.IsAbs(src) {
+		src = filepath.Join(filepath.Dir(file), src)
+	}
+	if st, err := os.Stat(src); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("spec.source: %q is not a directory", source)
+	}
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return "", fmt.Errorf("spec.source %q: %w", source, err)
+	}
+	if s.external {
+		return abs, nil
+	}
+	if err := s.inside(abs); err != nil {
+		return "", fmt.Errorf("spec.source %q: %w", source, err)
+	}
+	return abs, nil
+}
+
+// inside checks that src is dir or below it once symlinks are resolved on
+// both sides: comparing the paths as written would let a link inside dir
+// lead outside, and refuse a dir that is itself reached through a link.
+func (s sources) inside(src string) error {
+	resolved, err := filepath.EvalSymlinks(src)
+	if err != nil {
+		return err
+	}
+	if rel, err := filepath.Rel(s.realDir, resolved); err != nil || !filepath.IsLocal(rel) {
+		return fmt.Errorf("outside the manifests directory %s (allow with --allow-external-sources)", s.dir)
+	}
+	return nil
 }
 
 func unjoin(err error) []error {

@@ -24,19 +24,21 @@ const (
 )
 
 // run starts one instance and serves until ctx ends (a stop: nil) or the
-// runtime process exits (a crash: the error says why).
-func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error {
+// runtime process exits (a crash: the error says why). A quiet instance
+// holds its output back until it is ready.
+func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet bool) error {
 	name := instanceName(spec.Namespace, spec.Name, in.id)
 	port, err := freePort()
 	if err != nil {
 		return err
 	}
-	out := newOutput(s.opts.Output, name)
+	out := newOutput(s.opts.Output, name, quiet, func(line string) { s.opts.Lines(spec.Namespace, spec.Name, name, line) })
 	start := time.Now()
 	proc, err := startProcess(spec, port, out)
 	if err != nil {
 		return err
 	}
+	s.started(in, proc.cmd.Process.Pid)
 	qp, err := startQueueProxy(spec, port, s.opts.InstanceLog)
 	if err != nil {
 		proc.terminate(s.opts.StopTimeout)
@@ -48,6 +50,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance) error
 	case <-qp.srv.FirstReady():
 		startup := time.Since(start)
 		s.opts.Log.Debug("instance ready", "instance", name, "after", startup)
+		out.release()
 		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin}, qp.srv.Gatherer(), startup)
 	case <-proc.exited:
 		signalGroup(proc.cmd.Process.Pid, killSignal) // what it left behind

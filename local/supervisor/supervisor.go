@@ -57,6 +57,15 @@ type Options struct {
 	// whenever a function's ready instances change. It must not call back
 	// into the supervisor.
 	Changed func(namespace, name string, ready []Endpoint)
+	// Failing is called, like Changed, when a function's current version
+	// starts or stops crash-looping: cause is the crash that made it
+	// failing, empty once an instance of it became ready or the function
+	// changed; serving counts the ready instances of earlier versions.
+	Failing func(namespace, name, cause string, serving int)
+	// Lines, when set, receives every line of every instance's output
+	// (instance names it), including the lines a retry keeps off Output.
+	// It is called from the output copiers and must not block.
+	Lines func(namespace, name, instance, line string)
 	// StartTimeout bounds the wait for a new instance to become ready.
 	StartTimeout time.Duration
 	// StopTimeout bounds the wait for a runtime process to exit after
@@ -70,6 +79,12 @@ const (
 	minBackoff = 100 * time.Millisecond
 	maxBackoff = 30 * time.Second
 )
+
+// CrashLoopAfter is how many crashes in a row before an instance became
+// ready make a function's version failing: a broken start shows at once
+// instead of after the request timeout, and a lone crash (a port clash, a
+// killed process) does not.
+const CrashLoopAfter = 3
 
 // Supervisor keeps each function's instances at the number asked for.
 type Supervisor struct {
@@ -91,6 +106,7 @@ type function struct {
 	crashes   int
 	lastError string
 	failures  int           // crashes since an instance was last ready
+	failing   string        // the cause, once failures reached CrashLoopAfter
 	startup   time.Duration // the latest instance's start: exec to ready
 	notBefore time.Time     // no start before this (backoff)
 	retry     *time.Timer
@@ -98,6 +114,8 @@ type function struct {
 
 type instance struct {
 	id, gen  int
+	started  time.Time
+	pid      int // its runtime process's, once started
 	ready    bool
 	stopping bool
 	ep       Endpoint
@@ -122,6 +140,12 @@ func New(opts Options) *Supervisor {
 	if opts.Changed == nil {
 		opts.Changed = func(string, string, []Endpoint) {}
 	}
+	if opts.Failing == nil {
+		opts.Failing = func(string, string, string, int) {}
+	}
+	if opts.Lines == nil {
+		opts.Lines = func(string, string, string, string) {}
+	}
 	return &Supervisor{opts: opts, fns: map[string]*function{}}
 }
 
@@ -145,7 +169,8 @@ func (s *Supervisor) Set(fn Function) {
 		}
 		f.spec, f.removed = fn, false
 		f.gen++
-		f.failures, f.notBefore = 0, time.Time{}
+		f.notBefore = time.Time{}
+		s.recovered(f)
 	default:
 		return
 	}
@@ -253,11 +278,14 @@ func (s *Supervisor) retryAfter(f *function, wait time.Duration) {
 func (s *Supervisor) start(f *function) {
 	s.nextID++
 	ctx, cancel := context.WithCancel(context.Background())
-	in := &instance{id: s.nextID, gen: f.gen, stop: cancel}
+	in := &instance{id: s.nextID, gen: f.gen, started: time.Now(), stop: cancel}
 	f.insts = append(f.insts, in)
 	spec := f.spec
+	// A retry after a crash before ready keeps its output off the
+	// terminal unless it becomes ready: the first crash showed it.
+	quiet := f.failures > 0
 	s.wg.Go(func() {
-		err := s.run(ctx, spec, in)
+		err := s.run(ctx, spec, in, quiet)
 		s.exited(spec.Namespace, spec.Name, in, err)
 	})
 }
@@ -287,16 +315,52 @@ func (s *Supervisor) exited(namespace, name string, in *instance, err error) {
 		s.changed(f)
 	}
 	if err != nil && !in.stopping {
-		f.crashes++
-		f.failures++
-		f.lastError = err.Error()
-		backoff := min(minBackoff<<min(f.failures-1, 20), maxBackoff)
-		f.notBefore = time.Now().Add(backoff)
-		s.opts.Log.Warn("instance crashed", "namespace", namespace, "function", name,
-			"instance", in.id, "restartIn", backoff, "err", err)
+		s.crashed(f, in, err)
 	}
 	s.reconcile(f)
 	s.forgetIfIdle(namespace, name, f)
+}
+
+// crashed counts a crash and sets the backoff of the next start. Called
+// with s.mu held.
+func (s *Supervisor) crashed(f *function, in *instance, err error) {
+	f.crashes++
+	f.lastError = err.Error()
+	if in.gen != f.gen {
+		return // an old version's: its replacement is starting
+	}
+	f.failures++
+	backoff := min(minBackoff<<min(f.failures-1, 20), maxBackoff)
+	f.notBefore = time.Now().Add(backoff)
+	s.opts.Log.Warn("instance crashed", "namespace", f.spec.Namespace, "function", f.spec.Name,
+		"instance", in.id, "inARow", f.failures, "restartIn", backoff, "err", err)
+	if f.failures >= CrashLoopAfter {
+		first := f.failing == ""
+		f.failing = err.Error()
+		if first {
+			s.opts.Failing(f.spec.Namespace, f.spec.Name, f.failing, readyCount(f))
+		}
+	}
+}
+
+// recovered forgets the crashes in a row of a function's version. Called
+// with s.mu held.
+func (s *Supervisor) recovered(f *function) {
+	f.failures = 0
+	if f.failing != "" {
+		f.failing = ""
+		s.opts.Failing(f.spec.Namespace, f.spec.Name, "", readyCount(f))
+	}
+}
+
+func readyCount(f *function) int {
+	n := 0
+	for _, in := range f.insts {
+		if in.ready {
+			n++
+		}
+	}
+	return n
 }
 
 // becameReady marks an instance ready, unless it is being stopped; it
@@ -309,7 +373,10 @@ func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoi
 		return
 	}
 	in.ready, in.ep, in.metrics = true, ep, metrics
-	f.failures, f.startup = 0, startup
+	f.startup = startup
+	if in.gen == f.gen {
+		s.recovered(f)
+	}
 	s.changed(f)
 	s.reconcile(f) // old generations may retire now
 }
@@ -355,9 +422,25 @@ type Status struct {
 	Generation int    `json:"generation"`
 	Crashes    int    `json:"crashes"`
 	LastError  string `json:"lastError,omitempty"`
+	// Failing is the last crash of the current version, once its
+	// instances crashed CrashLoopAfter times in a row before ready.
+	Failing string `json:"failing,omitempty"`
 	// LastStartup is how long the latest instance took from the start of
 	// its process to its first healthy answer: a cold start's own share.
 	LastStartup time.Duration `json:"lastStartupNs"`
+	Instances   []Instance    `json:"instances"`
+}
+
+// Instance is one instance as Status shows it.
+type Instance struct {
+	// Name is namespace/name#id, as its output lines are prefixed.
+	Name string `json:"name"`
+	// State is starting, ready or stopping.
+	State      string    `json:"state"`
+	Generation int       `json:"generation"`
+	Started    time.Time `json:"started"`
+	// Addr is its queue-proxy's, once ready.
+	Addr string `json:"addr,omitempty"`
 }
 
 // Status reports one function; ok is false when it is unknown.
@@ -369,16 +452,22 @@ func (s *Supervisor) Status(namespace, name string) (st Status, ok bool) {
 		return Status{}, false
 	}
 	st = Status{Namespace: namespace, Name: name, Desired: f.desired, Generation: f.gen,
-		Crashes: f.crashes, LastError: f.lastError, LastStartup: f.startup}
+		Crashes: f.crashes, LastError: f.lastError, Failing: f.failing, LastStartup: f.startup}
+	st.Instances = make([]Instance, 0, len(f.insts))
 	for _, in := range f.insts {
+		is := Instance{Name: instanceName(namespace, name, in.id), Generation: in.gen, Started: in.started, Addr: in.ep.Addr}
 		switch {
 		case in.stopping:
 			st.Stopping++
+			is.State = "stopping"
 		case in.ready:
 			st.Ready++
+			is.State = "ready"
 		default:
 			st.Starting++
+			is.State = "starting"
 		}
+		st.Instances = append(st.Instances, is)
 	}
 	return st, true
 }
@@ -409,7 +498,9 @@ func instanceName(namespace, name string, id int) string {
 	return fmt.Sprintf("%s/%s#%d", namespace, name, id)
 }
 
-// Shutdown drains and stops every instance and waits for them, or for ctx.
+// Shutdown drains and stops every instance and waits for them. When ctx
+// ends first, the processes still running are killed, and their
+// queue-proxies end with the requests at them.
 func (s *Supervisor) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -423,6 +514,32 @@ func (s *Supervisor) Shutdown(ctx context.Context) error {
 	case <-done:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("instances still stopping: %w", ctx.Err())
 	}
+	s.mu.Lock()
+	killed := 0
+	for _, f := range s.fns {
+		for _, in := range f.insts {
+			if in.pid > 0 {
+				signalGroup(in.pid, killSignal)
+				killed++
+			}
+		}
+	}
+	s.mu.Unlock()
+	s.opts.Log.Warn("drain time spent: killed the instances still running", "instances", killed)
+	t := time.NewTimer(s.opts.StopTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("instances still stopping %v after they were killed", s.opts.StopTimeout)
+	}
+}
+
+// started records an instance's process, for Shutdown to kill.
+func (s *Supervisor) started(in *instance, pid int) {
+	s.mu.Lock()
+	in.pid = pid
+	s.mu.Unlock()
 }

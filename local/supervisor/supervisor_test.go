@@ -2,6 +2,7 @@ package supervisor
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -9,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -254,4 +256,82 @@ func TestReAddedStartsFromZero(t *testing.T) {
 		t.Fatalf("Scale = %d, %v; want 0, nil", had, err)
 	}
 	rec.waitReady(t, 1)
+}
+
+// failures records the supervisor's Failing calls.
+type failures struct {
+	mu    sync.Mutex
+	calls []string // cause, or "" for recovered; "cause@serving"
+}
+
+func (f *failures) record(_, _, cause string, serving int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, fmt.Sprintf("%s@%d", cause, serving))
+}
+
+func (f *failures) get() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// lockedBuffer is an output several copiers write to.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A version whose instances crash before ready is failing after
+// CrashLoopAfter crashes in a row: its traceback shows once on the
+// output (every line reaches Lines), then one warning per retry; a
+// working version ends it. Replacing a serving version, it says so.
+func TestCrashLoop(t *testing.T) {
+	var out lockedBuffer
+	var lines atomic.Int64
+	fails := &failures{}
+	rec := newRecorder()
+	s := New(Options{Output: &out, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Changed: rec.record,
+		Failing: fails.record, Lines: func(_, _, _, line string) {
+			if strings.Contains(line, "Traceback") {
+				lines.Add(1)
+			}
+		}, StopTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+
+	good := testFunction()
+	s.Set(good)
+	_, _ = s.Scale(context.Background(), "test", "fn", 1)
+	rec.waitReady(t, 1)
+	broken := good
+	broken.Process = runtimes.Process{Path: "/bin/sh", Args: []string{"-c", "echo Traceback: SyntaxError >&2; exit 1"}}
+	s.Set(broken)
+	eventually.True(t, "the new version failing", func() bool { return len(fails.get()) == 1 })
+	if got := fails.get()[0]; !strings.Contains(got, "SyntaxError") || !strings.HasSuffix(got, "@1") {
+		t.Errorf("Failing(%s), want the cause with the previous version's instance serving", got)
+	}
+	if st := status(t, s); st.Ready != 1 || !strings.Contains(st.Failing, "exit status 1") {
+		t.Errorf("status %+v, want the old instance ready and the new version failing", st)
+	}
+	eventually.True(t, "a retry after the failing", func() bool { return lines.Load() > CrashLoopAfter })
+	if n := strings.Count(out.String(), "Traceback"); n != 1 {
+		t.Errorf("the traceback shows %d times on the output, want once:\n%s", n, out.String())
+	}
+	s.Set(good)
+	eventually.True(t, "recovered", func() bool { c := fails.get(); return c[len(c)-1] == "@1" })
+	if st := status(t, s); st.Failing != "" {
+		t.Errorf("status %+v after a working version, want no failing", st)
+	}
 }

@@ -73,7 +73,8 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
-		CacheDir: cacheDir, Out: os.Stderr, Log: log, Poll: time.Hour, Drain: 5 * time.Second})
+		CacheDir: cacheDir, Out: os.Stderr, Log: log, Poll: time.Hour, Drain: 5 * time.Second,
+		AllowExternalSources: true}) // the manifests point at the samples
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,104 @@
+package local
+
+import (
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// get answers a request to a function: status, body and Retry-After.
+func (p *platform) fetch(name string) (code int, body, retryAfter string) {
+	p.t.Helper()
+	resp, err := p.client.Get("http://" + p.Addr() + "/fn/default/" + name + "/")
+	if err != nil {
+		p.t.Fatalf("GET %s: %v", name, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header.Get("Retry-After")
+}
+
+// Functions that exist but do not serve yet: a request for one being
+// built waits for its build and is served; one whose build failed, or
+// whose instances crash before ready, answers 503 at once with the cause;
+// 404 stays for names no manifest declares.
+func TestNotServingYet(t *testing.T) {
+	requireTools(t, "python3", "go")
+	dir := t.TempDir()
+	files := map[string]string{
+		"slow/handler.go": "package slow\n\nimport (\n\t\"context\"\n\n\t\"sless.dev/sless/runtimes/go/sless\"\n)\n\nfunc Handle(context.Context, sless.Event) (any, error) { return \"built\", nil }\n",
+		"bad/handler.go":  "package bad\n\nfunc Handle( {\n",
+		"broken/main.py":  "raise RuntimeError('cannot reach the database')\n",
+		"functions.yaml":  fn("slow", "go", "Handle") + fn("bad", "go", "Handle") + fn("broken", "python", "main.handle"),
+	}
+	for name, content := range files {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(t, filepath.Join(dir, name), content)
+	}
+	p := runPlatform(t, dir, time.Second)
+	p.waitFor("slow known", 30*time.Second, func() bool { return p.statusCode("slow") == http.StatusOK })
+	if st := p.status("slow"); st.State != "building" {
+		t.Logf("slow is %s already: the build was quicker than the test", st.State)
+	}
+	if code, body, _ := p.fetch("slow"); code != 200 || body != "built" {
+		t.Errorf("request during the build: %d %q, want 200 once built", code, body)
+	}
+
+	p.waitFor("bad failed", 5*time.Minute, func() bool { return p.status("bad").State == "failed" })
+	code, body, retry := p.fetch("bad")
+	if code != 503 || retry == "" || !strings.Contains(body, "build failed") || !strings.Contains(body, "handler.go") {
+		t.Errorf("request for a failed build: %d %q Retry-After %q, want 503 naming the build error", code, body, retry)
+	}
+
+	code, body, retry = p.fetch("broken")
+	if code != 503 || retry == "" || !strings.Contains(body, "crashing") || !strings.Contains(body, "cannot reach the database") {
+		t.Errorf("request for a crashing function: %d %q Retry-After %q, want 503 with the crash's cause", code, body, retry)
+	}
+	if st := p.status("broken"); st.State != "crashing" || !strings.Contains(st.Error, "cannot reach the database") {
+		t.Errorf("status %+v, want crashing with the cause", st)
+	}
+	if code, _, _ := p.fetch("nobody"); code != 404 {
+		t.Errorf("unknown function: %d, want 404", code)
+	}
+}
+
+// A new version that crash-loops leaves the old one serving, shows as a
+// failed update, and prints its traceback once.
+func TestUpdateThatCrashes(t *testing.T) {
+	p := startPlatform(t, manifest("upd", "  scale: {initial: 1}\n"))
+	p.waitFor("upd ready", 30*time.Second, func() bool { return p.status("upd").State == "ready" })
+	write(t, filepath.Join(p.dir, "fn", "main.py"), "def handle(event:\n    return 1\n")
+	p.waitFor("the update failed", 30*time.Second, func() bool { return p.status("upd").Update == "failed" })
+	st := p.status("upd")
+	if st.State != "ready" || !strings.Contains(st.UpdateError, "SyntaxError") {
+		t.Errorf("status %+v, want ready with the update's SyntaxError", st)
+	}
+	if code, _, err := p.invoke("upd", ""); code != 200 {
+		t.Errorf("the previous version: %d %v, want 200", code, err)
+	}
+	p.waitFor("more retries", 30*time.Second, func() bool { return p.status("upd").Crashes > 4 })
+	if n := strings.Count(p.out.String(), "| Traceback (most recent call last)"); n != 1 {
+		t.Errorf("the traceback is printed %d times, want once", n)
+	}
+}
+
+func fn(name, runtime, handler string) string {
+	return "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: " + name + "}\nspec:\n  runtime: " + runtime +
+		"\n  source: ./" + name + "\n  handler: " + handler + "\n---\n"
+}
+
+// statusCode is the admin API's answer for one function.
+func (p *platform) statusCode(name string) int {
+	resp, err := http.Get("http://" + p.AdminAddr() + "/v1/namespaces/default/functions/" + name)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
