@@ -37,6 +37,3 @@ type usageError struct{ err error }
 
 func (e usageError) Error() string { return e.err.Error() }
 func (e usageError) Unwrap() error { return e.err }
-
-// usagef returns a usageError.
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
