@@ -275,8 +275,9 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	}
 	bytesIn := ctx.Request.Header.ContentLength()
 	if int64(bytesIn) > a.cfg.MaxBodyBytes {
-		code := a.fail(ctx, fasthttp.StatusRequestEntityTooLarge, forward.ErrBodyTooLarge.Error(), rt)
-		a.finish(ctx, rt, start, result{code: code})
+		var res result
+		a.failed(ctx, rt, &res, fasthttp.StatusRequestEntityTooLarge, forward.ErrBodyTooLarge.Error())
+		a.finish(ctx, rt, start, res)
 		return
 	}
 	req := &ctx.Request
@@ -290,7 +291,9 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	held, err := forward.HoldBody(req, cc, deadline)
 	if err != nil {
 		f := forward.Classify(err)
-		a.finish(ctx, rt, start, result{code: a.fail(ctx, f.Code, f.Message(), rt)})
+		var res result
+		a.failed(ctx, rt, &res, f.Code, f.Message())
+		a.finish(ctx, rt, start, res)
 		return
 	}
 	res := a.serve(ctx, rt, deadline, cc)
@@ -318,17 +321,25 @@ type result struct {
 	body *forward.Body // the response body still streaming, if any
 	cold bool          // waited for a function with no instance
 	wait time.Duration // how long it waited for an instance
+	// instance is the address of the instance it was sent to, if any.
+	instance string
+	err      string // why the platform failed it
 }
 
 // finish records a request that has ended.
 func (a *Activator) finish(ctx *fasthttp.RequestCtx, rt *route, start time.Time, res result) {
 	d := time.Since(start)
 	rt.metrics.observe(res.code, d, res.cold)
+	var coldWait time.Duration
+	if res.cold {
+		coldWait = res.wait
+	}
 	a.sink.Add(invocation.Record{
 		Namespace: rt.fn.Namespace, Function: rt.fn.Name, Trigger: "http", Status: res.code,
-		Start: start, Duration: d, ColdStart: res.cold, ColdStartWait: res.wait,
+		Start: start, Duration: d, QueueWait: res.wait, ColdStart: res.cold, ColdStartWait: coldWait,
 		BytesIn: bodySize(ctx.Request.Header.ContentLength()), BytesOut: max(ctx.Response.Header.ContentLength(), -1),
-		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")),
+		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")), Instance: res.instance,
+		Error: invocation.TruncateError(res.err),
 	})
 }
 
@@ -352,25 +363,24 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 	}
 	var res result
 	for attempt := 1; ; attempt++ {
-		waitStart := time.Now()
-		in, cold, err := a.acquire(rt, deadline, gone)
-		if cold {
-			res.cold, res.wait = true, time.Since(waitStart)
-		}
+		in, cold, wait, err := a.acquire(rt, deadline, gone)
+		res.wait += wait
+		res.cold = res.cold || cold
 		switch {
 		case errors.Is(err, ErrBufferFull):
-			res.code = a.fail(ctx, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function", rt)
+			a.failed(ctx, rt, &res, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function")
 			return res
 		case errors.Is(err, ErrUnavailable):
-			res.code = a.fail(ctx, fasthttp.StatusServiceUnavailable, err.Error(), rt)
+			a.failed(ctx, rt, &res, fasthttp.StatusServiceUnavailable, err.Error())
 			return res
 		case errors.Is(err, ErrTimeout):
-			res.code = a.fail(ctx, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance", rt)
+			a.failed(ctx, rt, &res, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance")
 			return res
 		case err != nil: // the client left
 			res.code = forward.StatusClientClosedRequest
 			return res
 		}
+		res.instance = in.Addr
 		body, err := a.client(in.Addr).Do(&ctx.Request, &ctx.Response, deadline, cc)
 		if err == nil {
 			forward.PrepareResponse(&ctx.Response)
@@ -390,24 +400,27 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 			res.code = f.Code
 			return res
 		}
-		res.code = a.fail(ctx, f.Code, f.Message(), rt)
+		a.failed(ctx, rt, &res, f.Code, f.Message())
 		return res
 	}
 }
 
-// acquire takes an instance, waiting (with a timer only then) until the
-// deadline. cold reports a wait for a function with no instance.
-func (a *Activator) acquire(rt *route, deadline time.Time, gone <-chan struct{}) (in *Instance, cold bool, err error) {
+// acquire takes an instance, waiting (with a timer and a clock only then)
+// until the deadline. cold reports a wait for a function with no
+// instance; wait is how long it waited.
+func (a *Activator) acquire(rt *route, deadline time.Time, gone <-chan struct{}) (in *Instance, cold bool, wait time.Duration, err error) {
 	if in := rt.throttler.TryAcquire(); in != nil {
-		return in, false, nil
+		return in, false, 0, nil
 	}
-	d := time.Until(deadline)
+	start := time.Now()
+	d := deadline.Sub(start)
 	if d <= 0 {
-		return nil, false, ErrTimeout
+		return nil, false, 0, ErrTimeout
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	return rt.throttler.Acquire(t.C, gone)
+	in, cold, err = rt.throttler.Acquire(t.C, gone)
+	return in, cold, time.Since(start), err
 }
 
 // upstreamIdleTimeout is how long a connection to an instance is kept
@@ -437,6 +450,11 @@ func (a *Activator) ensureRequestID(req *fasthttp.Request) {
 	b := append(buf[:0], a.idBase...)
 	b = strconv.AppendUint(b, a.reqID.Add(1), 36)
 	req.Header.SetBytesV("X-Request-Id", b)
+}
+
+// failed answers a request the platform fails, and notes why in res.
+func (a *Activator) failed(ctx *fasthttp.RequestCtx, rt *route, res *result, code int, msg string) {
+	res.code, res.err = a.fail(ctx, code, msg, rt), msg
 }
 
 func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *route) int {

@@ -194,8 +194,9 @@ func TestScaleFromZero(t *testing.T) {
 	}
 	ids := map[string]bool{}
 	for _, r := range records {
-		if !r.ColdStart || r.ColdStartWait <= 0 || r.Status != 200 || r.Trigger != "http" || r.Function != "cold" {
-			t.Fatalf("record %+v, want a 200 cold start of cold over http", r)
+		if !r.ColdStart || r.ColdStartWait <= 0 || r.QueueWait != r.ColdStartWait || r.Status != 200 || r.Trigger != "http" ||
+			r.Function != "cold" || r.Instance == "" || r.Error != "" {
+			t.Fatalf("record %+v, want a 200 cold start of cold over http, with its wait and instance", r)
 		}
 		ids[r.RequestID] = true
 	}
@@ -391,9 +392,11 @@ func TestUnavailableAnswersAtOnce(t *testing.T) {
 	if code, body := get(t, base+"/fn/ns/broken/echo"); code != 200 {
 		t.Errorf("once it serves: %d %s", code, body)
 	}
-	records, _ := a.sink.(*invocation.Ring).Recent(1)
-	if len(records) != 1 || records[0].BytesIn != 0 {
+	records, _ := a.sink.(*invocation.Ring).Recent(2)
+	if len(records) != 2 || records[0].BytesIn != 0 {
 		t.Errorf("record of a GET %+v, want bytesIn 0", records)
+	} else if r := records[1]; r.Status != 503 || !strings.Contains(r.Error, "syntax error") || r.Instance != "" {
+		t.Errorf("record of a 503 %+v, want the cause as its error", r)
 	}
 	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "broken", "503")); n != 2 {
 		t.Errorf("sless_activator_requests_total{code=503} = %v, want 2", n)

@@ -6,14 +6,24 @@ package invocation
 import (
 	"sync"
 	"time"
+	"unicode/utf8"
 )
+
+// MaxErrorBytes bounds a record's Error, so that a record's size is
+// bounded whatever failed.
+const MaxErrorBytes = 1024
 
 // Record is one invocation of a function.
 type Record struct {
+	// ID orders records: the store that keeps a record numbers it, in
+	// the order records reach it.
+	ID        int64  `json:"id"`
 	Namespace string `json:"namespace"`
 	Function  string `json:"function"`
-	// Trigger is the kind of trigger that invoked: http, cron or rabbitmq.
-	Trigger string `json:"trigger"`
+	// Trigger is the kind of trigger that invoked: http, cron or
+	// rabbitmq; TriggerName names it in the Function (empty for http).
+	Trigger     string `json:"trigger"`
+	TriggerName string `json:"triggerName,omitempty"`
 	// RequestID is the X-Request-Id the function saw, to find the
 	// invocation in the function's own logs.
 	RequestID string `json:"requestId,omitempty"`
@@ -22,14 +32,34 @@ type Record struct {
 	Start  time.Time `json:"start"`
 	// Duration is from arrival to answer, waiting included.
 	Duration time.Duration `json:"durationNs"`
-	// ColdStart is set when the invocation waited for a function with no
-	// instance; ColdStartWait is how long it waited.
+	// QueueWait is how long the invocation waited for an instance with
+	// room; ColdStart is set when it waited for a function with no
+	// instance, and ColdStartWait is then that wait.
+	QueueWait     time.Duration `json:"queueWaitNs,omitempty"`
 	ColdStart     bool          `json:"coldStart"`
 	ColdStartWait time.Duration `json:"coldStartWaitNs,omitempty"`
 	// BytesIn and BytesOut are the body sizes, when known (-1: chunked or
 	// streamed without a length).
 	BytesIn  int `json:"bytesIn"`
 	BytesOut int `json:"bytesOut"`
+	// Instance is the instance that served it (for HTTP, its queue-proxy's
+	// address), empty when none did.
+	Instance string `json:"instance,omitempty"`
+	// Error is why the platform failed it, up to MaxErrorBytes: empty
+	// when the function answered.
+	Error string `json:"error,omitempty"`
+}
+
+// TruncateError bounds an error text to MaxErrorBytes, on a rune boundary.
+func TruncateError(msg string) string {
+	if len(msg) <= MaxErrorBytes {
+		return msg
+	}
+	cut := MaxErrorBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut]
 }
 
 // Ring keeps the latest records in a fixed amount of memory: adding never

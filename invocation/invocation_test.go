@@ -1,8 +1,10 @@
 package invocation
 
 import (
+	"strings"
 	"sync"
 	"testing"
+	"unicode/utf8"
 )
 
 func TestRing(t *testing.T) {
@@ -50,5 +52,21 @@ func TestRingConcurrentAdds(t *testing.T) {
 	got, total := g.Recent(1000)
 	if total != 8000 || len(got) != 100 {
 		t.Errorf("after 8000 adds: %d records, total %d; want 100 and 8000", len(got), total)
+	}
+}
+
+func TestTruncateError(t *testing.T) {
+	long := strings.Repeat("x", MaxErrorBytes-1) + "é" // é is 2 bytes: it straddles the bound
+	tests := []struct {
+		name, in, want string
+	}{
+		{"short", "boom", "boom"},
+		{"at the bound", strings.Repeat("x", MaxErrorBytes), strings.Repeat("x", MaxErrorBytes)},
+		{"over, on a rune boundary", long + "tail", strings.Repeat("x", MaxErrorBytes-1)},
+	}
+	for _, tt := range tests {
+		if got := TruncateError(tt.in); got != tt.want || !utf8.ValidString(got) {
+			t.Errorf("%s: %d bytes, want %d", tt.name, len(got), len(tt.want))
+		}
 	}
 }
