@@ -75,13 +75,23 @@ type Ring struct {
 // NewRing returns a ring holding up to size records.
 func NewRing(size int) *Ring { return &Ring{buf: make([]Record, max(size, 1))} }
 
-// Add keeps r.
+// Add keeps r, numbered in the order records are added.
 func (g *Ring) Add(r Record) {
 	g.mu.Lock()
+	g.total++
+	r.ID = int64(g.total)
 	g.buf[g.next] = r
 	g.next = (g.next + 1) % len(g.buf)
-	g.total++
 	g.mu.Unlock()
+}
+
+// each calls f with every record held, under the ring's lock.
+func (g *Ring) each(f func(Record)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i := range int(min(g.total, uint64(len(g.buf)))) {
+		f(g.buf[i])
+	}
 }
 
 // Recent returns up to n records, newest first, and the number ever added.
