@@ -290,13 +290,10 @@ func TestServer(t *testing.T) {
 	if code, _ := get(t, adminURL+"/v1/functions"); code != 401 {
 		t.Errorf("/v1/functions without the token: %d, want 401", code)
 	}
-	code, body := get(t, adminURL+"/v1/invocations?limit=2", "Authorization", "Bearer s3cret")
-	var inv struct {
-		Invocations []invocation.Record
-		Total       int
-	}
-	if err := json.Unmarshal(body, &inv); code != 200 || err != nil || len(inv.Invocations) != 2 || inv.Total != 3 {
-		t.Errorf("/v1/invocations: %d %s", code, body)
+	checkInvocationRoutes(t, adminURL+"/v1/namespaces/ns/functions/hello/invocations", "Bearer s3cret")
+	code, body := get(t, adminURL+"/v1/namespaces/ns/functions/hello/invocations")
+	if code != 401 {
+		t.Errorf("invocations without the token: %d %s, want 401", code, body)
 	}
 	code, body = get(t, adminURL+"/v1/functions", "Authorization", "Bearer s3cret")
 	if code != 200 || !strings.Contains(string(body), `"name":"hello","http":true`) || !strings.Contains(string(body), `"instances":1`) {
@@ -400,5 +397,45 @@ func TestUnavailableAnswersAtOnce(t *testing.T) {
 	}
 	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "broken", "503")); n != 2 {
 		t.Errorf("sless_activator_requests_total{code=503} = %v, want 2", n)
+	}
+}
+
+// checkInvocationRoutes checks the invocation routes of a function that
+// was called 3 times, all 200 over http.
+func checkInvocationRoutes(t *testing.T, url, auth string) {
+	t.Helper()
+	var page invocation.Page
+	code, body := get(t, url+"?limit=2", "Authorization", auth)
+	if err := json.Unmarshal(body, &page); code != 200 || err != nil || len(page.Invocations) != 2 || page.Next == "" {
+		t.Fatalf("first page: %d %s, want 2 invocations and a next page", code, body)
+	}
+	code, body = get(t, url+"?limit=2&before="+page.Next, "Authorization", auth)
+	var rest invocation.Page
+	if err := json.Unmarshal(body, &rest); code != 200 || err != nil || len(rest.Invocations) != 1 || rest.Next != "" ||
+		rest.Invocations[0].ID >= page.Invocations[1].ID {
+		t.Errorf("second page: %d %s, want the oldest invocation and no next page", code, body)
+	}
+	tests := []struct {
+		query string
+		code  int
+		want  string
+	}{
+		{"?status=200&trigger=http&since=1h", 200, `"status":200`},
+		{"?status=500", 200, `"invocations":[]`},
+		{"/summary?window=15m", 200, `"total":{"count":3,"errors":0`},
+		{"/summary", 200, `"window":"1h"`},
+		{"?limit=0", 400, "limit must be"},
+		{"?limit=x", 400, "limit must be"},
+		{"?before=nope", 400, "bad cursor"},
+		{"?since=yesterday", 400, "since must be"},
+		{"?status=9000", 400, "status must be"},
+		{"?trigger=smoke", 400, "trigger must be"},
+		{"/summary?window=-1h", 400, "window must be"},
+	}
+	for _, tt := range tests {
+		code, body := get(t, url+tt.query, "Authorization", auth)
+		if code != tt.code || !strings.Contains(string(body), tt.want) {
+			t.Errorf("%s: %d %s, want %d with %s", tt.query, code, body, tt.code, tt.want)
+		}
 	}
 }

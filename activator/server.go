@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -35,11 +36,11 @@ type Server struct {
 	Activator *Activator
 	// Registry is served on /metrics.
 	Registry prometheus.Gatherer
-	// Records is served on /v1/invocations.
-	Records *invocation.Ring
+	// Records answers each function's invocations and their summary.
+	Records RecordReader
 	// Token, when set, is the bearer token the /v1/ API requires.
 	Token string
-	// API, when set, serves every /v1/ route but /v1/invocations, behind
+	// API, when set, serves every /v1/ route but the invocations', behind
 	// the token, in place of the activator's own list of functions: the
 	// local platform adds builds, instances and logs to it.
 	API http.Handler
@@ -145,20 +146,103 @@ func (s *Server) adminHandler() http.Handler {
 			writeJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
 		}))
 	}
-	mux.Handle("GET /v1/invocations", s.authorized(func(w http.ResponseWriter, r *http.Request) {
-		limit := 100
-		if v := r.URL.Query().Get("limit"); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n < 1 || n > 10_000 {
-				writeJSON(w, http.StatusBadRequest, map[string]string{"error": "limit must be a whole number from 1 to 10000"})
-				return
-			}
-			limit = n
-		}
-		records, total := s.Records.Recent(limit)
-		writeJSON(w, http.StatusOK, map[string]any{"invocations": records, "total": total})
-	}))
+	mux.Handle("GET "+invocationsRoute, s.authorized(s.listInvocations))
+	mux.Handle("GET "+invocationsRoute+"/summary", s.authorized(s.summarizeInvocations))
 	return mux
+}
+
+// RecordReader answers the invocation routes: the in-memory ring or the
+// PostgreSQL store, with the same answers.
+type RecordReader interface {
+	List(ctx context.Context, q invocation.Query) (invocation.Page, error)
+	Summary(ctx context.Context, namespace, function string, since time.Time) (invocation.Summary, error)
+}
+
+// invocationsRoute is the admin API's path of a function's invocations.
+const invocationsRoute = "/v1/namespaces/{namespace}/functions/{name}/invocations"
+
+// listInvocations answers a page of a function's invocations, newest
+// first: ?limit=&before=&since=&status=&trigger=.
+func (s *Server) listInvocations(w http.ResponseWriter, r *http.Request) {
+	q, err := parseQuery(r)
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	page, err := s.Records.List(r.Context(), q)
+	if err != nil {
+		s.Log.Warn("list invocations", "namespace", q.Namespace, "function", q.Function, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "invocation records unavailable: " + err.Error()})
+		return
+	}
+	if page.Invocations == nil {
+		page.Invocations = []invocation.Record{}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
+
+func parseQuery(r *http.Request) (invocation.Query, error) {
+	v := r.URL.Query()
+	q := invocation.Query{Namespace: r.PathValue("namespace"), Function: r.PathValue("name"), Trigger: v.Get("trigger")}
+	var err error
+	if l := v.Get("limit"); l != "" {
+		if q.Limit, err = strconv.Atoi(l); err != nil || q.Limit < 1 || q.Limit > invocation.MaxLimit {
+			return q, fmt.Errorf("limit must be a whole number from 1 to %d", invocation.MaxLimit)
+		}
+	}
+	if b := v.Get("before"); b != "" {
+		c, err := invocation.ParseCursor(b)
+		if err != nil {
+			return q, err
+		}
+		q.Before = &c
+	}
+	if since := v.Get("since"); since != "" {
+		if q.Since, err = parseSince(since, time.Now()); err != nil {
+			return q, err
+		}
+	}
+	if st := v.Get("status"); st != "" {
+		if q.Status, err = strconv.Atoi(st); err != nil || q.Status < 100 || q.Status > 599 {
+			return q, errors.New("status must be an HTTP status code")
+		}
+	}
+	switch q.Trigger {
+	case "", "http", "cron", "rabbitmq":
+	default:
+		return q, fmt.Errorf("trigger must be http, cron or rabbitmq, not %q", q.Trigger)
+	}
+	return q, nil
+}
+
+// parseSince reads a time (RFC 3339) or an age (a duration before now).
+func parseSince(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("since must be a time (RFC 3339) or a duration such as 15m, not %q", v)
+	}
+	return t, nil
+}
+
+// summarizeInvocations answers how a function did over ?window= (1h).
+func (s *Server) summarizeInvocations(w http.ResponseWriter, r *http.Request) {
+	window, err := invocation.ParseWindow(r.URL.Query().Get("window"))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	sum, err := s.Records.Summary(r.Context(), ns, name, time.Now().Add(-window))
+	if err != nil {
+		s.Log.Warn("summarize invocations", "namespace", ns, "function", name, "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "invocation records unavailable: " + err.Error()})
+		return
+	}
+	sum.Window = cmp.Or(r.URL.Query().Get("window"), "1h")
+	writeJSON(w, http.StatusOK, sum)
 }
 
 // authorized requires the bearer token, when one is configured.

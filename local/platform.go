@@ -58,10 +58,25 @@ type Options struct {
 	// ReadTimeout bounds how long a client may take to send a request
 	// head or each part of its body (forward.DefaultReadTimeout when 0).
 	ReadTimeout time.Duration
+	// Records keeps the invocation records and answers the admin API's
+	// routes of them (an in-memory ring when nil). The platform only adds
+	// to it: its owner writes and closes it.
+	Records RecordStore
+	// Registry, when set, is where the platform registers its metrics and
+	// what its /metrics serves, so that the metrics of its owner's parts
+	// (the records store) show there too.
+	Registry *prometheus.Registry
 	// InstallRetry is the first wait before a function whose dependencies
 	// failed to install is prepared again with the same source; the wait
 	// doubles with each failure, up to maxInstallRetry.
 	InstallRetry time.Duration
+}
+
+// RecordStore keeps invocation records and answers queries of them: the
+// ring, or the PostgreSQL store.
+type RecordStore interface {
+	activator.InvocationSink
+	activator.RecordReader
 }
 
 // maxInstallRetry bounds the wait between retries of a failed install.
@@ -72,7 +87,7 @@ type Platform struct {
 	opts           Options
 	serving, admin net.Listener
 	reg            *prometheus.Registry
-	records        *invocation.Ring
+	records        RecordStore
 	act            *activator.Activator
 	scaler         *autoscaler.Autoscaler
 	sup            *supervisor.Supervisor
@@ -123,7 +138,13 @@ func New(opts Options) (*Platform, error) {
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = forward.DefaultReadTimeout
 	}
-	p := &Platform{opts: opts, reg: prometheus.NewRegistry(), records: invocation.NewRing(10_000), fns: map[string]*entry{}}
+	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{}}
+	if p.reg == nil {
+		p.reg = prometheus.NewRegistry()
+	}
+	if p.records == nil {
+		p.records = invocation.NewRing(10_000)
+	}
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, Changed: p.instancesChanged, Failing: p.failing})
 	var err error

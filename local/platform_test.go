@@ -101,6 +101,12 @@ func requirePython(t *testing.T) {
 
 func startPlatform(t *testing.T, manifests string) *platform {
 	t.Helper()
+	return startPlatformWith(t, manifests)
+}
+
+// startPlatformWith is startPlatform with options set.
+func startPlatformWith(t *testing.T, manifests string, set ...func(*Options)) *platform {
+	t.Helper()
 	requirePython(t)
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "fn"), 0o755); err != nil {
@@ -108,7 +114,7 @@ func startPlatform(t *testing.T, manifests string) *platform {
 	}
 	write(t, filepath.Join(dir, "fn", "main.py"), handler)
 	write(t, filepath.Join(dir, "functions.yaml"), manifests)
-	return runPlatform(t, dir, 50*time.Millisecond)
+	return runPlatform(t, dir, 50*time.Millisecond, set...)
 }
 
 // runPlatform runs the platform on dir, with a cache of its own, until the

@@ -27,6 +27,7 @@ func newActivatorCommand() *cobra.Command {
 		cfg                               activator.Config
 		drain, readTimeout, propagation   time.Duration
 		records                           int
+		db                                databaseFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "activator",
@@ -35,7 +36,8 @@ func newActivatorCommand() *cobra.Command {
 Functions and their ready instances by watching the API server (the cluster's
 in-cluster config, or KUBECONFIG), serves invocations on --listen and its
 health, metrics and admin API on --admin. SLESS_ADMIN_TOKEN, when set, is the
-bearer token the admin API requires.`,
+bearer token the admin API requires. Invocation records go to PostgreSQL with
+--database-url (or SLESS_DATABASE_URL), to memory without.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -46,7 +48,11 @@ bearer token the admin API requires.`,
 			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			ring := invocation.NewRing(records)
+			store, err := db.open(ctx, invocation.NewRing(records), reg, log)
+			if err != nil {
+				return err
+			}
+			defer store.close()
 			var poker activator.Poker = logPoker{log}
 			var client *activator.AutoscalerClient
 			if autoscaler != "" {
@@ -55,7 +61,7 @@ bearer token the admin API requires.`,
 				go client.Run(ctx)
 				poker = client
 			}
-			a, err := activator.New(cfg, poker, ring, reg, log)
+			a, err := activator.New(cfg, poker, store, reg, log)
 			if err != nil {
 				return err
 			}
@@ -87,7 +93,7 @@ bearer token the admin API requires.`,
 			if err != nil {
 				return fmt.Errorf("--admin: %w", err)
 			}
-			srv := &activator.Server{Activator: a, Registry: reg, Records: ring,
+			srv := &activator.Server{Activator: a, Registry: reg, Records: store,
 				Token: os.Getenv("SLESS_ADMIN_TOKEN"), DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
 			return srv.Run(ctx, servingLn, adminLn)
 		},
@@ -105,7 +111,8 @@ bearer token the admin API requires.`,
 		"how long to keep taking connections after turning unready on SIGTERM, before draining: the endpoints' update time")
 	f.DurationVar(&readTimeout, "read-timeout", forward.DefaultReadTimeout,
 		"most a client may take to send a request head, or each part of its body (408 beyond)")
-	f.IntVar(&records, "records", 10_000, "invocation records kept in memory")
+	f.IntVar(&records, "records", 10_000, "invocation records kept in memory, without --database-url")
+	db.register(f)
 	f.StringVar(&peersService, "peers-service", "sless-activator",
 		"the activators' Service, in the pod's namespace (POD_NAMESPACE): its ready endpoints share every instance's concurrency; POD_IP names this one")
 	cmd.PreRunE = func(*cobra.Command, []string) error {

@@ -8,15 +8,20 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/invocation"
 	"sless.dev/sless/local"
 )
 
 func newDevCommand() *cobra.Command {
-	var opts local.Options
+	var (
+		opts local.Options
+		db   databaseFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the platform locally on a directory of Function manifests",
@@ -41,6 +46,13 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 				}
 				opts.CacheDir = filepath.Join(dir, "sless")
 			}
+			reg := prometheus.NewRegistry()
+			store, err := db.open(cmd.Context(), invocation.NewRing(10_000), reg, opts.Log)
+			if err != nil {
+				return err
+			}
+			defer store.close()
+			opts.Records, opts.Registry = store, reg
 			p, err := local.New(opts)
 			if err != nil {
 				return err
@@ -54,6 +66,7 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 	f.StringVar(&opts.Listen, "listen", "127.0.0.1:8080", "address of the invocation port (:8080 for every interface)")
 	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of the admin API, health and metrics (:9090 for every interface)")
 	f.StringVar(&opts.CacheDir, "cache-dir", "", "builds and installed dependencies (default: the user cache directory/sless)")
+	db.register(f)
 	f.BoolVar(&opts.AllowExternalSources, "allow-external-sources", false,
 		"serve manifests whose spec.source is outside the --functions directory")
 	f.DurationVar(&opts.Drain, "drain", 30*time.Second, "longest drain of requests and instances at exit")

@@ -3,6 +3,7 @@ package main
 import (
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -65,4 +66,21 @@ func TestDevSecondInterruptStops(t *testing.T) {
 		t.Fatal("sless dev still runs after a second Ctrl-C")
 	}
 	eventually.True(t, "no instance left", func() bool { return len(processesUsing(d.cacheDir)) == 0 })
+}
+
+// A database URL that does not work stops sless dev at once with an error
+// naming the host, never the password.
+func TestDevBadDatabaseURL(t *testing.T) {
+	for _, url := range []string{"postgres://sless:s3cret@127.0.0.1:1/records", "postgres://sless:s3cret@[::1"} {
+		cmd := exec.Command(os.Args[0], "dev", "--functions", t.TempDir(), "--database-url", url,
+			"--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+		cmd.Env = append(os.Environ(), runMainEnv+"=1")
+		out, err := cmd.CombinedOutput()
+		if err == nil || strings.Contains(string(out), "s3cret") || !strings.Contains(string(out), "database") {
+			t.Errorf("--database-url %s: %v\n%s\nwant an error about the database, without the password", url, err, out)
+		}
+		if strings.Contains(url, ":1/") && !strings.Contains(string(out), "127.0.0.1:1") {
+			t.Errorf("the error does not name the host:\n%s", out)
+		}
+	}
 }

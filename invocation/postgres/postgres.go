@@ -83,6 +83,10 @@ type Store struct {
 //go:embed migrations/*.sql
 var migrations embed.FS
 
+// connectTimeout bounds a connection's setup when the URL sets none: a
+// host that does not answer is an outage, not a hang.
+const connectTimeout = 5 * time.Second
+
 // versionTable is tern's record of the migrations applied.
 const versionTable = "sless_schema_version"
 
@@ -99,6 +103,10 @@ func Open(ctx context.Context, url string, reg prometheus.Registerer, opts Optio
 		return nil, errors.New("database URL: not a PostgreSQL URL or connection string")
 	}
 	cfg.MaxConns = opts.MaxConns
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = connectTimeout
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = "sless-invocation-records"
 	s := &Store{opts: opts, host: fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
 		records: make(chan invocation.Record, opts.Buffer)}
 	if s.metrics, err = newMetrics(reg); err != nil {

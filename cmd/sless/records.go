@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/pflag"
+
+	"sless.dev/sless/activator"
+	"sless.dev/sless/invocation"
+	"sless.dev/sless/invocation/postgres"
+)
+
+// databaseFlags say where invocation records go: PostgreSQL, or memory.
+type databaseFlags struct {
+	url       string
+	retention time.Duration
+}
+
+func (d *databaseFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&d.url, "database-url", os.Getenv("SLESS_DATABASE_URL"),
+		"PostgreSQL URL for invocation records (default $SLESS_DATABASE_URL; in memory when empty)")
+	f.DurationVar(&d.retention, "records-retention", postgres.DefaultRetention, "how long PostgreSQL keeps invocation records (whole days)")
+}
+
+// recordStore keeps and answers invocation records.
+type recordStore struct {
+	activator.InvocationSink
+	activator.RecordReader
+	close func()
+}
+
+// open returns the PostgreSQL store when a URL is set, writing until
+// close, or ring.
+func (d *databaseFlags) open(ctx context.Context, ring *invocation.Ring, reg prometheus.Registerer, log *slog.Logger) (*recordStore, error) {
+	if d.url == "" {
+		return &recordStore{InvocationSink: ring, RecordReader: ring, close: func() {}}, nil
+	}
+	if d.retention < 24*time.Hour {
+		return nil, usageError{fmt.Errorf("--records-retention must be at least a day, not %v", d.retention)}
+	}
+	pg, err := postgres.Open(ctx, d.url, reg, postgres.Options{Retention: d.retention, Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("invocation records: %w", err)
+	}
+	// Its own context: records of the requests drained at shutdown are
+	// written before close.
+	run, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { pg.Run(run); close(done) }()
+	return &recordStore{InvocationSink: pg, RecordReader: pg, close: func() { stop(); <-done; pg.Close() }}, nil
+}
