@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-unit bench bench-coldstart bench-knative generate verify lint controlplane tools clean
+.PHONY: all build run test test-unit bench bench-coldstart bench-records bench-knative generate verify lint controlplane tools clean
 
 all: build
 
@@ -46,6 +46,11 @@ bench: build
 ## bench-coldstart: cold starts and warm throughput per runtime through sless dev
 bench-coldstart:
 	$(GO) run ./benchmarks/cmd/bench-coldstart
+
+## bench-records: the PostgreSQL invocation store against a bare COPY loop,
+## the request path with it against the ring, and the summary over 10M records
+bench-records:
+	$(GO) run ./benchmarks/cmd/bench-records
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue
