@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"cmp"
 	"fmt"
 	"go/token"
 	"regexp"
@@ -281,4 +282,38 @@ func durationInRange(p *field.Path, d, lo, hi time.Duration) field.ErrorList {
 		return field.ErrorList{field.Invalid(p, d.String(), fmt.Sprintf("must be between %v and %v", lo, hi))}
 	}
 	return nil
+}
+
+// ParseSchedule is the trigger's schedule as the scheduler runs it, by the
+// parser validation checks it with, and its time zone.
+func (c *CronTrigger) ParseSchedule() (cron.Schedule, *time.Location, error) {
+	loc, err := time.LoadLocation(cmp.Or(c.Timezone, "UTC"))
+	if err != nil {
+		return nil, nil, fmt.Errorf("timezone %q: %w", c.Timezone, err)
+	}
+	s, err := cronParser.Parse(c.Schedule)
+	if err != nil {
+		return nil, nil, fmt.Errorf("schedule %q: %w", c.Schedule, err)
+	}
+	return onceInRepeats{s}, loc, nil
+}
+
+// onceInRepeats fires a wall-clock time once when the clocks go back and
+// the hour repeats, as a daily job is expected to run once (robfig/cron
+// fires it in both). A time in a gap, skipped by the clocks, is skipped.
+type onceInRepeats struct{ cron.Schedule }
+
+func (s onceInRepeats) Next(t time.Time) time.Time {
+	n := s.Schedule.Next(t)
+	_, before := n.Add(-3 * time.Hour).Zone()
+	_, after := n.Zone()
+	back := time.Duration(before-after) * time.Second // > 0 when the clocks went back
+	if back <= 0 || n.IsZero() {
+		return n
+	}
+	first := n.Add(-back) // the same wall-clock time, the first time round
+	if first.Format(time.DateTime) == n.Format(time.DateTime) && s.Schedule.Next(first.Add(-time.Nanosecond)).Equal(first) {
+		return s.Next(n)
+	}
+	return n
 }
