@@ -324,6 +324,8 @@ type result struct {
 	// instance is the address of the instance it was sent to, if any.
 	instance string
 	err      string // why the platform failed it
+	// trigger and triggerName say what invoked, when not HTTP.
+	trigger, triggerName string
 }
 
 // finish records a request that has ended.
@@ -335,7 +337,7 @@ func (a *Activator) finish(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 		coldWait = res.wait
 	}
 	a.sink.Add(invocation.Record{
-		Namespace: rt.fn.Namespace, Function: rt.fn.Name, Trigger: "http", Status: res.code,
+		Namespace: rt.fn.Namespace, Function: rt.fn.Name, Trigger: cmp.Or(res.trigger, "http"), TriggerName: res.triggerName, Status: res.code,
 		Start: start, Duration: d, QueueWait: res.wait, ColdStart: res.cold, ColdStartWait: coldWait,
 		BytesIn: bodySize(ctx.Request.Header.ContentLength()), BytesOut: max(ctx.Response.Header.ContentLength(), -1),
 		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")), Instance: res.instance,

@@ -245,12 +245,19 @@ func (st *state) bufferedAt(now time.Time) float64 {
 	return float64(sum)
 }
 
-// SetFloor sets the least replicas a function keeps, for cron pre-warm.
+// SetFloor sets the least replicas a function keeps, for cron pre-warm;
+// a floor that rises is decided on at once, so the warm-up starts now.
 func (a *Autoscaler) SetFloor(namespace, name string, floor int32) {
-	if st := a.get(namespace, name); st != nil {
-		st.mu.Lock()
-		st.floor = floor
-		st.mu.Unlock()
+	st := a.get(namespace, name)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	rose := floor > st.floor
+	st.floor = floor
+	st.mu.Unlock()
+	if rose {
+		a.decide(context.Background(), time.Now(), st)
 	}
 }
 

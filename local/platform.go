@@ -21,6 +21,7 @@ import (
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local/manifests"
@@ -91,6 +92,7 @@ type Platform struct {
 	act            *activator.Activator
 	scaler         *autoscaler.Autoscaler
 	sup            *supervisor.Supervisor
+	cron           *scheduler.Scheduler
 	pokes          poker
 
 	mu  sync.Mutex
@@ -155,6 +157,11 @@ func New(opts Options) (*Platform, error) {
 	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes}, p.pokes, p.records, p.reg, opts.Log); err != nil {
 		return nil, err
 	}
+	cronMetrics, err := scheduler.NewMetrics(p.reg)
+	if err != nil {
+		return nil, err
+	}
+	p.cron = scheduler.New(cronFirer{p.act}, p.scaler, &scheduler.MemoryLedger{}, cronMetrics, opts.Log)
 	if p.serving, err = net.Listen("tcp", opts.Listen); err != nil {
 		return nil, fmt.Errorf("--listen: %w", err)
 	}
@@ -189,6 +196,7 @@ func (p *Platform) Run(ctx context.Context) error {
 		p.scaler.SetBuffered(time.Now(), "local", namespace, name, n)
 	})
 	go p.deliverPokes(bg)
+	go p.cron.Run(bg)
 
 	p.sync(ctx)
 	p.printTable()
@@ -377,6 +385,11 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 	}
 	p.act.SetFunction(activator.FunctionFor(fn.Function))
 	p.act.SetUnavailable(fn.Namespace, fn.Name, "") // a failed build's, if any
+	if triggers, err := scheduler.TriggersFor(fn.Function); err != nil {
+		p.opts.Log.Warn("cron triggers", "function", fn.Key(), "err", err) // validation parsed them
+	} else {
+		p.cron.Set(ctx, fn.Namespace, fn.Name, triggers)
+	}
 	p.opts.Log.Info("function deployed", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))
 }
 
@@ -412,6 +425,7 @@ func env(fn manifests.Function) []string {
 
 func (p *Platform) remove(e *entry) {
 	fn := e.fn
+	p.cron.Remove(fn.Namespace, fn.Name)
 	p.act.RemoveFunction(fn.Namespace, fn.Name)
 	p.scaler.RemoveFunction(fn.Namespace, fn.Name)
 	p.sup.Remove(fn.Namespace, fn.Name)
@@ -428,6 +442,14 @@ func (p *Platform) instancesChanged(namespace, name string, ready []supervisor.E
 	}
 	p.act.SetEndpoints(namespace, name, addrs)
 	p.scaler.SetInstances(namespace, name, admins)
+}
+
+// cronFirer sends cron fires through the in-process activator.
+type cronFirer struct{ act *activator.Activator }
+
+func (c cronFirer) Fire(ctx context.Context, f scheduler.Fire) (int, error) {
+	t := f.Trigger
+	return c.act.Fire(ctx, t.Namespace, t.Function, t.Name, f.Scheduled, []byte(t.Body))
 }
 
 // poker wakes the in-process autoscaler for a request waiting at zero.
