@@ -93,6 +93,7 @@ type Platform struct {
 	scaler         *autoscaler.Autoscaler
 	sup            *supervisor.Supervisor
 	cron           *scheduler.Scheduler
+	logs           logs
 	pokes          poker
 
 	mu  sync.Mutex
@@ -148,13 +149,13 @@ func New(opts Options) (*Platform, error) {
 		p.records = invocation.NewRing(10_000)
 	}
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, Changed: p.instancesChanged, Failing: p.failing})
+	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add})
 	var err error
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
 		return nil, err
 	}
 	p.pokes = make(poker, maxPendingPokes)
-	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes}, p.pokes, p.records, p.reg, opts.Log); err != nil {
+	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, p.records, p.reg, opts.Log); err != nil {
 		return nil, err
 	}
 	cronMetrics, err := scheduler.NewMetrics(p.reg)
@@ -429,6 +430,7 @@ func (p *Platform) remove(e *entry) {
 	p.act.RemoveFunction(fn.Namespace, fn.Name)
 	p.scaler.RemoveFunction(fn.Namespace, fn.Name)
 	p.sup.Remove(fn.Namespace, fn.Name)
+	p.logs.forget(fn.Namespace, fn.Name)
 	fmt.Fprintf(p.opts.Out, "removed %s (its manifest is gone)\n", fn.Key())
 }
 

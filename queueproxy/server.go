@@ -52,6 +52,11 @@ type Server struct {
 	// processes start in milliseconds on an idle machine, probes faster
 	// so that its share of a cold start stays small.
 	FastProbe time.Duration
+	// InProcess, when set before Run, is served like the serving
+	// listener, by the same server: the local platform's activator, in
+	// the same process, reaches the queue-proxy through it without a
+	// socket (a forward.MemListener).
+	InProcess net.Listener
 }
 
 // New builds a queue-proxy for cfg, with a Prometheus registry of its own
@@ -132,9 +137,18 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	go forward.SweepIdle(bgCtx, userIdleTimeout/2, s.proxy.client.CloseStale)
 	defer s.proxy.client.CloseIdle()
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- fs.Serve(serving) }()
 	go func() { errc <- hs.Serve(admin) }()
+	if s.InProcess != nil {
+		// The same server, so the same settings, and its Shutdown (the
+		// drain) closes both listeners. fasthttp bounds each listener's
+		// connections by Concurrency apart; in-process ones hold no
+		// file descriptor of their own.
+		inProcess := hangups.Listener(s.InProcess, s.cfg.ReadTimeout)
+		go func() { errc <- fs.Serve(inProcess) }()
+		defer s.InProcess.Close() // however Run ends, later dials are refused
+	}
 	s.log.Info("queue-proxy serving", "serving", serving.Addr().String(), "admin", admin.Addr().String(),
 		"user", s.proxy.client.Addr(), "concurrency", s.cfg.Concurrency, "queueDepth", s.cfg.QueueDepth)
 

@@ -75,7 +75,7 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) *devProcess {
 	if err := os.MkdirAll(filepath.Join(dir, "hi"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "hi", "main.py"), []byte("import time\ndef handle(e):\n    time.sleep(float(e['query'].get('sleep', '0')))\n    return 'hi'\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "hi", "main.py"), []byte("import time\ndef handle(e):\n    print('serving', e['path'], flush=True)\n    time.sleep(float(e['query'].get('sleep', '0')))\n    return 'hi'\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "hi.yaml"), []byte(devManifest), 0o644); err != nil {

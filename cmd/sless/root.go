@@ -29,6 +29,11 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 		newActivatorCommand(),
 		newAutoscalerCommand(),
 		newQueueProxyCommand(),
+		newFunctionsCommand(),
+		newDescribeCommand(),
+		newLogsCommand(),
+		newInvokeCommand(),
+		newInvocationsCommand(),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	for _, c := range root.Commands() {

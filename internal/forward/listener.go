@@ -59,6 +59,12 @@ func (l *listener) Accept() (net.Conn, error) {
 
 func (l *listener) wrap(c net.Conn) *Conn {
 	cc := &Conn{Conn: c, gone: make(chan struct{}), readTimeout: l.readTimeout}
+	if mc, ok := c.(*memConn); ok {
+		// An in-memory client's close is seen as it happens: no epoll.
+		mc.watchPeer(cc.hangUp)
+		cc.unwatch = mc.unwatchPeer
+		return cc
+	}
 	if err := l.h.watch(cc); err != nil {
 		l.h.log.Warn("cannot watch connection for hang-ups", "err", err)
 	}

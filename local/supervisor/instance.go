@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"time"
 
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/queueproxy"
 )
 
@@ -51,7 +52,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet
 		startup := time.Since(start)
 		s.opts.Log.Debug("instance ready", "instance", name, "after", startup)
 		out.release()
-		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin}, qp.srv.Gatherer(), startup)
+		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin, inProcess: qp.inProcess}, qp.srv.Gatherer(), startup)
 	case <-proc.exited:
 		signalGroup(proc.cmd.Process.Pid, killSignal) // what it left behind
 		qp.stop()
@@ -136,10 +137,13 @@ func (p *process) terminate(timeout time.Duration) {
 	}
 }
 
-// queueProxy is an instance's in-process queue-proxy.
+// queueProxy is an instance's in-process queue-proxy. It serves on
+// loopback TCP (addr), and on inProcess for the activator in this
+// process, which dials it by addr (Supervisor.Dial).
 type queueProxy struct {
 	srv         *queueproxy.Server
 	addr, admin string
+	inProcess   *forward.MemListener
 	stop        func()
 }
 
@@ -164,6 +168,8 @@ func startQueueProxy(spec Function, userPort int, log *slog.Logger) (*queueProxy
 		serving.Close()
 		return nil, fmt.Errorf("queue-proxy admin listen: %w", err)
 	}
+	inProcess := forward.NewMemListener(serving.Addr())
+	srv.InProcess = inProcess
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -173,5 +179,5 @@ func startQueueProxy(spec Function, userPort int, log *slog.Logger) (*queueProxy
 		}
 	}()
 	return &queueProxy{srv: srv, addr: serving.Addr().String(), admin: admin.Addr().String(),
-		stop: func() { cancel(); <-done }}, nil
+		inProcess: inProcess, stop: func() { cancel(); <-done }}, nil
 }

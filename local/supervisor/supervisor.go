@@ -19,6 +19,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/runtimes"
 )
 
@@ -42,6 +43,8 @@ type Function struct {
 // addresses.
 type Endpoint struct {
 	Addr, Admin string
+	// inProcess serves Addr's connections in memory (Supervisor.Dial).
+	inProcess *forward.MemListener
 }
 
 // Options configure a Supervisor.

@@ -1,0 +1,339 @@
+// Command bench-devpath measures the request path of `sless dev` for a warm
+// function against its floor, in one run: the same runtime (the Go hello
+// sample by default) loaded directly, through a TCP relay process in front
+// of that process (the floor: what one more process on the path costs),
+// and through a real `sless dev` process (activator and queue-proxy in one
+// process, in front of an instance of the same runtime). Every path is
+// measured -rounds times in turn, closed-loop; the table shows medians and
+// each ratio is the median of the rounds' paired ratios, with their range.
+//
+//	go run ./benchmarks/cmd/bench-devpath -sless bin/sless [-rounds 3] [-duration 5s]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/loadgen"
+	"sless.dev/sless/runtimes"
+)
+
+func main() {
+	if ports := os.Getenv("BENCH_RELAY"); ports != "" {
+		serveRelay(ports)
+		return
+	}
+	var (
+		slessBin    = flag.String("sless", "bin/sless", "the sless binary whose `sless dev` is measured")
+		rt          = flag.String("runtime", "go", "the hello sample's runtime: go, python or node")
+		duration    = flag.Duration("duration", 5*time.Second, "measured time per path and round")
+		warmup      = flag.Duration("warmup", time.Second, "unmeasured time before each measurement")
+		connections = flag.Int("connections", 16, "closed-loop connections")
+		rounds      = flag.Int("rounds", 3, "measurements of each path, taken in turn")
+		samples     = flag.String("samples", "config/samples/functions", "the directory holding the hello samples")
+		cacheDir    = flag.String("cache-dir", "bin/bench-cache", "builds kept between runs")
+		only        = flag.String("only", "", "measure only the paths whose names match this regular expression (direct, the baseline, always runs)")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *rounds < 1 {
+		fmt.Fprintln(os.Stderr, "bench-devpath: -rounds must be at least 1")
+		os.Exit(2)
+	}
+	onlyRE, err := regexp.Compile(*only)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-devpath: -only:", err)
+		os.Exit(2)
+	}
+	o := loadgen.Options{Connections: *connections, Duration: *duration, Warmup: *warmup}
+	if err := run(ctx, *slessBin, *rt, *samples, *cacheDir, onlyRE, o, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-devpath:", err)
+		os.Exit(1)
+	}
+}
+
+// path is one way to the function; proc, when set, is the process in the
+// middle, whose CPU time is measured.
+type path struct {
+	name string
+	url  string
+	proc *exec.Cmd
+}
+
+// sample is one measurement of one path.
+type sample struct {
+	loadgen.Result
+	cpu time.Duration // the middle process's CPU per request
+}
+
+func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *regexp.Regexp, o loadgen.Options, rounds int) error {
+	samples, err := filepath.Abs(samples)
+	if err != nil {
+		return err
+	}
+	if cacheDir, err = filepath.Abs(cacheDir); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "bench-devpath")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	userPort, relayPort, devPort, devAdmin := ports[0], ports[1], ports[2], ports[3]
+
+	// The runtime process alone, and the relay in front of it.
+	proc, err := runtimes.Prepare(ctx, runtimes.Source{Namespace: "default", Name: "direct-" + rt,
+		Runtime: v1alpha1.Runtime(rt), Dir: filepath.Join(samples, "hello-"+rt),
+		Handler: (&v1alpha1.FunctionSpec{Runtime: v1alpha1.Runtime(rt)}).EffectiveHandler()},
+		runtimes.Options{CacheDir: cacheDir})
+	if err != nil {
+		return err
+	}
+	direct := exec.Command(proc.Path, proc.Args...)
+	direct.Dir = proc.Dir
+	direct.Env = append(append(os.Environ(), proc.Env...), "PORT="+strconv.Itoa(userPort))
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	relay := exec.Command(self)
+	relay.Env = append(os.Environ(), fmt.Sprintf("BENCH_RELAY=%d,%d", relayPort, userPort))
+	relay.Stderr = os.Stderr
+
+	// sless dev with one instance of the same sample, that stays up.
+	manifest := fmt.Sprintf(`apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: warm}
+spec:
+  runtime: %s
+  source: %s
+  scale: {min: 1, initial: 1, max: 1, window: 1h}
+`, rt, filepath.Join(samples, "hello-"+rt))
+	if err := os.WriteFile(filepath.Join(dir, "warm.yaml"), []byte(manifest), 0o644); err != nil {
+		return err
+	}
+	dev := exec.Command(slessBin, "dev", "--functions", dir, "--cache-dir", cacheDir, "--allow-external-sources",
+		"--listen", "127.0.0.1:"+strconv.Itoa(devPort), "--admin", "127.0.0.1:"+strconv.Itoa(devAdmin), "--drain", "2s")
+	dev.Stdout, dev.Stderr = io.Discard, io.Discard
+
+	for _, c := range []*exec.Cmd{direct, relay, dev} {
+		if err := c.Start(); err != nil {
+			return fmt.Errorf("start %s: %w", c.Path, err)
+		}
+		defer func() { _ = c.Process.Signal(syscall.SIGTERM); _ = c.Wait() }()
+	}
+	paths := []path{
+		{name: "direct", url: fmt.Sprintf("http://127.0.0.1:%d/", userPort)},
+		{name: floorPath, url: fmt.Sprintf("http://127.0.0.1:%d/", relayPort), proc: relay},
+		{name: "sless dev", url: fmt.Sprintf("http://127.0.0.1:%d/fn/default/warm", devPort), proc: dev},
+	}
+	paths = slices.DeleteFunc(paths, func(p path) bool { return p.proc != nil && !only.MatchString(p.name) })
+	for _, p := range paths {
+		if err := waitOK(ctx, p.url, 10*time.Minute); err != nil { // the first Go build takes a while
+			return fmt.Errorf("%s: %w", p.name, err)
+		}
+	}
+
+	runs := make([][]sample, len(paths))
+	for range rounds {
+		for i, p := range paths {
+			s, err := measure(ctx, p, o)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			runs[i] = append(runs[i], s)
+		}
+	}
+
+	fmt.Printf("warm hello-%s: %s, closed loop, %d connections, %v per path after %v warm-up, %d rounds, %d CPUs, %s\n\n",
+		rt, time.Now().UTC().Format(time.DateOnly), o.Connections, o.Duration, o.Warmup, rounds, runtime.NumCPU(), slessBin)
+	fmt.Println("| path | throughput (req/s) | p50 | p99 | errors | middle process's CPU per request | throughput / direct | throughput / relay | CPU per request / relay's |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|")
+	for i, p := range paths {
+		var errs int64
+		for _, r := range runs[i] {
+			errs += r.Errors + r.Requests - r.Codes[200]
+		}
+		cpu := ""
+		if c := median(runs[i], func(_ int, s sample) float64 { return float64(s.cpu) }); c > 0 {
+			cpu = fmt.Sprintf("%.1f µs", c/1e3)
+		}
+		vsDirect, vsRelay, cpuVsRelay := "", "", ""
+		throughput := func(s sample) float64 { return s.Throughput }
+		if i > 0 {
+			vsDirect = paired(runs[i], runs[0], throughput)
+		}
+		if i > 1 && paths[1].name == floorPath {
+			vsRelay = paired(runs[i], runs[1], throughput)
+			cpuVsRelay = paired(runs[i], runs[1], func(s sample) float64 { return float64(s.cpu) })
+		}
+		fmt.Printf("| %s | %.0f | %s | %s | %d | %s | %s | %s | %s |\n", p.name,
+			median(runs[i], func(_ int, s sample) float64 { return s.Throughput }),
+			ms(median(runs[i], func(_ int, s sample) float64 { return float64(s.Latency.P50) })),
+			ms(median(runs[i], func(_ int, s sample) float64 { return float64(s.Latency.P99) })),
+			errs, cpu, vsDirect, vsRelay, cpuVsRelay)
+	}
+	return nil
+}
+
+// floorPath names the TCP relay, the floor sless dev is measured against.
+const floorPath = "TCP relay (floor)"
+
+// measure loads one path and takes its middle process's CPU time per
+// request, the warm-up's requests counted in.
+func measure(ctx context.Context, p path, o loadgen.Options) (sample, error) {
+	o.URL = p.url
+	var cpu0 time.Duration
+	if p.proc != nil {
+		var err error
+		if cpu0, err = cpuTime(p.proc.Process.Pid); err != nil {
+			return sample{}, err
+		}
+	}
+	r, err := loadgen.Run(ctx, o)
+	if err != nil {
+		return sample{}, err
+	}
+	s := sample{Result: r}
+	if p.proc != nil {
+		cpu1, err := cpuTime(p.proc.Process.Pid)
+		if err != nil {
+			return sample{}, err
+		}
+		total := float64(r.Requests) * float64(o.Duration+o.Warmup) / float64(o.Duration)
+		s.cpu = time.Duration(float64(cpu1-cpu0) / total)
+	}
+	return s, nil
+}
+
+// paired is the median over the rounds of f of runs over f of base in
+// the same round, with the range.
+func paired(runs, base []sample, f func(sample) float64) string {
+	vals := make([]float64, len(runs))
+	for i := range runs {
+		vals[i] = f(runs[i]) / f(base[i])
+	}
+	slices.Sort(vals)
+	s := fmt.Sprintf("%.2f", vals[len(vals)/2])
+	if len(vals) > 1 {
+		s += fmt.Sprintf(" (%.2f–%.2f)", vals[0], vals[len(vals)-1])
+	}
+	return s
+}
+
+func median(runs []sample, f func(int, sample) float64) float64 {
+	vals := make([]float64, len(runs))
+	for i, r := range runs {
+		vals[i] = f(i, r)
+	}
+	slices.Sort(vals)
+	return vals[len(vals)/2]
+}
+
+func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
+
+// serveRelay is the floor of any proxy process, as in bench-requestpath:
+// "listen,target" ports, a byte relay that knows nothing of HTTP, two
+// goroutines per connection copying each way.
+func serveRelay(ports string) {
+	p := strings.Split(ports, ",")
+	ln, err := net.Listen("tcp", "127.0.0.1:"+p[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		go func() {
+			defer c.Close()
+			up, err := net.Dial("tcp", "127.0.0.1:"+p[1])
+			if err != nil {
+				return
+			}
+			defer up.Close()
+			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
+			_, _ = io.Copy(c, up)
+		}()
+	}
+}
+
+// waitOK polls url until it answers 200.
+func waitOK(ctx context.Context, url string, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not answer 200 within %v", url, within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// cpuTime is the user+system CPU time a process has used, from /proc
+// (its own, not its children's).
+func cpuTime(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux
+	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
+}

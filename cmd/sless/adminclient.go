@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// adminClient is the CLI's one way to the admin API of `sless dev` (or an
+// activator): the base URL, and the token from SLESS_ADMIN_TOKEN.
+type adminClient struct {
+	base, token string
+	http        *http.Client
+	output      string // "" (tables) or "json"
+}
+
+// adminFlags adds --admin and -o to a command and returns its client.
+func adminFlags(cmd *cobra.Command) *adminClient {
+	c := &adminClient{token: os.Getenv("SLESS_ADMIN_TOKEN"), http: &http.Client{Timeout: 30 * time.Second}}
+	def := "http://127.0.0.1:9090"
+	if v := os.Getenv("SLESS_ADMIN"); v != "" {
+		def = v
+	}
+	cmd.Flags().StringVar(&c.base, "admin", def, "the admin API's base URL (default $SLESS_ADMIN or the local sless dev)")
+	cmd.Flags().StringVarP(&c.output, "output", "o", "", "json for the API's JSON instead of a table")
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		if c.output != "" && c.output != "json" {
+			return fmt.Errorf("-o must be json, not %q", c.output)
+		}
+		c.base = strings.TrimRight(c.base, "/")
+		return nil
+	}
+	return c
+}
+
+// get fetches path and decodes its JSON into v; raw is the body.
+func (c *adminClient) get(path string, v any) (raw []byte, err error) {
+	resp, err := c.do(path, c.http)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err = io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("read the admin API's answer: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return raw, apiError(resp.StatusCode, raw)
+	}
+	if v != nil {
+		if err := json.Unmarshal(raw, v); err != nil {
+			return raw, fmt.Errorf("the admin API's answer: %w", err)
+		}
+	}
+	return raw, nil
+}
+
+// do sends a GET of path, with the token.
+func (c *adminClient) do(path string, hc *http.Client) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--admin %s: %w", c.base, err)}
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("cannot reach the sless admin API at %s: is `sless dev` running? (%w)", c.base, err)
+	}
+	return resp, nil
+}
+
+func apiError(code int, body []byte) error {
+	var e struct{ Error string }
+	_ = json.Unmarshal(body, &e)
+	switch {
+	case code == http.StatusUnauthorized:
+		return errors.New("the admin API needs a token: set SLESS_ADMIN_TOKEN")
+	case e.Error != "":
+		return errors.New(e.Error)
+	default:
+		return fmt.Errorf("the admin API answered %d: %s", code, strings.TrimSpace(string(body)))
+	}
+}
+
+// functionPath is the admin API's path of ns/name; a bare name is in the
+// default namespace.
+func functionPath(arg string) (ns, name, path string) {
+	ns, name, ok := strings.Cut(arg, "/")
+	if !ok {
+		ns, name = "default", arg
+	}
+	return ns, name, "/v1/namespaces/" + url.PathEscape(ns) + "/functions/" + url.PathEscape(name)
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"sless.dev/sless/invocation"
+	"sless.dev/sless/local"
+)
+
+func newFunctionsCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "functions",
+		Short: "List the functions, their state, instances and URL",
+		Args:  cobra.NoArgs,
+	}
+	c := adminFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		var list struct{ Functions []local.FunctionStatus }
+		raw, err := c.get("/v1/functions", &list)
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			_, err := cmd.OutOrStdout().Write(raw)
+			return err
+		}
+		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "NAME\tRUNTIME\tSTATE\tREADY\tURL\tAGE")
+		for _, f := range list.Functions {
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d/%d\t%s\t%s\n", f.Namespace, f.Name, f.Runtime, stateOf(f), f.Ready, f.Desired, f.URL, age(f.Created))
+		}
+		return tw.Flush()
+	}
+	return cmd
+}
+
+// stateOf is a function's state with its update's, as the table shows it.
+func stateOf(f local.FunctionStatus) string {
+	if f.Update != "" {
+		return f.State + ", update " + f.Update
+	}
+	return f.State
+}
+
+func age(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func newDescribeCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "describe NAMESPACE/NAME",
+		Short: "Show a function: spec, state, instances, last crash and build error, recent invocations",
+		Args:  cobra.ExactArgs(1),
+	}
+	c := adminFlags(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		_, _, path := functionPath(args[0])
+		var st local.FunctionStatus
+		raw, err := c.get(path, &st)
+		if err != nil {
+			return err
+		}
+		var page invocation.Page
+		rawInv, err := c.get(path+"/invocations?limit=10", &page)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if c.output == "json" {
+			_, err := fmt.Fprintf(out, "{\"function\":%s,\"invocations\":%s}\n", strings.TrimSpace(string(raw)), strings.TrimSpace(string(rawInv)))
+			return err
+		}
+		describe(out, st, page.Invocations)
+		return nil
+	}
+	return cmd
+}
+
+func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(tw, "Name:\t%s/%s\nRuntime:\t%s\nManifest:\t%s\nURL:\t%s\nAge:\t%s\n", st.Namespace, st.Name, st.Runtime, st.File, st.URL, age(st.Created))
+	fmt.Fprintf(tw, "State:\t%s\n", stateOf(st))
+	for _, kv := range [][2]string{{"Error", st.Error}, {"Update error", st.UpdateError}, {"Build error", st.BuildError}, {"Last crash", st.LastCrash}} {
+		if kv[1] != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", kv[0], strings.ReplaceAll(kv[1], "\n", "\n\t"))
+		}
+	}
+	fmt.Fprintf(tw, "Instances:\t%d ready, %d starting, %d desired; %d crashes; last start-up %.0f ms\n", st.Ready, st.Starting, st.Desired, st.Crashes, st.LastStartupMs)
+	for _, in := range st.Instances {
+		fmt.Fprintf(tw, "\t%s\t%s\tstarted %s ago\t%s\n", in.Name, in.State, age(in.Started), in.Addr)
+	}
+	spec, _ := json.Marshal(st.Spec)
+	fmt.Fprintf(tw, "Spec:\t%s\n", spec)
+	_ = tw.Flush()
+	fmt.Fprintln(w, "Recent invocations:")
+	invocationsTable(w, recent)
+}
+
+func invocationsTable(w io.Writer, recs []invocation.Record) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "START\tTRIGGER\tSTATUS\tDURATION\tCOLD\tINSTANCE\tREQUEST ID\tERROR")
+	for _, r := range recs {
+		trigger := r.Trigger
+		if r.TriggerName != "" {
+			trigger += "/" + r.TriggerName
+		}
+		cold := "-"
+		if r.ColdStart {
+			cold = r.ColdStartWait.Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Start.Local().Format("15:04:05.000"), trigger, r.Status,
+			r.Duration.Round(10*time.Microsecond), cold, r.Instance, r.RequestID, r.Error)
+	}
+	_ = tw.Flush()
+}
+
+func newInvocationsCommand() *cobra.Command {
+	var limit int
+	var status, trigger, since string
+	cmd := &cobra.Command{
+		Use:   "invocations NAMESPACE/NAME",
+		Short: "List a function's latest invocation records",
+		Args:  cobra.ExactArgs(1),
+	}
+	c := adminFlags(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 20, "records to show")
+	cmd.Flags().StringVar(&status, "status", "", "only this HTTP status")
+	cmd.Flags().StringVar(&trigger, "trigger", "", "only http, cron or rabbitmq")
+	cmd.Flags().StringVar(&since, "since", "", "only records since a time (RFC 3339) or an age (15m)")
+	cmd.Flags().Bool("json", false, "the API's JSON (as -o json)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if j, _ := cmd.Flags().GetBool("json"); j {
+			c.output = "json"
+		}
+		_, _, path := functionPath(args[0])
+		q := url.Values{"limit": {fmt.Sprint(limit)}}
+		for k, v := range map[string]string{"status": status, "trigger": trigger, "since": since} {
+			if v != "" {
+				q.Set(k, v)
+			}
+		}
+		var page invocation.Page
+		raw, err := c.get(path+"/invocations?"+q.Encode(), &page)
+		if err != nil {
+			return err
+		}
+		if c.output == "json" {
+			_, err := cmd.OutOrStdout().Write(raw)
+			return err
+		}
+		invocationsTable(cmd.OutOrStdout(), page.Invocations)
+		return nil
+	}
+	return cmd
+}
+
+func newLogsCommand() *cobra.Command {
+	var follow bool
+	var since string
+	var tail int
+	cmd := &cobra.Command{
+		Use:   "logs NAMESPACE/NAME",
+		Short: "Print a function's output (its instances' stdout and stderr)",
+		Args:  cobra.ExactArgs(1),
+	}
+	c := adminFlags(cmd)
+	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on printing new lines until interrupted")
+	cmd.Flags().StringVar(&since, "since", "", "only lines since an age (5m) or a time (RFC 3339)")
+	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines kept")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		_, _, path := functionPath(args[0])
+		q := url.Values{}
+		if since != "" {
+			q.Set("since", since)
+		}
+		if tail > 0 {
+			q.Set("tail", fmt.Sprint(tail))
+		}
+		out := cmd.OutOrStdout()
+		if !follow {
+			var l struct{ Lines []local.LogLine }
+			raw, err := c.get(path+"/logs?"+q.Encode(), &l)
+			if err != nil || c.output == "json" {
+				_, _ = out.Write(raw)
+				return err
+			}
+			for _, ll := range l.Lines {
+				fmt.Fprintf(out, "%s | %s\n", ll.Instance, ll.Line)
+			}
+			return nil
+		}
+		q.Set("follow", "true")
+		return c.follow(cmd, path+"/logs?"+q.Encode(), out)
+	}
+	return cmd
+}
+
+// follow prints a followed log stream until it ends or the command is
+// interrupted.
+func (c *adminClient) follow(cmd *cobra.Command, path string, out io.Writer) error {
+	resp, err := c.do(path, &http.Client{}) // no timeout: it streams
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		return apiError(resp.StatusCode, body)
+	}
+	go func() { <-cmd.Context().Done(); resp.Body.Close() }()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if c.output == "json" {
+			fmt.Fprintln(out, sc.Text())
+			continue
+		}
+		var ll local.LogLine
+		if json.Unmarshal(sc.Bytes(), &ll) != nil {
+			continue
+		}
+		if ll.Dropped > 0 {
+			fmt.Fprintf(out, "(%d lines dropped: reading too slowly)\n", ll.Dropped)
+		}
+		fmt.Fprintf(out, "%s | %s\n", ll.Instance, ll.Line)
+	}
+	return nil
+}
+
+func newInvokeCommand() *cobra.Command {
+	var data, method string
+	var headers []string
+	cmd := &cobra.Command{
+		Use:   "invoke NAMESPACE/NAME [PATH]",
+		Short: "Invoke a function and print the status, timing and body",
+		Args:  cobra.RangeArgs(1, 2),
+	}
+	c := adminFlags(cmd)
+	cmd.Flags().StringVarP(&data, "data", "d", "", "the request body, or @FILE to read it from a file")
+	cmd.Flags().StringVarP(&method, "request", "X", "", "the method (GET, or POST with a body)")
+	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "a request header, 'Name: value' (repeatable)")
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		_, _, path := functionPath(args[0])
+		var st local.FunctionStatus
+		if _, err := c.get(path, &st); err != nil {
+			return err
+		}
+		req, err := invokeRequest(st.URL, args[1:], method, data, headers)
+		if err != nil {
+			return usageError{err}
+		}
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return fmt.Errorf("invoke %s/%s: %w", st.Namespace, st.Name, err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		took := time.Since(start)
+		if err != nil {
+			return fmt.Errorf("invoke %s/%s: reading the answer: %w", st.Namespace, st.Name, err)
+		}
+		out := cmd.OutOrStdout()
+		if c.output == "json" {
+			j, _ := json.Marshal(map[string]any{"status": resp.StatusCode, "durationMs": float64(took.Microseconds()) / 1000,
+				"headers": resp.Header, "body": string(body)})
+			fmt.Fprintln(out, string(j))
+		} else {
+			fmt.Fprintf(out, "%s in %s\n%s", resp.Status, took.Round(10*time.Microsecond), body)
+			if len(body) > 0 && body[len(body)-1] != '\n' {
+				fmt.Fprintln(out)
+			}
+		}
+		if resp.StatusCode >= 300 {
+			return fmt.Errorf("the function answered %s", resp.Status)
+		}
+		return nil
+	}
+	return cmd
+}
+
+func invokeRequest(fnURL string, rest []string, method, data string, headers []string) (*http.Request, error) {
+	target := fnURL
+	if len(rest) == 1 {
+		target += "/" + strings.TrimPrefix(rest[0], "/")
+	}
+	var body io.Reader
+	if data != "" {
+		if file, ok := strings.CutPrefix(data, "@"); ok {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				return nil, fmt.Errorf("-d: %w", err)
+			}
+			data = string(b)
+		}
+		body = strings.NewReader(data)
+		if method == "" {
+			method = http.MethodPost
+		}
+	}
+	if method == "" {
+		method = http.MethodGet
+	}
+	req, err := http.NewRequest(method, target, body)
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range headers {
+		k, v, ok := strings.Cut(h, ":")
+		if !ok {
+			return nil, fmt.Errorf("-H %q: want 'Name: value'", h)
+		}
+		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
+	}
+	return req, nil
+}
