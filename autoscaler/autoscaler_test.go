@@ -26,6 +26,7 @@ import (
 	"sless.dev/sless/autoscaler/kpa"
 	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testinstance"
 )
 
@@ -314,7 +315,7 @@ func TestScrapesStopKeepsScale(t *testing.T) {
 	}
 	w := &recordingWriter{writes: map[string][]int32{}}
 	reg := prometheus.NewRegistry()
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, reg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -350,25 +351,6 @@ func TestScrapesStopKeepsScale(t *testing.T) {
 			t.Errorf("%q logged %d times, want once:\n%s", msg, n, out)
 		}
 	}
-}
-
-// syncBuffer is a log written by the autoscaler's goroutines and read by
-// the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // gateWriter holds each write until released, and records the writes and

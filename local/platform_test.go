@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/syncbuf"
 )
 
 // handler is a Python function that reports its process, the most
@@ -67,26 +68,8 @@ type platform struct {
 	*Platform
 	t      *testing.T
 	dir    string
-	out    *syncBuffer
+	out    *syncbuf.Buffer
 	client *http.Client
-}
-
-// syncBuffer is the platform's output, read while it is written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func requirePython(t *testing.T) {
@@ -121,7 +104,7 @@ func startPlatformWith(t *testing.T, manifests string, set ...func(*Options)) *p
 // test ends, checking every poll for changes.
 func runPlatform(t *testing.T, dir string, poll time.Duration, set ...func(*Options)) *platform {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(out, nil))
 	opts := Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
 		Out: out, Log: log, Poll: poll, Drain: 10 * time.Second}

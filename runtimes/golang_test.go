@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/syncbuf"
 )
 
 // goEchoHandler answers by path, covering each kind of result.
@@ -91,7 +92,7 @@ func goPrepare(t *testing.T, dir, handler, name, cacheDir string) (Process, stri
 type goInstance struct {
 	cmd    *exec.Cmd
 	url    string
-	stderr *lockedBuffer
+	stderr *syncbuf.Buffer
 	exited chan error
 }
 
@@ -108,7 +109,7 @@ func goStart(t *testing.T, p Process) *goInstance {
 	inst := &goInstance{
 		cmd:    exec.Command(p.Path, p.Args...),
 		url:    "http://127.0.0.1:" + strconv.Itoa(port),
-		stderr: &lockedBuffer{},
+		stderr: &syncbuf.Buffer{},
 		exited: make(chan error, 1),
 	}
 	inst.cmd.Dir = p.Dir

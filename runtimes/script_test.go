@@ -19,11 +19,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/syncbuf"
 )
 
 // scriptNeed skips the test when a program is not on PATH, and fails it
@@ -70,28 +70,10 @@ func scriptPrepare(t *testing.T, src Source, cacheDir string) (Process, string, 
 	return p, progress.String(), err
 }
 
-// lockedBuffer collects a process's output while tests read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (o *lockedBuffer) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.Write(p)
-}
-
-func (o *lockedBuffer) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.buf.String()
-}
-
 // scriptInstance is a started runtime process.
 type scriptInstance struct {
 	url    string
-	output *lockedBuffer
+	output *syncbuf.Buffer
 	exited chan struct{} // closed when the process has exited
 	err    error         // Wait's result, set before exited closes
 }
@@ -111,7 +93,7 @@ func scriptLaunch(t *testing.T, p Process) *scriptInstance {
 	cmd := exec.Command(p.Path, p.Args...)
 	cmd.Dir = p.Dir
 	cmd.Env = append(append(os.Environ(), p.Env...), "PORT="+strconv.Itoa(port))
-	inst := &scriptInstance{url: "http://127.0.0.1:" + strconv.Itoa(port), output: &lockedBuffer{}, exited: make(chan struct{})}
+	inst := &scriptInstance{url: "http://127.0.0.1:" + strconv.Itoa(port), output: &syncbuf.Buffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = inst.output, inst.output
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

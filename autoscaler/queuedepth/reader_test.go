@@ -1,7 +1,6 @@
 package queuedepth
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,6 +20,7 @@ import (
 
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/kpa"
+	"sless.dev/sless/internal/syncbuf"
 )
 
 const brokerURL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -85,7 +85,7 @@ func TestBackoff(t *testing.T) {
 		accepted.Add(1)
 		c.Close()
 	})
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	r := New("amqp://guest:s3cret-pw@"+addr+"/", slog.New(slog.NewTextHandler(&logs, nil)))
 	r.minBackoff = maxBackoff
 	t.Cleanup(func() { _ = r.Close() })
@@ -170,7 +170,7 @@ func TestAutoscaler(t *testing.T) {
 	}
 
 	t.Run("failed reads keep the last value", func(t *testing.T) {
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		a, w := newAutoscaler(t, slog.New(slog.NewTextHandler(&logs, nil)))
 		failing := New(brokerURL, discard)
 		a.SetQueueReader(failing)
@@ -348,22 +348,4 @@ func listen(t *testing.T, serve func(net.Conn)) string {
 		}
 	}()
 	return ln.Addr().String()
-}
-
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

@@ -7,11 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/syncbuf"
 )
 
 // sless runs the CLI in this process against d's admin API and returns its
@@ -70,7 +70,7 @@ func TestCLI(t *testing.T) {
 	if err != nil || !strings.Contains(out, "| serving /some/path") {
 		t.Errorf("logs: %v\n%s", err, out)
 	}
-	var followed syncWriter
+	var followed syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -87,21 +87,4 @@ func TestCLI(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("logs -f: %v", err)
 	}
-}
-
-type syncWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
 }

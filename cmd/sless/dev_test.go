@@ -1,18 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testfn"
 )
 
@@ -32,7 +31,7 @@ type devProcess struct {
 	cacheDir string
 	url      string // of its function, hi (?sleep=seconds holds a request)
 	admin    string // the admin API's base URL
-	out      *lockedOutput
+	out      *syncbuf.Buffer
 }
 
 // startDev runs `sless dev` as a real process on a Python function with
@@ -41,24 +40,6 @@ func startDev(t *testing.T) (cmd *exec.Cmd, exited <-chan error, cacheDir string
 	t.Helper()
 	d := startDevWith(t, nil)
 	return d.cmd, d.exited, d.cacheDir
-}
-
-// lockedOutput is a process's output, read while it is written.
-type lockedOutput struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (o *lockedOutput) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-func (o *lockedOutput) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
 }
 
 // startDevWith is startDev with the command run under prefix (prlimit,
@@ -86,7 +67,7 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) *devProcess {
 		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin)), extra...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), runMainEnv+"=1")
-	out := &lockedOutput{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

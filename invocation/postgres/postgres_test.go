@@ -17,6 +17,7 @@ import (
 
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/pgtest"
+	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/invocation"
 )
 
@@ -106,7 +107,7 @@ func TestBurst(t *testing.T) {
 // resume on their own.
 func TestOutage(t *testing.T) {
 	url, name := pgtest.DB(t)
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	s := open(t, url, Options{FlushInterval: 10 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	add := func(from, n int) {
 		for i := range n {
@@ -345,21 +346,4 @@ func shape(t *testing.T, v any) string {
 	}
 	out, _ := json.Marshal(walk(generic))
 	return string(out)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

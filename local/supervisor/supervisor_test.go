@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/runtimes"
 )
@@ -276,30 +277,12 @@ func (f *failures) get() []string {
 	return slices.Clone(f.calls)
 }
 
-// lockedBuffer is an output several copiers write to.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // A version whose instances crash before ready is failing after
 // CrashLoopAfter crashes in a row: its traceback shows once on the
 // output (every line reaches Lines), then one warning per retry; a
 // working version ends it. Replacing a serving version, it says so.
 func TestCrashLoop(t *testing.T) {
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	var lines atomic.Int64
 	fails := &failures{}
 	rec := newRecorder()
