@@ -2,6 +2,7 @@ package local
 
 import (
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strconv"
 	"sync"
@@ -9,8 +10,9 @@ import (
 )
 
 // Bounds of the output kept per function: the last maxLogLines lines, or
-// fewer when they pass maxLogBytes; and the lines a follower may lag
-// behind before lines are dropped for it.
+// fewer when their text passes maxLogBytes (a line is at most 4 KiB, the
+// supervisor's cut); and the lines a follower may lag behind before lines
+// are dropped for it.
 const (
 	maxLogLines   = 1000
 	maxLogBytes   = 256 << 10
@@ -27,9 +29,11 @@ type LogLine struct {
 	Dropped int `json:"dropped,omitempty"`
 }
 
-// logs keeps each function's latest output lines for the admin API, and
-// passes new ones to followers. add never blocks: the output copiers of
-// the instances call it.
+// logs keeps each function's latest output lines for the admin API (at
+// most maxLogLines lines and maxLogBytes of text per function), and passes
+// new ones to followers. add never blocks: the output copiers of the
+// instances call it; a follower that lags more than followerQueue lines
+// loses the next ones and is told how many with the line after them.
 type logs struct {
 	mu  sync.Mutex
 	fns map[string]*functionLog
@@ -46,6 +50,7 @@ type follower struct {
 	dropped int // guarded by logs.mu
 }
 
+// get returns key's log, made when missing. Called with l.mu held.
 func (l *logs) get(key string) *functionLog {
 	if l.fns == nil {
 		l.fns = map[string]*functionLog{}
@@ -82,16 +87,27 @@ func (l *logs) add(namespace, name, instance, line string) {
 	}
 }
 
-// forget drops a removed function's lines.
+// forget drops a removed function's lines; its followers, if any, go on
+// following (a function added back under the name writes to them).
 func (l *logs) forget(namespace, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if f := l.fns[namespace+"/"+name]; f != nil && len(f.followers) == 0 {
-		delete(l.fns, namespace+"/"+name)
+	key := namespace + "/" + name
+	if f := l.fns[key]; f != nil {
+		f.lines, f.bytes = nil, 0
+		l.dropIfEmpty(key, f)
 	}
 }
 
-// tail returns up to n of the latest lines since a time (0: all kept).
+// dropIfEmpty forgets f when it keeps nothing. Called with l.mu held.
+func (l *logs) dropIfEmpty(key string, f *functionLog) {
+	if len(f.lines) == 0 && len(f.followers) == 0 {
+		delete(l.fns, key)
+	}
+}
+
+// tail returns up to n of the latest lines since a time (n 0: all kept),
+// oldest first.
 func (l *logs) tail(namespace, name string, since time.Time, n int) []LogLine {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -99,8 +115,11 @@ func (l *logs) tail(namespace, name string, since time.Time, n int) []LogLine {
 }
 
 func (l *logs) tailLocked(key string, since time.Time, n int) []LogLine {
-	f := l.get(key)
 	out := []LogLine{}
+	f := l.fns[key]
+	if f == nil {
+		return out
+	}
 	for _, ll := range f.lines {
 		if !ll.Time.Before(since) {
 			out = append(out, ll)
@@ -112,60 +131,93 @@ func (l *logs) tailLocked(key string, since time.Time, n int) []LogLine {
 	return out
 }
 
-// follow returns the tail and a follower of the lines after it.
-func (l *logs) follow(namespace, name string, since time.Time, n int) ([]LogLine, *follower, func()) {
+// follow returns the tail and a follower of the lines after it, neither
+// missing nor repeating one; stop ends the following.
+func (l *logs) follow(namespace, name string, since time.Time, n int) (tail []LogLine, fl *follower, stop func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := namespace + "/" + name
-	fl := &follower{lines: make(chan LogLine, followerQueue)}
+	fl = &follower{lines: make(chan LogLine, followerQueue)}
 	l.get(key).followers[fl] = struct{}{}
-	stop := func() {
+	stop = func() {
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		delete(l.get(key).followers, fl)
+		if f := l.fns[key]; f != nil {
+			delete(f.followers, fl)
+			l.dropIfEmpty(key, f)
+		}
 	}
 	return l.tailLocked(key, since, n), fl, stop
 }
 
-// serveLogs answers GET .../logs?since=&tail=&follow=: the lines as JSON,
+// logsQuery is what a logs request asks for.
+type logsQuery struct {
+	since  time.Time
+	tail   int
+	follow bool
+}
+
+// parseLogsQuery reads ?since=<duration or RFC 3339>&tail=N&follow=true.
+func parseLogsQuery(r *http.Request, now time.Time) (logsQuery, error) {
+	v := r.URL.Query()
+	var q logsQuery
+	if s := v.Get("since"); s != "" {
+		d, err := time.ParseDuration(s)
+		t, err2 := time.Parse(time.RFC3339Nano, s)
+		switch {
+		case err == nil && d > 0:
+			q.since = now.Add(-d)
+		case err2 == nil:
+			q.since = t
+		default:
+			return q, errors.New("since must be a duration such as 5m or a time (RFC 3339), not " + strconv.Quote(s))
+		}
+	}
+	if t := v.Get("tail"); t != "" {
+		var err error
+		if q.tail, err = strconv.Atoi(t); err != nil || q.tail < 1 {
+			return q, errors.New("tail must be a positive whole number, not " + strconv.Quote(t))
+		}
+	}
+	if f := v.Get("follow"); f != "" {
+		var err error
+		if q.follow, err = strconv.ParseBool(f); err != nil {
+			return q, errors.New("follow must be true or false, not " + strconv.Quote(f))
+		}
+	}
+	return q, nil
+}
+
+// serveLogs answers GET .../logs?since=&tail=&follow=: {"lines":[...]},
 // or, following, one JSON object per line (newline-delimited), the tail
-// first, until the client leaves.
+// first, until the client leaves or the admin server closes.
 func (p *Platform) serveLogs(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	if _, ok := p.Function(ns, name); !ok {
 		writeUnknown(w, r)
 		return
 	}
-	v := r.URL.Query()
-	var since time.Time
-	if s := v.Get("since"); s != "" {
-		d, err := time.ParseDuration(s)
-		t, err2 := time.Parse(time.RFC3339Nano, s)
-		switch {
-		case err == nil && d > 0:
-			since = time.Now().Add(-d)
-		case err2 == nil:
-			since = t
-		default:
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "since must be a duration such as 5m or a time (RFC 3339)"})
-			return
-		}
-	}
-	n := 0
-	if t := v.Get("tail"); t != "" {
-		var err error
-		if n, err = strconv.Atoi(t); err != nil || n < 1 {
-			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "tail must be a positive whole number"})
-			return
-		}
-	}
-	if f := v.Get("follow"); f != "true" && f != "1" {
-		writeJSON(w, http.StatusOK, map[string]any{"lines": p.logs.tail(ns, name, since, n)})
+	q, err := parseLogsQuery(r, time.Now())
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
-	tail, fl, stop := p.logs.follow(ns, name, since, n)
+	if !q.follow {
+		writeJSON(w, http.StatusOK, map[string]any{"lines": p.logs.tail(ns, name, q.since, q.tail)})
+		return
+	}
+	p.logs.stream(w, r, ns, name, q)
+}
+
+// stream follows a function's lines onto w, flushing each, until r's
+// context ends (the client left, or the server closed its connection) or
+// a write fails.
+func (l *logs) stream(w http.ResponseWriter, r *http.Request, ns, name string, q logsQuery) {
+	tail, fl, stop := l.follow(ns, name, q.since, q.tail)
 	defer stop()
 	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
 	enc := json.NewEncoder(w)
 	flush := func() {
 		if f, ok := w.(http.Flusher); ok {
@@ -173,7 +225,9 @@ func (p *Platform) serveLogs(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	for _, ll := range tail {
-		_ = enc.Encode(ll)
+		if enc.Encode(ll) != nil {
+			return
+		}
 	}
 	flush()
 	for {

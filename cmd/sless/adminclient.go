@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,8 @@ import (
 type adminClient struct {
 	base, token string
 	http        *http.Client
-	output      string // "" (tables) or "json"
+	output      string          // "" (tables) or "json"
+	ctx         context.Context // the command's: Ctrl-C ends its calls
 }
 
 // adminFlags adds --admin and -o to a command and returns its client.
@@ -31,7 +33,8 @@ func adminFlags(cmd *cobra.Command) *adminClient {
 	}
 	cmd.Flags().StringVar(&c.base, "admin", def, "the admin API's base URL (default $SLESS_ADMIN or the local sless dev)")
 	cmd.Flags().StringVarP(&c.output, "output", "o", "", "json for the API's JSON instead of a table")
-	cmd.PreRunE = func(*cobra.Command, []string) error {
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		c.ctx = cmd.Context()
 		if c.output != "" && c.output != "json" {
 			return fmt.Errorf("-o must be json, not %q", c.output)
 		}
@@ -65,7 +68,11 @@ func (c *adminClient) get(path string, v any) (raw []byte, err error) {
 
 // do sends a GET of path, with the token.
 func (c *adminClient) do(path string, hc *http.Client) (*http.Response, error) {
-	req, err := http.NewRequest(http.MethodGet, c.base+path, nil)
+	ctx := c.ctx
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
 		return nil, usageError{fmt.Errorf("--admin %s: %w", c.base, err)}
 	}
@@ -74,6 +81,9 @@ func (c *adminClient) do(path string, hc *http.Client) (*http.Response, error) {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, fmt.Errorf("cannot reach the sless admin API at %s: is `sless dev` running? (%w)", c.base, err)
 	}
 	return resp, nil

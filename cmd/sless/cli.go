@@ -2,7 +2,10 @@ package main
 
 import (
 	"bufio"
+	"cmp"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
 
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local"
@@ -84,39 +88,95 @@ func newDescribeCommand() *cobra.Command {
 			return err
 		}
 		var page invocation.Page
-		rawInv, err := c.get(path+"/invocations?limit=10", &page)
-		if err != nil {
-			return err
-		}
+		rawInv, invErr := c.get(path+"/invocations?limit=10", &page)
 		out := cmd.OutOrStdout()
 		if c.output == "json" {
+			if invErr != nil {
+				return invErr
+			}
 			_, err := fmt.Fprintf(out, "{\"function\":%s,\"invocations\":%s}\n", strings.TrimSpace(string(raw)), strings.TrimSpace(string(rawInv)))
 			return err
 		}
-		describe(out, st, page.Invocations)
+		describe(out, st, page.Invocations, invErr)
 		return nil
 	}
 	return cmd
 }
 
-func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record) {
+// describe shows a function in sections, as kubectl describe does.
+func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, recentErr error) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "Name:\t%s/%s\nRuntime:\t%s\nManifest:\t%s\nURL:\t%s\nAge:\t%s\n", st.Namespace, st.Name, st.Runtime, st.File, st.URL, age(st.Created))
-	fmt.Fprintf(tw, "State:\t%s\n", stateOf(st))
-	for _, kv := range [][2]string{{"Error", st.Error}, {"Update error", st.UpdateError}, {"Build error", st.BuildError}, {"Last crash", st.LastCrash}} {
-		if kv[1] != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", kv[0], strings.ReplaceAll(kv[1], "\n", "\n\t"))
+	field := func(name, value string) {
+		if value != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", name, strings.ReplaceAll(strings.TrimRight(value, "\n"), "\n", "\n\t"))
 		}
 	}
-	fmt.Fprintf(tw, "Instances:\t%d ready, %d starting, %d desired; %d crashes; last start-up %.0f ms\n", st.Ready, st.Starting, st.Desired, st.Crashes, st.LastStartupMs)
-	for _, in := range st.Instances {
-		fmt.Fprintf(tw, "\t%s\t%s\tstarted %s ago\t%s\n", in.Name, in.State, age(in.Started), in.Addr)
+	field("Name", st.Namespace+"/"+st.Name)
+	field("Runtime", st.Runtime)
+	field("Manifest", st.File)
+	field("URL", st.URL)
+	field("Age", age(st.Created))
+	field("State", st.State)
+	field("Error", st.Error)
+	if st.Update != "" {
+		field("Update", st.Update+": "+st.UpdateError)
 	}
-	spec, _ := json.Marshal(st.Spec)
-	fmt.Fprintf(tw, "Spec:\t%s\n", spec)
+	field("Build error", st.BuildError)
+	field("Replicas", fmt.Sprintf("%d ready, %d starting, %d desired", st.Ready, st.Starting, st.Desired))
+	field("Crashes", fmt.Sprint(st.Crashes))
+	field("Last crash", st.LastCrash)
+	if st.LastStartupMs > 0 {
+		field("Last start-up", fmt.Sprintf("%.1f ms", st.LastStartupMs))
+	}
 	_ = tw.Flush()
+
+	fmt.Fprintln(w, "Spec:")
+	if spec, err := yaml.Marshal(st.Spec); err == nil {
+		for line := range strings.Lines(string(spec)) {
+			fmt.Fprint(w, "  ", line)
+		}
+	}
+	fmt.Fprintln(w, "Instances:")
+	if len(st.Instances) == 0 {
+		fmt.Fprintln(w, "  <none>")
+	} else {
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  NAME\tSTATE\tGENERATION\tAGE\tADDR")
+		for _, in := range st.Instances {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%s\t%s\n", in.Name, in.State, in.Generation, age(in.Started), cmp.Or(in.Addr, "-"))
+		}
+		_ = tw.Flush()
+	}
 	fmt.Fprintln(w, "Recent invocations:")
-	invocationsTable(w, recent)
+	switch {
+	case recentErr != nil:
+		fmt.Fprintf(w, "  <unavailable: %v>\n", recentErr)
+	case len(recent) == 0:
+		fmt.Fprintln(w, "  <none>")
+	default:
+		invocationsTable(&indented{w: w}, recent)
+	}
+}
+
+// indented writes each line it is given two spaces in.
+type indented struct {
+	w   io.Writer
+	mid bool // within a line
+}
+
+func (i *indented) Write(p []byte) (int, error) {
+	for line := range strings.Lines(string(p)) {
+		if !i.mid {
+			if _, err := io.WriteString(i.w, "  "); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := io.WriteString(i.w, line); err != nil {
+			return 0, err
+		}
+		i.mid = !strings.HasSuffix(line, "\n")
+	}
+	return len(p), nil
 }
 
 func invocationsTable(w io.Writer, recs []invocation.Record) {
@@ -203,8 +263,11 @@ func newLogsCommand() *cobra.Command {
 		if !follow {
 			var l struct{ Lines []local.LogLine }
 			raw, err := c.get(path+"/logs?"+q.Encode(), &l)
-			if err != nil || c.output == "json" {
-				_, _ = out.Write(raw)
+			if err != nil {
+				return err
+			}
+			if c.output == "json" {
+				_, err := out.Write(raw)
 				return err
 			}
 			for _, ll := range l.Lines {
@@ -230,7 +293,6 @@ func (c *adminClient) follow(cmd *cobra.Command, path string, out io.Writer) err
 		body, _ := io.ReadAll(resp.Body)
 		return apiError(resp.StatusCode, body)
 	}
-	go func() { <-cmd.Context().Done(); resp.Body.Close() }()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -247,7 +309,15 @@ func (c *adminClient) follow(cmd *cobra.Command, path string, out io.Writer) err
 		}
 		fmt.Fprintf(out, "%s | %s\n", ll.Instance, ll.Line)
 	}
-	return nil
+	if cmd.Context().Err() != nil {
+		return nil // interrupted: the way a follow ends
+	}
+	// The stream ends only with the server: cleanly, or cut short
+	// (unexpected EOF) when it closed the connection.
+	if err := sc.Err(); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("the admin API ended the log stream: has `sless dev` stopped? (%w)", err)
+	}
+	return errors.New("the admin API ended the log stream: has `sless dev` stopped?")
 }
 
 func newInvokeCommand() *cobra.Command {
@@ -268,7 +338,7 @@ func newInvokeCommand() *cobra.Command {
 		if _, err := c.get(path, &st); err != nil {
 			return err
 		}
-		req, err := invokeRequest(st.URL, args[1:], method, data, headers)
+		req, err := invokeRequest(cmd.Context(), st.URL, args[1:], method, data, headers)
 		if err != nil {
 			return usageError{err}
 		}
@@ -302,7 +372,7 @@ func newInvokeCommand() *cobra.Command {
 	return cmd
 }
 
-func invokeRequest(fnURL string, rest []string, method, data string, headers []string) (*http.Request, error) {
+func invokeRequest(ctx context.Context, fnURL string, rest []string, method, data string, headers []string) (*http.Request, error) {
 	target := fnURL
 	if len(rest) == 1 {
 		target += "/" + strings.TrimPrefix(rest[0], "/")
@@ -324,7 +394,7 @@ func invokeRequest(fnURL string, rest []string, method, data string, headers []s
 	if method == "" {
 		method = http.MethodGet
 	}
-	req, err := http.NewRequest(method, target, body)
+	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
 		return nil, err
 	}

@@ -2,89 +2,353 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
+	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/local"
 )
 
-// sless runs the CLI in this process against d's admin API and returns its
-// output and error.
-func sless(t *testing.T, d *devProcess, args ...string) (string, error) {
+// sless runs the CLI in this process against the admin API at admin and
+// returns its output and error.
+func sless(t *testing.T, admin string, args ...string) (string, error) {
 	t.Helper()
 	root := newRootCommand()
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
-	root.SetArgs(append(args, "--admin", d.admin))
+	root.SetArgs(append(args, "--admin", admin))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	err := root.ExecuteContext(ctx)
 	return out.String(), err
 }
 
+// lines splits output into its lines.
+func lines(out string) []string { return strings.Split(strings.TrimRight(out, "\n"), "\n") }
+
 // The CLI against a real sless dev: every command's table and JSON.
 func TestCLI(t *testing.T) {
 	d := startDevWith(t, nil)
+	eventually.True(t, "hi ready 2/2", func() bool {
+		var list struct{ Functions []local.FunctionStatus }
+		out, err := sless(t, d.admin, "functions", "-o", "json")
+		return err == nil && json.Unmarshal([]byte(out), &list) == nil && len(list.Functions) == 1 &&
+			list.Functions[0].Ready == 2 && list.Functions[0].State == "ready"
+	})
+	cli := func(t *testing.T, args ...string) (string, error) { t.Helper(); return sless(t, d.admin, args...) }
 
-	out, err := sless(t, d, "functions")
-	if err != nil || !strings.Contains(out, "NAME") || !strings.Contains(out, "default/hi") || !strings.Contains(out, "/2 ") {
-		t.Errorf("functions: %v\n%s", err, out)
-	}
-	out, err = sless(t, d, "functions", "-o", "json")
-	var list struct{ Functions []map[string]any }
-	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Functions) != 1 {
-		t.Errorf("functions -o json: %v\n%s", err, out)
-	}
+	t.Run("Functions", func(t *testing.T) {
+		out, err := cli(t, "functions")
+		rows := lines(out)
+		if err != nil || len(rows) != 2 {
+			t.Fatalf("functions: %v\n%s", err, out)
+		}
+		if got := strings.Fields(rows[0]); strings.Join(got, " ") != "NAME RUNTIME STATE READY URL AGE" {
+			t.Errorf("header %q", rows[0])
+		}
+		row := strings.Fields(rows[1])
+		if len(row) != 6 || row[0] != "default/hi" || row[1] != "python" || row[2] != "ready" || row[3] != "2/2" || row[4] != d.url ||
+			!regexp.MustCompile(`^\d+[smhd]$`).MatchString(row[5]) {
+			t.Errorf("row %q, want default/hi python ready 2/2 %s and an age", rows[1], d.url)
+		}
+		// Columns line up: each starts where its header does.
+		if strings.Index(rows[0], "URL") != strings.Index(rows[1], "http://") {
+			t.Errorf("URL column not aligned:\n%s", out)
+		}
+	})
+	t.Run("FunctionsJSON", func(t *testing.T) {
+		out, err := cli(t, "functions", "-o", "json")
+		var list struct {
+			Functions []map[string]any `json:"functions"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Functions) != 1 {
+			t.Fatalf("functions -o json: %v\n%s", err, out)
+		}
+		f := list.Functions[0]
+		if f["namespace"] != "default" || f["name"] != "hi" || f["url"] != d.url || f["ready"] != 2.0 || f["created"] == nil {
+			t.Errorf("function %v", f)
+		}
+	})
 
-	body := filepath.Join(t.TempDir(), "body")
-	if err := os.WriteFile(body, []byte("payload"), 0o644); err != nil {
+	t.Run("Invoke", func(t *testing.T) {
+		body := filepath.Join(t.TempDir(), "body")
+		if err := os.WriteFile(body, []byte("payload"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out, err := cli(t, "invoke", "default/hi", "-d", "@"+body, "-H", "X-Test: yes", "some/path")
+		rows := lines(out)
+		if err != nil || len(rows) != 2 || !regexp.MustCompile(`^200 OK in \S+s$`).MatchString(rows[0]) || rows[1] != "hi" {
+			t.Fatalf("invoke: %v\n%s", err, out)
+		}
+		out, err = cli(t, "invoke", "hi", "-X", "PUT", "-d", "inline", "-H", "x-test: two", "-H", "X-Other: 1", "/other")
+		if err != nil || !strings.HasPrefix(out, "200 OK in ") {
+			t.Fatalf("invoke -X PUT: %v\n%s", err, out)
+		}
+		// What the function saw, from its output.
+		for _, want := range []string{"serving POST /some/path body=payload x-test=yes", "serving PUT /other body=inline x-test=two"} {
+			eventually.True(t, "the function's line "+want, func() bool {
+				out, _ := cli(t, "logs", "default/hi")
+				return strings.Contains(out, want)
+			})
+		}
+	})
+	t.Run("InvokeJSON", func(t *testing.T) {
+		out, err := cli(t, "invoke", "default/hi", "-o", "json")
+		var got struct {
+			Status     int                 `json:"status"`
+			DurationMs float64             `json:"durationMs"`
+			Headers    map[string][]string `json:"headers"`
+			Body       string              `json:"body"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.Status != 200 || got.Body != "hi" || got.DurationMs <= 0 ||
+			!strings.HasPrefix(got.Headers["Content-Type"][0], "text/plain") {
+			t.Errorf("invoke -o json: %v\n%s", err, out)
+		}
+	})
+	t.Run("InvokeFailure", func(t *testing.T) {
+		out, err := cli(t, "invoke", "default/hi", "?fail=1")
+		if err == nil || !strings.Contains(err.Error(), "500") {
+			t.Errorf("invoke of a failing request: %v, want an error naming the 500", err)
+		}
+		if !strings.HasPrefix(out, "500 Internal Server Error in ") || !strings.Contains(out, "asked to fail") {
+			t.Errorf("invoke of a failing request printed:\n%s\nwant the status and the body", out)
+		}
+		if _, err := cli(t, "invoke", "default/nobody"); err == nil || err.Error() != "unknown function default/nobody" {
+			t.Errorf("invoke of an unknown function: %v", err)
+		}
+		if _, err := cli(t, "invoke", "hi", "-H", "no colon"); err == nil || !strings.Contains(err.Error(), "want 'Name: value'") {
+			t.Errorf("invoke -H without a colon: %v", err)
+		}
+	})
+
+	t.Run("Describe", func(t *testing.T) {
+		_, _ = cli(t, "invoke", "hi", "?fail=1") // a 500 among the invocations
+		out, err := cli(t, "describe", "hi")     // the default namespace
+		if err != nil {
+			t.Fatalf("describe: %v\n%s", err, out)
+		}
+		for _, want := range []*regexp.Regexp{
+			regexp.MustCompile(`(?m)^Name: +default/hi$`),
+			regexp.MustCompile(`(?m)^Runtime: +python$`),
+			regexp.MustCompile(`(?m)^URL: +` + regexp.QuoteMeta(d.url) + `$`),
+			regexp.MustCompile(`(?m)^State: +ready$`),
+			regexp.MustCompile(`(?m)^Replicas: +2 ready, 0 starting, 2 desired$`),
+			regexp.MustCompile(`(?m)^Crashes: +0$`),
+			regexp.MustCompile(`(?m)^Spec:\n(  .*\n)*  runtime: python\n`),
+			regexp.MustCompile(`(?m)^  initial: 2$|^    initial: 2$`),
+			regexp.MustCompile(`(?m)^Instances:\n  NAME +STATE +GENERATION +AGE +ADDR\n  default/hi#\d+ +ready +0 +\d+[smhd] +127\.0\.0\.1:\d+\n  default/hi#\d+ +ready`),
+			regexp.MustCompile(`(?m)^Recent invocations:\n  START +TRIGGER +STATUS .*\n  \S+ +http +\d{3} `),
+			regexp.MustCompile(`(?m)^  \S+ +http +500 `), // the failed request
+		} {
+			if !want.MatchString(out) {
+				t.Errorf("describe does not match %s:\n%s", want, out)
+			}
+		}
+		if _, err := cli(t, "describe", "default/nobody"); err == nil || err.Error() != "unknown function default/nobody" {
+			t.Errorf("describe of an unknown function: %v", err)
+		}
+	})
+	t.Run("DescribeJSON", func(t *testing.T) {
+		out, err := cli(t, "describe", "default/hi", "-o", "json")
+		var got struct {
+			Function    local.FunctionStatus
+			Invocations struct{ Invocations []map[string]any }
+		}
+		if err != nil || json.Unmarshal([]byte(out), &got) != nil || got.Function.Name != "hi" || len(got.Function.Instances) != 2 ||
+			got.Function.Spec.Runtime != "python" || len(got.Invocations.Invocations) == 0 || got.Invocations.Invocations[0]["function"] != "hi" {
+			t.Errorf("describe -o json: %v\n%s", err, out)
+		}
+	})
+
+	t.Run("Logs", func(t *testing.T) {
+		out, err := cli(t, "logs", "default/hi")
+		if err != nil || !strings.Contains(out, "| serving GET / body= x-test=\n") {
+			t.Fatalf("logs: %v\n%s", err, out)
+		}
+		prefix := regexp.MustCompile(`^default/hi#\d+ \| `)
+		for _, l := range lines(out) {
+			if !prefix.MatchString(l) {
+				t.Errorf("line %q is not 'instance | line'", l)
+			}
+		}
+		out, err = cli(t, "logs", "hi", "--tail", "1")
+		if err != nil || len(lines(out)) != 1 {
+			t.Errorf("logs --tail 1: %v\n%s", err, out)
+		}
+		if out, err := cli(t, "logs", "hi", "--since", time.Now().Add(time.Hour).Format(time.RFC3339)); err != nil || out != "" {
+			t.Errorf("logs --since an hour ahead: %v %q, want nothing", err, out)
+		}
+		out, err = cli(t, "logs", "hi", "--since", "1h", "-o", "json")
+		var got struct {
+			Lines []map[string]any `json:"lines"`
+		}
+		if err != nil || json.Unmarshal([]byte(out), &got) != nil || len(got.Lines) == 0 || got.Lines[0]["instance"] == nil || got.Lines[0]["time"] == nil {
+			t.Errorf("logs -o json: %v\n%s", err, out)
+		}
+		if out, err := cli(t, "logs", "default/nobody"); err == nil || err.Error() != "unknown function default/nobody" || out != "" {
+			t.Errorf("logs of an unknown function: %v %q", err, out)
+		}
+		if _, err := cli(t, "logs", "hi", "--since", "yesterday"); err == nil || !strings.Contains(err.Error(), "since must be") {
+			t.Errorf("logs --since yesterday: %v", err)
+		}
+	})
+	t.Run("LogsFollow", func(t *testing.T) {
+		for _, output := range []string{"", "json"} {
+			var followed syncbuf.Buffer
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				root := newRootCommand()
+				root.SetOut(&followed)
+				root.SetArgs([]string{"logs", "default/hi", "-f", "--tail", "1", "-o", output, "--admin", d.admin})
+				done <- root.ExecuteContext(ctx)
+			}()
+			path := "/followed-" + cmp.Or(output, "table")
+			eventually.True(t, "a followed line", func() bool {
+				_, _ = cli(t, "invoke", "default/hi", path)
+				return strings.Contains(followed.String(), "serving GET "+path)
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("logs -f -o %q: %v", output, err)
+			}
+			for _, l := range lines(followed.String()) {
+				var ll local.LogLine
+				switch {
+				case output == "json" && (json.Unmarshal([]byte(l), &ll) != nil || ll.Instance == "" || ll.Time.IsZero()):
+					t.Errorf("logs -f -o json: line %q is not a log line's JSON", l)
+				case output == "" && !regexp.MustCompile(`^default/hi#\d+ \| `).MatchString(l):
+					t.Errorf("logs -f: line %q is not 'instance | line'", l)
+				}
+			}
+		}
+	})
+}
+
+// The CLI's errors, against a real platform behind a token, and none.
+func TestCLIErrors(t *testing.T) {
+	p, err := local.New(local.Options{Dir: t.TempDir(), Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
+		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second, AdminToken: "s3cret"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	out, err = sless(t, d, "invoke", "default/hi", "-d", "@"+body, "-H", "X-Test: yes", "some/path")
-	if err != nil || !strings.Contains(out, "200 OK in") || !strings.HasSuffix(out, "hi\n") {
-		t.Errorf("invoke: %v\n%s", err, out)
-	}
-	if _, err := sless(t, d, "invoke", "default/nobody"); err == nil || !strings.Contains(err.Error(), "unknown function default/nobody") {
-		t.Errorf("invoke of an unknown function: %v", err)
-	}
-
-	out, err = sless(t, d, "describe", "hi") // the default namespace
-	for _, want := range []string{"Name:", "default/hi", "State:", "ready", "Instances:", "default/hi#", "Recent invocations:", "  http     200"} {
-		if err != nil || !strings.Contains(out, want) {
-			t.Errorf("describe lacks %q: %v\n%s", want, err, out)
-		}
-	}
-	out, err = sless(t, d, "invocations", "default/hi", "--json")
-	if err != nil || !strings.Contains(out, `"invocations":[{`) {
-		t.Errorf("invocations --json: %v\n%s", err, out)
-	}
-
-	out, err = sless(t, d, "logs", "default/hi")
-	if err != nil || !strings.Contains(out, "| serving /some/path") {
-		t.Errorf("logs: %v\n%s", err, out)
-	}
-	var followed syncbuf.Buffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	admin := "http://" + p.AdminAddr()
+
+	t.Setenv("SLESS_ADMIN_TOKEN", "")
+	for _, args := range [][]string{{"functions"}, {"describe", "hi"}, {"logs", "hi"}, {"logs", "hi", "-f"}, {"invoke", "hi"}} {
+		if _, err := sless(t, admin, args...); err == nil || err.Error() != "the admin API needs a token: set SLESS_ADMIN_TOKEN" {
+			t.Errorf("%v without the token: %v", args, err)
+		}
+	}
+	t.Setenv("SLESS_ADMIN_TOKEN", "wrong")
+	if _, err := sless(t, admin, "functions"); err == nil || !strings.Contains(err.Error(), "SLESS_ADMIN_TOKEN") {
+		t.Errorf("functions with a wrong token: %v", err)
+	}
+
+	t.Setenv("SLESS_ADMIN_TOKEN", "s3cret")
+	if out, err := sless(t, admin, "functions"); err != nil || strings.Join(strings.Fields(out), " ") != "NAME RUNTIME STATE READY URL AGE" {
+		t.Errorf("functions of none: %v %q, want the header alone", err, out)
+	}
+	if out, err := sless(t, admin, "functions", "-o", "json"); err != nil || out != "{\"functions\":[]}\n" {
+		t.Errorf("functions -o json of none: %v %q", err, out)
+	}
+	for _, args := range [][]string{{"describe", "nope"}, {"logs", "nope"}, {"logs", "nope", "-f"}, {"invoke", "nope"}, {"describe", "other/nope"}} {
+		want := "unknown function default/nope"
+		if strings.Contains(args[1], "/") {
+			want = "unknown function " + args[1]
+		}
+		if out, err := sless(t, admin, args...); err == nil || err.Error() != want || out != "" {
+			t.Errorf("%v: %v %q, want %q and no output", args, err, out, want)
+		}
+	}
+	if _, err := sless(t, admin, "functions", "-o", "yaml"); err == nil || !strings.Contains(err.Error(), "-o must be json") {
+		t.Errorf("-o yaml: %v", err)
+	} else if _, ok := err.(usageError); !ok {
+		t.Errorf("-o yaml: %T, want a usage error (exit 2)", err)
+	}
+
+	closed := "http://127.0.0.1:" + strconv.Itoa(testfn.FreePort(t))
+	want := "cannot reach the sless admin API at " + closed + ": is `sless dev` running?"
+	for _, args := range [][]string{{"functions"}, {"logs", "hi", "-f"}, {"invoke", "hi"}} {
+		if _, err := sless(t, closed, args...); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%v at a closed port: %v, want %q", args, err, want)
+		}
+	}
+}
+
+// logs -f ends, with an error that says so, when sless dev stops.
+func TestCLILogsFollowEndsWithPlatform(t *testing.T) {
+	requirePython3(t)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "idle"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string]string{
+		"idle.yaml":    "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: idle}\nspec: {runtime: python, source: ./idle, scale: {initial: 0}}\n",
+		"idle/main.py": "def handle(e):\n    print('idle served', flush=True)\n    return 'idle'\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
+		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	admin := "http://" + p.AdminAddr()
+	eventually.True(t, "idle known", func() bool { _, err := sless(t, admin, "describe", "idle"); return err == nil })
+
+	var followed syncbuf.Buffer
+	ended := make(chan error, 1)
 	go func() {
 		root := newRootCommand()
 		root.SetOut(&followed)
-		root.SetArgs([]string{"logs", "default/hi", "-f", "--tail", "1", "--admin", d.admin})
-		done <- root.ExecuteContext(ctx)
+		root.SetArgs([]string{"logs", "idle", "-f", "--admin", admin})
+		ended <- root.ExecuteContext(context.Background())
 	}()
 	eventually.True(t, "a followed line", func() bool {
-		_, _ = sless(t, d, "invoke", "default/hi", "followed")
-		return strings.Contains(followed.String(), "| serving /followed")
+		_, _ = sless(t, admin, "invoke", "idle")
+		return strings.Contains(followed.String(), "default/idle#1 | idle served")
 	})
 	cancel()
-	if err := <-done; err != nil {
-		t.Errorf("logs -f: %v", err)
+	select {
+	case err := <-ended:
+		if err == nil || !strings.Contains(err.Error(), "ended the log stream") {
+			t.Errorf("logs -f after sless dev stopped: %v", err)
+		}
+	case <-time.After(eventually.Within):
+		t.Error("logs -f did not end with sless dev")
+	}
+}
+
+func requirePython3(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("python3"); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("python3 is required in CI")
+		}
+		t.Skip("python3 not found: the function here is a Python one")
 	}
 }

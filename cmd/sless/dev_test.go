@@ -24,6 +24,17 @@ spec:
   scale: {initial: 2}
 `
 
+// devHandler is hi: it prints a line per request (its method, path,
+// body and X-Test header), holds it ?sleep=seconds, and fails it with ?fail.
+const devHandler = `import time
+def handle(e):
+    print('serving', e['method'], e['path'], 'body=' + e['body'], 'x-test=' + e['headers'].get('x-test', ''), flush=True)
+    time.sleep(float(e['query'].get('sleep', '0')))
+    if 'fail' in e['query']:
+        raise ValueError('asked to fail')
+    return 'hi'
+`
+
 // devProcess is a real `sless dev` process.
 type devProcess struct {
 	cmd      *exec.Cmd
@@ -56,7 +67,7 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) *devProcess {
 	if err := os.MkdirAll(filepath.Join(dir, "hi"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "hi", "main.py"), []byte("import time\ndef handle(e):\n    print('serving', e['path'], flush=True)\n    time.sleep(float(e['query'].get('sleep', '0')))\n    return 'hi'\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "hi", "main.py"), []byte(devHandler), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "hi.yaml"), []byte(devManifest), 0o644); err != nil {
