@@ -2,8 +2,11 @@
 // function against its floor, in one run: the same runtime (the Go hello
 // sample by default) loaded directly, through a TCP relay process in front
 // of that process (the floor: what one more process on the path costs),
-// and through a real `sless dev` process (activator and queue-proxy in one
-// process, in front of an instance of the same runtime). Every path is
+// through a real `sless dev` process (activator and queue-proxy in one
+// process, in front of an instance of the same runtime), and through an
+// activator process alone in front of the direct process (no queue-proxy:
+// the least a middle process that routes HTTP costs, and so the floor of
+// any way of folding the queue-proxy into the activator). Every path is
 // measured -rounds times in turn, closed-loop; the table shows medians and
 // each ratio is the median of the rounds' paired ratios, with their range.
 //
@@ -16,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -30,14 +34,22 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sless.dev/sless/activator"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/benchmarks/loadgen"
+	"sless.dev/sless/invocation"
 	"sless.dev/sless/runtimes"
 )
 
 func main() {
 	if ports := os.Getenv("BENCH_RELAY"); ports != "" {
 		serveRelay(ports)
+		return
+	}
+	if ports := os.Getenv("BENCH_ACTIVATOR"); ports != "" {
+		serveActivator(ports)
 		return
 	}
 	var (
@@ -97,11 +109,11 @@ func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *rege
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ports, err := freePorts(4)
+	ports, err := freePorts(6)
 	if err != nil {
 		return err
 	}
-	userPort, relayPort, devPort, devAdmin := ports[0], ports[1], ports[2], ports[3]
+	userPort, relayPort, devPort, devAdmin, actPort, actAdmin := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
 
 	// The runtime process alone, and the relay in front of it.
 	proc, err := runtimes.Prepare(ctx, runtimes.Source{Namespace: "default", Name: "direct-" + rt,
@@ -121,6 +133,9 @@ func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *rege
 	relay := exec.Command(self)
 	relay.Env = append(os.Environ(), fmt.Sprintf("BENCH_RELAY=%d,%d", relayPort, userPort))
 	relay.Stderr = os.Stderr
+	act := exec.Command(self)
+	act.Env = append(os.Environ(), fmt.Sprintf("BENCH_ACTIVATOR=%d,%d,%d", actPort, actAdmin, userPort))
+	act.Stderr = os.Stderr
 
 	// sless dev with one instance of the same sample, that stays up.
 	manifest := fmt.Sprintf(`apiVersion: sless.dev/v1alpha1
@@ -138,7 +153,7 @@ spec:
 		"--listen", "127.0.0.1:"+strconv.Itoa(devPort), "--admin", "127.0.0.1:"+strconv.Itoa(devAdmin), "--drain", "2s")
 	dev.Stdout, dev.Stderr = io.Discard, io.Discard
 
-	for _, c := range []*exec.Cmd{direct, relay, dev} {
+	for _, c := range []*exec.Cmd{direct, relay, dev, act} {
 		if err := c.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", c.Path, err)
 		}
@@ -148,6 +163,7 @@ spec:
 		{name: "direct", url: fmt.Sprintf("http://127.0.0.1:%d/", userPort)},
 		{name: floorPath, url: fmt.Sprintf("http://127.0.0.1:%d/", relayPort), proc: relay},
 		{name: "sless dev", url: fmt.Sprintf("http://127.0.0.1:%d/fn/default/warm", devPort), proc: dev},
+		{name: activatorPath, url: fmt.Sprintf("http://127.0.0.1:%d/fn/bench/bench/", actPort), proc: act},
 	}
 	paths = slices.DeleteFunc(paths, func(p path) bool { return p.proc != nil && !only.MatchString(p.name) })
 	for _, p := range paths {
@@ -198,8 +214,12 @@ spec:
 	return nil
 }
 
-// floorPath names the TCP relay, the floor sless dev is measured against.
-const floorPath = "TCP relay (floor)"
+// floorPath names the TCP relay, the floor sless dev is measured against;
+// activatorPath the activator alone.
+const (
+	floorPath     = "TCP relay (floor)"
+	activatorPath = "activator alone (no queue-proxy)"
+)
 
 // measure loads one path and takes its middle process's CPU time per
 // request, the warm-up's requests counted in.
@@ -282,6 +302,36 @@ func serveRelay(ports string) {
 		}()
 	}
 }
+
+// serveActivator is an activator process alone: "serving,admin,target"
+// ports, one function bench/bench whose one instance is the target, the
+// runtime process itself, as bench-requestpath's is.
+func serveActivator(ports string) {
+	p := strings.Split(ports, ",")
+	log := slog.New(slog.DiscardHandler)
+	reg := prometheus.NewRegistry()
+	ring := invocation.NewRing(10_000)
+	a, err := activator.New(activator.Config{}, nopPoker{}, ring, reg, log)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	a.SetFunction(activator.Function{Namespace: "bench", Name: "bench", HTTP: true, Timeout: time.Minute})
+	a.SetEndpoints("bench", "bench", []string{"127.0.0.1:" + p[2]})
+	serving, err1 := net.Listen("tcp", "127.0.0.1:"+p[0])
+	admin, err2 := net.Listen("tcp", "127.0.0.1:"+p[1])
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	srv := &activator.Server{Activator: a, Registry: reg, Records: ring, DrainTimeout: time.Second, Log: log}
+	fmt.Fprintln(os.Stderr, srv.Run(context.Background(), serving, admin))
+	os.Exit(1)
+}
+
+type nopPoker struct{}
+
+func (nopPoker) Poke(string, string) {}
 
 // waitOK polls url until it answers 200.
 func waitOK(ctx context.Context, url string, within time.Duration) error {
