@@ -198,7 +198,7 @@ func parseQuery(r *http.Request) (invocation.Query, error) {
 		q.Before = &c
 	}
 	if since := v.Get("since"); since != "" {
-		if q.Since, err = parseSince(since, time.Now()); err != nil {
+		if q.Since, err = invocation.ParseSince(since, time.Now()); err != nil {
 			return q, err
 		}
 	}
@@ -213,18 +213,6 @@ func parseQuery(r *http.Request) (invocation.Query, error) {
 		return q, fmt.Errorf("trigger must be http, cron or rabbitmq, not %q", q.Trigger)
 	}
 	return q, nil
-}
-
-// parseSince reads a time (RFC 3339) or an age (a duration before now).
-func parseSince(v string, now time.Time) (time.Time, error) {
-	if d, err := time.ParseDuration(v); err == nil && d > 0 {
-		return now.Add(-d), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("since must be a time (RFC 3339) or a duration such as 15m, not %q", v)
-	}
-	return t, nil
 }
 
 // summarizeInvocations answers how a function did over ?window= (1h).

@@ -205,6 +205,19 @@ func Percentile(sorted []float64, p float64) float64 {
 	return sorted[lo] + (pos-float64(lo))*(sorted[hi]-sorted[lo])
 }
 
+// ParseSince reads a "since" of the admin API: a time (RFC 3339), or an
+// age, a duration before now.
+func ParseSince(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("since must be a time (RFC 3339) or a duration such as 15m, not %q", v)
+	}
+	return t, nil
+}
+
 // ErrUnknownWindow is returned for a summary window that does not parse.
 var ErrUnknownWindow = errors.New("window must be a positive duration such as 15m or 1h, at most 30 days")
 

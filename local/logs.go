@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"sless.dev/sless/invocation"
 )
 
 // Bounds of the output kept per function: the last maxLogLines lines, or
@@ -162,15 +164,9 @@ func parseLogsQuery(r *http.Request, now time.Time) (logsQuery, error) {
 	v := r.URL.Query()
 	var q logsQuery
 	if s := v.Get("since"); s != "" {
-		d, err := time.ParseDuration(s)
-		t, err2 := time.Parse(time.RFC3339Nano, s)
-		switch {
-		case err == nil && d > 0:
-			q.since = now.Add(-d)
-		case err2 == nil:
-			q.since = t
-		default:
-			return q, errors.New("since must be a duration such as 5m or a time (RFC 3339), not " + strconv.Quote(s))
+		var err error
+		if q.since, err = invocation.ParseSince(s, now); err != nil {
+			return q, err
 		}
 	}
 	if t := v.Get("tail"); t != "" {
