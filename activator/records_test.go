@@ -23,10 +23,7 @@ func TestInvocationRoutesOnPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; store.Close() })
+	t.Cleanup(store.Start())
 
 	a, err := New(Config{}, &countingPoker{}, store, reg, quiet)
 	if err != nil {

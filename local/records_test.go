@@ -71,10 +71,7 @@ func startWithPostgres(t *testing.T) (*platform, tee, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { store.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; store.Close() })
+	t.Cleanup(store.Start())
 	records := tee{invocation.NewRing(100), store}
 	p := startPlatformWith(t, manifest("rec", "  scale: {initial: 1}\n"), func(o *Options) { o.Records, o.Registry = records, reg })
 	p.waitFor("rec ready", 30*time.Second, func() bool { return p.status("rec").State == "ready" })

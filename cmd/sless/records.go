@@ -47,10 +47,5 @@ func (d *databaseFlags) open(ctx context.Context, ring *invocation.Ring, reg pro
 	if err != nil {
 		return nil, fmt.Errorf("invocation records: %w", err)
 	}
-	// Its own context: records of the requests drained at shutdown are
-	// written before close.
-	run, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { pg.Run(run); close(done) }()
-	return &recordStore{InvocationSink: pg, RecordReader: pg, close: func() { stop(); <-done; pg.Close() }}, nil
+	return &recordStore{InvocationSink: pg, RecordReader: pg, close: pg.Start()}, nil
 }

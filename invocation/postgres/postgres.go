@@ -91,7 +91,7 @@ const connectTimeout = 5 * time.Second
 const versionTable = "sless_schema_version"
 
 // Open connects to the database at url, migrates its schema, creates the
-// partitions around now and returns the store; Run writes its records. A
+// partitions around now and returns the store; Start writes its records. A
 // bad URL or an unreachable database is an error naming the host, never
 // the password.
 func Open(ctx context.Context, url string, reg prometheus.Registerer, opts Options) (*Store, error) {
@@ -152,7 +152,19 @@ func (s *Store) migrate(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the store's connections; Run must have returned.
+// Start writes the records added in the background, on a context of its
+// own, until stop: the records of requests drained at shutdown are written
+// too. stop writes what is buffered, within the write timeout, and closes
+// the store's connections.
+func (s *Store) Start() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.run(ctx); close(done) }()
+	return func() { cancel(); <-done; s.Close() }
+}
+
+// Close closes the store's connections: for a store opened and not
+// started, or after stop.
 func (s *Store) Close() { s.pool.Close() }
 
 // Add queues a record for writing, or drops and counts it when the buffer
@@ -165,10 +177,10 @@ func (s *Store) Add(r invocation.Record) {
 	}
 }
 
-// Run writes the records added, in batches, and keeps the partitions (new
+// run writes the records added, in batches, and keeps the partitions (new
 // days ahead, old ones dropped), until ctx ends; then it writes what is
 // buffered, within the write timeout.
-func (s *Store) Run(ctx context.Context) {
+func (s *Store) run(ctx context.Context) {
 	go s.maintainEvery(ctx, time.Hour)
 	batch := make([]invocation.Record, 0, s.opts.BatchSize)
 	flush := time.NewTimer(s.opts.FlushInterval)

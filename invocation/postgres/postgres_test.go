@@ -29,10 +29,7 @@ func open(t *testing.T, url string, opts Options) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; s.Close() })
+	t.Cleanup(s.Start())
 	return s
 }
 

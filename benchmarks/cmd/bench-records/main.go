@@ -138,11 +138,7 @@ func storeRate(ctx context.Context, url string, n int) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer s.Close()
-	runCtx, stop := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { s.Run(runCtx); close(done) }()
-	defer func() { stop(); <-done }()
+	defer s.Start()()
 	rs := records(n)
 	start := time.Now()
 	for _, r := range rs {
@@ -219,11 +215,7 @@ func requestPath(ctx context.Context, url string, rate float64, duration time.Du
 		if err != nil {
 			return loadgen.Result{}, err
 		}
-		defer s.Close()
-		runCtx, stop := context.WithCancel(ctx)
-		done := make(chan struct{})
-		go func() { s.Run(runCtx); close(done) }()
-		defer func() { stop(); <-done }()
+		defer s.Start()()
 		sink = s
 	}
 	a, err := activator.New(activator.Config{}, nopPoker{}, sink, reg, log)
