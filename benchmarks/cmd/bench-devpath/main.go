@@ -15,12 +15,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,28 +27,17 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"sless.dev/sless/activator"
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/benchmarks/loadgen"
-	"sless.dev/sless/invocation"
 	"sless.dev/sless/runtimes"
 )
 
 func main() {
-	if ports := os.Getenv("BENCH_RELAY"); ports != "" {
-		serveRelay(ports)
-		return
-	}
-	if ports := os.Getenv("BENCH_ACTIVATOR"); ports != "" {
-		serveActivator(ports)
-		return
-	}
+	hops.RunIfChild()
 	var (
 		slessBin    = flag.String("sless", "bin/sless", "the sless binary whose `sless dev` is measured")
 		rt          = flag.String("runtime", "go", "the hello sample's runtime: go, python or node")
@@ -109,7 +95,7 @@ func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *rege
 		return err
 	}
 	defer os.RemoveAll(dir)
-	ports, err := freePorts(6)
+	ports, err := hops.FreePorts(6)
 	if err != nil {
 		return err
 	}
@@ -131,10 +117,10 @@ func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *rege
 		return err
 	}
 	relay := exec.Command(self)
-	relay.Env = append(os.Environ(), fmt.Sprintf("BENCH_RELAY=%d,%d", relayPort, userPort))
+	relay.Env = append(os.Environ(), hops.RelayEnv(relayPort, userPort))
 	relay.Stderr = os.Stderr
 	act := exec.Command(self)
-	act.Env = append(os.Environ(), fmt.Sprintf("BENCH_ACTIVATOR=%d,%d,%d", actPort, actAdmin, userPort))
+	act.Env = append(os.Environ(), hops.ActivatorEnv(actPort, actAdmin, userPort))
 	act.Stderr = os.Stderr
 
 	// sless dev with one instance of the same sample, that stays up.
@@ -228,7 +214,7 @@ func measure(ctx context.Context, p path, o loadgen.Options) (sample, error) {
 	var cpu0 time.Duration
 	if p.proc != nil {
 		var err error
-		if cpu0, err = cpuTime(p.proc.Process.Pid); err != nil {
+		if cpu0, err = hops.CPUTime(p.proc.Process.Pid); err != nil {
 			return sample{}, err
 		}
 	}
@@ -238,7 +224,7 @@ func measure(ctx context.Context, p path, o loadgen.Options) (sample, error) {
 	}
 	s := sample{Result: r}
 	if p.proc != nil {
-		cpu1, err := cpuTime(p.proc.Process.Pid)
+		cpu1, err := hops.CPUTime(p.proc.Process.Pid)
 		if err != nil {
 			return sample{}, err
 		}
@@ -274,65 +260,6 @@ func median(runs []sample, f func(int, sample) float64) float64 {
 
 func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
 
-// serveRelay is the floor of any proxy process, as in bench-requestpath:
-// "listen,target" ports, a byte relay that knows nothing of HTTP, two
-// goroutines per connection copying each way.
-func serveRelay(ports string) {
-	p := strings.Split(ports, ",")
-	ln, err := net.Listen("tcp", "127.0.0.1:"+p[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		go func() {
-			defer c.Close()
-			up, err := net.Dial("tcp", "127.0.0.1:"+p[1])
-			if err != nil {
-				return
-			}
-			defer up.Close()
-			go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-			_, _ = io.Copy(c, up)
-		}()
-	}
-}
-
-// serveActivator is an activator process alone: "serving,admin,target"
-// ports, one function bench/bench whose one instance is the target, the
-// runtime process itself, as bench-requestpath's is.
-func serveActivator(ports string) {
-	p := strings.Split(ports, ",")
-	log := slog.New(slog.DiscardHandler)
-	reg := prometheus.NewRegistry()
-	ring := invocation.NewRing(10_000)
-	a, err := activator.New(activator.Config{}, nopPoker{}, ring, reg, log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	a.SetFunction(activator.Function{Namespace: "bench", Name: "bench", HTTP: true, Timeout: time.Minute})
-	a.SetEndpoints("bench", "bench", []string{"127.0.0.1:" + p[2]})
-	serving, err1 := net.Listen("tcp", "127.0.0.1:"+p[0])
-	admin, err2 := net.Listen("tcp", "127.0.0.1:"+p[1])
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv := &activator.Server{Activator: a, Registry: reg, Records: ring, DrainTimeout: time.Second, Log: log}
-	fmt.Fprintln(os.Stderr, srv.Run(context.Background(), serving, admin))
-	os.Exit(1)
-}
-
-type nopPoker struct{}
-
-func (nopPoker) Poke(string, string) {}
-
 // waitOK polls url until it answers 200.
 func waitOK(ctx context.Context, url string, within time.Duration) error {
 	deadline := time.Now().Add(within)
@@ -356,34 +283,4 @@ func waitOK(ctx context.Context, url string, within time.Duration) error {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// cpuTime is the user+system CPU time a process has used, from /proc
-// (its own, not its children's).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
-	}
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
 }

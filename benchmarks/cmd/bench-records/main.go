@@ -33,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"sless.dev/sless/activator"
+	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/benchmarks/loadgen"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/invocation/postgres"
@@ -218,7 +219,7 @@ func requestPath(ctx context.Context, url string, rate float64, duration time.Du
 		defer s.Start()()
 		sink = s
 	}
-	a, err := activator.New(activator.Config{}, nopPoker{}, sink, reg, log)
+	a, err := activator.New(activator.Config{}, hops.NopPoker{}, sink, reg, log)
 	if err != nil {
 		return loadgen.Result{}, err
 	}
@@ -305,10 +306,6 @@ func summaryTime(ctx context.Context, url string, n, rounds int) error {
 	fmt.Printf("| query time | %.1f ms |\n\n", median(times[1:]))
 	return nil
 }
-
-type nopPoker struct{}
-
-func (nopPoker) Poke(string, string) {}
 
 func median(xs []float64) float64 {
 	s := slices.Sorted(slices.Values(xs))

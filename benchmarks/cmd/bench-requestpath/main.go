@@ -15,12 +15,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -33,11 +30,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
-	"sless.dev/sless/activator"
+	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/benchmarks/loadgen"
-	"sless.dev/sless/invocation"
 )
 
 // qpEnv is added to the queue-proxy's environment.
@@ -48,14 +42,7 @@ func main() {
 		serveHello(port)
 		return
 	}
-	if ports := os.Getenv("BENCH_RELAY"); ports != "" {
-		serveRelay(ports)
-		return
-	}
-	if ports := os.Getenv("BENCH_ACTIVATOR"); ports != "" {
-		serveActivator(ports)
-		return
-	}
+	hops.RunIfChild()
 	var (
 		slessBin    = flag.String("sless", "bin/sless", "the sless binary that runs the queue-proxy")
 		duration    = flag.Duration("duration", 10*time.Second, "measured time per scenario and path")
@@ -105,69 +92,8 @@ func serveHello(port string) {
 	os.Exit(1)
 }
 
-// serveActivator is the activator process: "serving,admin,instance"
-// ports, one function bench/bench whose one instance is the queue-proxy.
-func serveActivator(ports string) {
-	p := strings.Split(ports, ",")
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	reg := prometheus.NewRegistry()
-	ring := invocation.NewRing(10_000)
-	a, err := activator.New(activator.Config{}, nopPoker{}, ring, reg, log)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	a.SetFunction(activator.Function{Namespace: "bench", Name: "bench", HTTP: true, Timeout: time.Minute})
-	a.SetEndpoints("bench", "bench", []string{"127.0.0.1:" + p[2]})
-	serving, err1 := net.Listen("tcp", "127.0.0.1:"+p[0])
-	admin, err2 := net.Listen("tcp", "127.0.0.1:"+p[1])
-	if err := errors.Join(err1, err2); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	srv := &activator.Server{Activator: a, Registry: reg, Records: ring, DrainTimeout: time.Second, Log: log}
-	fmt.Fprintln(os.Stderr, srv.Run(context.Background(), serving, admin))
-	os.Exit(1)
-}
-
-// serveRelay is the floor of any proxy process: "listen,target" ports, a
-// byte relay that knows nothing of HTTP, two goroutines per connection
-// copying each way. What it adds to the direct path is what one more
-// process on the path costs on this machine, before any proxy logic.
-func serveRelay(ports string) {
-	p := strings.Split(ports, ",")
-	ln, err := net.Listen("tcp", "127.0.0.1:"+p[0])
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		go relay(c, "127.0.0.1:"+p[1])
-	}
-}
-
-func relay(c net.Conn, target string) {
-	defer c.Close()
-	up, err := net.Dial("tcp", target)
-	if err != nil {
-		return
-	}
-	defer up.Close()
-	go func() { _, _ = io.Copy(up, c); _ = up.Close() }()
-	_, _ = io.Copy(c, up)
-}
-
-type nopPoker struct{}
-
-func (nopPoker) Poke(string, string) {}
-
 func run(ctx context.Context, slessBin, knativeBin string, only *regexp.Regexp, duration, warmup time.Duration, rateList string, conns, concurrency, rounds int) error {
-	ports, err := freePorts(8)
+	ports, err := hops.FreePorts(8)
 	if err != nil {
 		return err
 	}
@@ -191,11 +117,11 @@ func run(ctx context.Context, slessBin, knativeBin string, only *regexp.Regexp, 
 	qp.Env = append(qp.Env, qpEnv...)
 	qp.Stderr = io.Discard
 	act := exec.Command(self)
-	act.Env = append(os.Environ(), fmt.Sprintf("BENCH_ACTIVATOR=%d,%d,%d", actPort, actAdminPort, servingPort))
+	act.Env = append(os.Environ(), hops.ActivatorEnv(actPort, actAdminPort, servingPort))
 	act.Env = append(act.Env, qpEnv...)
 	act.Stderr = os.Stderr
 	rel := exec.Command(self)
-	rel.Env = append(os.Environ(), fmt.Sprintf("BENCH_RELAY=%d,%d", relayPort, userPort))
+	rel.Env = append(os.Environ(), hops.RelayEnv(relayPort, userPort))
 	rel.Env = append(rel.Env, qpEnv...)
 	rel.Stderr = os.Stderr
 	procs := []*exec.Cmd{hello, qp, act, rel}
@@ -440,11 +366,11 @@ func (p path) measure(ctx context.Context, o loadgen.Options) (sample, error) {
 
 // cpuTime is the CPU time of the path's proxies.
 func (p path) cpuTime() (time.Duration, error) {
-	t, err := cpuTime(p.proc.Process.Pid)
+	t, err := hops.CPUTime(p.proc.Process.Pid)
 	if err != nil || p.also == nil {
 		return t, err
 	}
-	t2, err := cpuTime(p.also.Process.Pid)
+	t2, err := hops.CPUTime(p.also.Process.Pid)
 	return t + t2, err
 }
 
@@ -469,34 +395,4 @@ func waitReady(ctx context.Context, url string, header http.Header) error {
 		}
 	}
 	return fmt.Errorf("%s did not answer 200 within 30s", url)
-}
-
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		defer l.Close()
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
-// cpuTime is the user+system CPU time a process has used, from /proc.
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses.
-	fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
-	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, fmt.Errorf("parse /proc/%d/stat: %w", pid, err)
-	}
-	const ticksPerSecond = 100 // USER_HZ on Linux
-	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
 }
