@@ -10,12 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/internal/forward"
-)
-
-// Headers a cron fire carries to the function.
-const (
-	TriggerHeader       = "Sless-Trigger"
-	ScheduledTimeHeader = "Sless-Scheduled-Time"
+	"sless.dev/sless/internal/wire"
 )
 
 // fireAddr is the client address a fire's request shows.
@@ -36,8 +31,8 @@ func (a *Activator) Fire(_ context.Context, namespace, name, trigger string, sch
 	var req fasthttp.Request
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.SetRequestURI("/")
-	req.Header.Set(TriggerHeader, trigger)
-	req.Header.Set(ScheduledTimeHeader, scheduled.UTC().Format(time.RFC3339Nano))
+	req.Header.Set(wire.TriggerHeader, trigger)
+	req.Header.Set(wire.ScheduledTimeHeader, scheduled.UTC().Format(time.RFC3339Nano))
 	req.SetBody(body)
 	ctx.Init(&req, fireAddr, nil)
 	a.ensureRequestID(&ctx.Request)

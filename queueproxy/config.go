@@ -1,11 +1,15 @@
 package queueproxy
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
 
 	"sless.dev/sless/internal/wire"
 )
@@ -36,6 +40,17 @@ type Config struct {
 	// ReadTimeout bounds how long a client may take to send a request
 	// head, or each part of its body.
 	ReadTimeout time.Duration // SLESS_READ_TIMEOUT_SECONDS
+	// RabbitMQ are the queues to consume (SLESS_RABBITMQ_TRIGGERS), each
+	// with its broker URL read from the variable its urlEnv names.
+	RabbitMQ []RabbitMQ
+	// RetryBackoff is the wait before a failed message's first retry.
+	RetryBackoff time.Duration // SLESS_RETRY_BACKOFF_MS
+}
+
+// RabbitMQ is a trigger to consume and its broker's URL.
+type RabbitMQ struct {
+	wire.RabbitMQTrigger
+	URL string
 }
 
 // Setting describes one configuration variable and its flag.
@@ -57,6 +72,8 @@ var Settings = []Setting{
 	{wire.EnvMaxBody, "max-body-bytes", "10485760", "largest request body; larger ones get 413"},
 	{wire.EnvDrain, "drain-seconds", "30", "longest drain after SIGTERM"},
 	{wire.EnvReadTimeout, "read-timeout-seconds", "10", "most a client may take to send a request head, or each part of its body (408 beyond)"},
+	{wire.EnvRabbitMQ, "rabbitmq-triggers", "", "RabbitMQ triggers to consume, a JSON array of {name, queue, urlEnv, prefetch, maxRetries, deadLetterQueue}"},
+	{wire.EnvRetryBackoff, "retry-backoff-ms", "1000", "wait before a failed message's first retry, doubled for each next one"},
 }
 
 // ParseConfig builds a Config from the variables that lookup returns
@@ -77,6 +94,8 @@ func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
 		DrainTimeout: time.Duration(p.int(wire.EnvDrain, 0, 3600)) * time.Second,
 		ReadTimeout:  time.Duration(p.int(wire.EnvReadTimeout, 1, 3600)) * time.Second,
 	}
+	c.RetryBackoff = time.Duration(p.int(wire.EnvRetryBackoff, 1, 3600_000)) * time.Millisecond
+	c.RabbitMQ = p.rabbitMQ()
 	c.QueueDepth = 10 * c.Concurrency
 	if _, set := p.value(wire.EnvQueueDepth); set {
 		c.QueueDepth = int(p.int(wire.EnvQueueDepth, 0, 1_000_000))
@@ -88,6 +107,53 @@ func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
 		p.errs = append(p.errs, fmt.Errorf("%s, %s and %s must differ (%d, %d, %d)", wire.EnvUserPort, wire.EnvServingPort, wire.EnvAdminPort, c.UserPort, c.ServingPort, c.AdminPort))
 	}
 	return c, errors.Join(p.errs...)
+}
+
+// rabbitMQ reads the triggers to consume and their brokers' URLs.
+func (p *parser) rabbitMQ() []RabbitMQ {
+	raw, _ := p.value(wire.EnvRabbitMQ)
+	if raw == "" {
+		return nil
+	}
+	var ts []wire.RabbitMQTrigger
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&ts); err != nil {
+		p.errs = append(p.errs, fmt.Errorf("%s: not a JSON array of triggers: %w", wire.EnvRabbitMQ, err))
+		return nil
+	}
+	out := make([]RabbitMQ, 0, len(ts))
+	for i, t := range ts {
+		where := fmt.Sprintf("%s[%d]", wire.EnvRabbitMQ, i)
+		if err := checkTrigger(t); err != nil {
+			p.errs = append(p.errs, fmt.Errorf("%s: %w", where, err))
+			continue
+		}
+		url, _ := p.lookup(t.URLEnv)
+		if _, err := amqp.ParseURI(url); err != nil {
+			// Not quoted: it may hold a password.
+			p.errs = append(p.errs, fmt.Errorf("%s: %s (urlEnv) is not an AMQP URL", where, t.URLEnv))
+			continue
+		}
+		out = append(out, RabbitMQ{RabbitMQTrigger: t, URL: url})
+	}
+	return out
+}
+
+func checkTrigger(t wire.RabbitMQTrigger) error {
+	switch {
+	case t.Name == "":
+		return errors.New("name is required")
+	case t.Queue == "":
+		return errors.New("queue is required")
+	case t.URLEnv == "":
+		return errors.New("urlEnv is required")
+	case t.Prefetch < 1 || t.Prefetch > 1000:
+		return fmt.Errorf("prefetch %d: must be between 1 and 1000", t.Prefetch)
+	case t.MaxRetries < 0 || t.MaxRetries > 100:
+		return fmt.Errorf("maxRetries %d: must be between 0 and 100", t.MaxRetries)
+	}
+	return nil
 }
 
 // parser reads variables, falling back to the defaults in Settings, and

@@ -1,9 +1,12 @@
 package queueproxy
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/wire"
 )
 
 func TestParseConfig(t *testing.T) {
@@ -14,8 +17,9 @@ func TestParseConfig(t *testing.T) {
 		errs []string
 	}{
 		{name: "defaults", env: map[string]string{"SLESS_FUNCTION": "f"}, want: func(c Config) bool {
-			return c == Config{Namespace: "default", Function: "f", UserPort: 8080, ServingPort: 8012, AdminPort: 9091,
-				Timeout: 300 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: 30 * time.Second, ReadTimeout: 10 * time.Second}
+			return reflect.DeepEqual(c, Config{Namespace: "default", Function: "f", UserPort: 8080, ServingPort: 8012, AdminPort: 9091,
+				Timeout: 300 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: 30 * time.Second, ReadTimeout: 10 * time.Second,
+				RetryBackoff: time.Second})
 		}},
 		{name: "queue depth follows concurrency", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_CONCURRENCY": "7"},
 			want: func(c Config) bool { return c.Concurrency == 7 && c.QueueDepth == 70 }},
@@ -32,6 +36,18 @@ func TestParseConfig(t *testing.T) {
 			"SLESS_READ_TIMEOUT_SECONDS": "0"},
 			errs: []string{`SLESS_READ_TIMEOUT_SECONDS="0": must be between 1 and 3600`, `SLESS_CONCURRENCY="-1": must be between 0 and 100000`, `SLESS_TIMEOUT_SECONDS="soon": not a whole number`,
 				`SLESS_USER_PORT="70000"`, `SLESS_MAX_BODY_BYTES="0"`, `SLESS_FUNCTION="": must name the function`}},
+		{name: "rabbitmq triggers", env: map[string]string{"SLESS_FUNCTION": "f", "AMQP_0": "amqp://u:p@broker:5672/v", "SLESS_RETRY_BACKOFF_MS": "50",
+			"SLESS_RABBITMQ_TRIGGERS": `[{"name":"orders","queue":"orders","urlEnv":"AMQP_0","prefetch":5,"maxRetries":2,"deadLetterQueue":"orders.dlq"}]`},
+			want: func(c Config) bool {
+				return reflect.DeepEqual(c.RabbitMQ, []RabbitMQ{{URL: "amqp://u:p@broker:5672/v", RabbitMQTrigger: wire.RabbitMQTrigger{
+					Name: "orders", Queue: "orders", URLEnv: "AMQP_0", Prefetch: 5, MaxRetries: 2, DeadLetterQueue: "orders.dlq"}}}) &&
+					c.RetryBackoff == 50*time.Millisecond
+			}},
+		{name: "rabbitmq errors, URLs not quoted", env: map[string]string{"SLESS_FUNCTION": "f", "BAD": "http://u:secret@x",
+			"SLESS_RABBITMQ_TRIGGERS": `[{"name":"a","queue":"q","urlEnv":"BAD","prefetch":1},{"name":"b","queue":"q","urlEnv":"NONE","prefetch":1},{"name":"c","queue":"","urlEnv":"X","prefetch":1},{"name":"d","queue":"q","urlEnv":"BAD","prefetch":0}]`},
+			errs: []string{"[0]: BAD (urlEnv) is not an AMQP URL", "[1]: NONE (urlEnv) is not an AMQP URL", "[2]: queue is required", "[3]: prefetch 0"}},
+		{name: "rabbitmq not JSON", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_RABBITMQ_TRIGGERS": `{"name":"a"}`},
+			errs: []string{"SLESS_RABBITMQ_TRIGGERS: not a JSON array"}},
 		{name: "port clash", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_USER_PORT": "9091"},
 			errs: []string{"must differ"}},
 	}
@@ -46,6 +62,9 @@ func TestParseConfig(t *testing.T) {
 			}
 			if err == nil {
 				t.Fatalf("ParseConfig = %+v, want errors %q", c, tt.errs)
+			}
+			if strings.Contains(err.Error(), "secret") {
+				t.Errorf("error %q quotes a URL's password", err)
 			}
 			for _, e := range tt.errs {
 				if !strings.Contains(err.Error(), e) {

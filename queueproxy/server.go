@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/queueproxy/consumer"
 )
 
 // DefaultQuietPeriod is how long a draining queue-proxy waits without a new
@@ -57,6 +59,13 @@ type Server struct {
 	// the same process, reaches the queue-proxy through it without a
 	// socket (a forward.MemListener).
 	InProcess net.Listener
+	// Records, when set before Run, keeps a record of each message
+	// consumed (the local platform's store).
+	Records consumer.Sink
+
+	consumerMetrics *consumer.Metrics
+	mu              sync.Mutex
+	consumers       []*consumer.Consumer
 }
 
 // New builds a queue-proxy for cfg, with a Prometheus registry of its own
@@ -83,6 +92,11 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.prober = newProber(cfg.UserPort, log)
 	s.proxy = newProxy(cfg, s.stats, m, s.prober.failed)
+	if len(cfg.RabbitMQ) > 0 {
+		if s.consumerMetrics, err = consumer.NewMetrics(s.registry, cfg.Namespace, cfg.Function); err != nil {
+			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+	}
 	return s, nil
 }
 
@@ -149,6 +163,7 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		go func() { errc <- fs.Serve(inProcess) }()
 		defer s.InProcess.Close() // however Run ends, later dials are refused
 	}
+	consumed := s.startConsumers(bgCtx, serving.Addr().String())
 	s.log.Info("queue-proxy serving", "serving", serving.Addr().String(), "admin", admin.Addr().String(),
 		"user", s.proxy.client.Addr(), "concurrency", s.cfg.Concurrency, "queueDepth", s.cfg.QueueDepth)
 
@@ -159,12 +174,58 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	s.draining.Store(true)
+	consumed() // no new message; those in flight end
 	s.drain(fs)
 	return hs.Close()
 }
 
+// startConsumers starts consuming the function's queues once the user
+// process is first ready, and returns the stop of the drain: it cancels
+// the consumers and returns when their messages in flight have ended.
+func (s *Server) startConsumers(ctx context.Context, instance string) (stop func()) {
+	if len(s.cfg.RabbitMQ) == 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, t := range s.cfg.RabbitMQ {
+		prefetch := t.Prefetch
+		if s.cfg.Concurrency > 0 {
+			prefetch = min(prefetch, s.cfg.Concurrency)
+		}
+		c := consumer.New(consumer.Options{
+			Namespace: s.cfg.Namespace, Function: s.cfg.Function, Trigger: t.RabbitMQTrigger, URL: t.URL,
+			Prefetch: prefetch, Backoff: s.cfg.RetryBackoff, Instance: instance, Records: s.Records,
+			Metrics: s.consumerMetrics, Log: s.log,
+		}, s.proxy)
+		s.mu.Lock()
+		s.consumers = append(s.consumers, c)
+		s.mu.Unlock()
+		wg.Go(func() {
+			select {
+			case <-s.prober.first:
+				c.Run(ctx)
+			case <-ctx.Done():
+			}
+		})
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// Consumers reports what the consumers of the function's queues are
+// doing; none before Run.
+func (s *Server) Consumers() []consumer.Status {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]consumer.Status, 0, len(s.consumers))
+	for _, c := range s.consumers {
+		out = append(out, c.Status())
+	}
+	return out
+}
+
 func (s *Server) drain(fs *fasthttp.Server) {
-	s.draining.Store(true)
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
 	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
 	tick := time.NewTicker(min(s.QuietPeriod/4+time.Millisecond, 50*time.Millisecond))

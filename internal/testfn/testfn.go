@@ -71,14 +71,41 @@ type handler struct {
 	inFlight, maxInFlight atomic.Int64
 	mu                    sync.Mutex
 	gates                 map[string]chan struct{}
+	messages              map[string]*Deliveries
+}
+
+// Message is the body of a queue message for the function: what it does
+// when delivered.
+type Message struct {
+	ID string `json:"id"`
+	// Fail is how many deliveries of it fail (500) before one succeeds;
+	// a negative number fails them all.
+	Fail int `json:"fail,omitempty"`
+	// SleepMs delays the answer; Block waits for /release?id=<ID>.
+	SleepMs int  `json:"sleepMs,omitempty"`
+	Block   bool `json:"block,omitempty"`
+}
+
+// Deliveries is what /messages reports of each message delivered: how
+// many times, and the headers of the last delivery.
+type Deliveries struct {
+	Count   int                 `json:"count"`
+	Headers map[string][]string `json:"headers"`
 }
 
 func newHandler() http.Handler {
-	h := &handler{gates: map[string]chan struct{}{}}
+	h := &handler{gates: map[string]chan struct{}{}, messages: map[string]*Deliveries{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("/echo", h.echo)
-	mux.HandleFunc("/", h.echo)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Sless-Queue") != "" {
+			h.track(h.message)(w, r)
+			return
+		}
+		h.echo(w, r)
+	})
+	mux.HandleFunc("/messages", h.listMessages)
 	mux.HandleFunc("/bytes", h.bytes)
 	mux.HandleFunc("/sleep", h.track(h.sleep))
 	mux.HandleFunc("/block", h.track(h.block))
@@ -203,6 +230,47 @@ func (h *handler) block(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.WriteString(w, "released")
 	case <-r.Context().Done():
 	}
+}
+
+// message plays a queue message's Message.
+func (h *handler) message(w http.ResponseWriter, r *http.Request) {
+	var m Message
+	if err := json.NewDecoder(r.Body).Decode(&m); err != nil {
+		http.Error(w, "not a testfn.Message: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	h.mu.Lock()
+	d := h.messages[m.ID]
+	if d == nil {
+		d = &Deliveries{}
+		h.messages[m.ID] = d
+	}
+	d.Count++
+	d.Headers = r.Header.Clone()
+	n := d.Count
+	h.mu.Unlock()
+	time.Sleep(time.Duration(m.SleepMs) * time.Millisecond)
+	if m.Block {
+		select {
+		case <-h.gate(m.ID):
+		case <-r.Context().Done():
+			return
+		}
+	}
+	if m.Fail < 0 || n <= m.Fail {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = fmt.Fprintf(w, `{"error":"delivery %d of %s fails"}`, n, m.ID)
+		return
+	}
+	_, _ = fmt.Fprintf(w, "done %s", m.ID)
+}
+
+func (h *handler) listMessages(w http.ResponseWriter, _ *http.Request) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(h.messages)
 }
 
 func (h *handler) release(w http.ResponseWriter, r *http.Request) {

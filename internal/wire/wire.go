@@ -41,6 +41,8 @@ const (
 	EnvMaxBody     = "SLESS_MAX_BODY_BYTES"
 	EnvDrain       = "SLESS_DRAIN_SECONDS"
 	EnvReadTimeout = "SLESS_READ_TIMEOUT_SECONDS"
+	// EnvRetryBackoff is the wait before a failed message's first retry.
+	EnvRetryBackoff = "SLESS_RETRY_BACKOFF_MS"
 )
 
 // Metadata of the external-push trigger in the ScaledObjects the
@@ -52,3 +54,36 @@ const (
 	// ScaledObject's).
 	KEDANamespace = "namespace"
 )
+
+// Headers an invocation by a trigger other than HTTP carries to the
+// function, so that a handler can tell how it was called.
+const (
+	// TriggerHeader names the trigger in the Function (cron, rabbitmq).
+	TriggerHeader = "Sless-Trigger"
+	// ScheduledTimeHeader is a cron fire's scheduled time (RFC 3339).
+	ScheduledTimeHeader = "Sless-Scheduled-Time"
+	// A message's id, routing key and queue, and how many times it has
+	// been delivered to the function, this delivery included (1 the
+	// first time). The message's content type is the request's.
+	MessageIDHeader     = "Sless-Message-Id"
+	RoutingKeyHeader    = "Sless-Routing-Key"
+	QueueHeader         = "Sless-Queue"
+	DeliveryCountHeader = "Sless-Delivery-Count"
+)
+
+// EnvRabbitMQ holds the function's RabbitMQ triggers, a JSON array of
+// RabbitMQTrigger; the queue-proxy consumes each.
+const EnvRabbitMQ = "SLESS_RABBITMQ_TRIGGERS"
+
+// RabbitMQTrigger is one RabbitMQ trigger as the queue-proxy consumes it.
+// The broker URL is not in it but in the variable URLEnv names, which the
+// controller fills from the trigger's Secret by secretKeyRef: a URL holds
+// a password, and must not show in a Deployment's spec.
+type RabbitMQTrigger struct {
+	Name            string `json:"name"`
+	Queue           string `json:"queue"`
+	URLEnv          string `json:"urlEnv"`
+	Prefetch        int    `json:"prefetch"`
+	MaxRetries      int    `json:"maxRetries"`
+	DeadLetterQueue string `json:"deadLetterQueue,omitempty"`
+}

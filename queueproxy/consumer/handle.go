@@ -1,0 +1,209 @@
+package consumer
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/invocation"
+)
+
+// Headers the consumer puts on the messages it retries and dead-letters,
+// for the next attempt and for whoever reads the dead-letter queue.
+const (
+	// AttemptsHeader counts the failed attempts so far.
+	AttemptsHeader = "x-sless-attempts"
+	// StatusHeader and ErrorHeader are the last attempt's status and the
+	// reason it failed (at most invocation.MaxErrorBytes).
+	StatusHeader = "x-sless-status"
+	ErrorHeader  = "x-sless-error"
+	// QueueHeader and TriggerHeader say where the message was consumed.
+	QueueHeader   = "x-sless-queue"
+	TriggerHeader = "x-sless-trigger"
+)
+
+// Results of a message, the result label of sless_queue_messages_total.
+const (
+	resultAcked        = "acked"
+	resultRetried      = "retried"
+	resultDeadLettered = "dead_lettered"
+	resultDropped      = "dropped"
+	resultRequeued     = "requeued"
+)
+
+// handle invokes the function with one delivery and settles it.
+func (c *Consumer) handle(pub *publisher, d amqp.Delivery) {
+	if d.Redelivered {
+		c.m.redelivered.Inc()
+	}
+	failed := attempts(d.Headers)
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	c.request(req, d, failed+1)
+	start := time.Now()
+	ans := c.invoke.Invoke(req, resp, nil)
+	took := time.Since(start)
+	c.m.duration.Observe(took.Seconds())
+
+	result := resultAcked
+	if ans.Code/100 != 2 {
+		result = c.fail(pub, d, failed+1, ans)
+	}
+	if result != resultRequeued {
+		if err := d.Ack(false); err != nil {
+			// The channel is gone: the broker delivers it again.
+			c.log.Warn("ack failed; the message will be delivered again", "messageId", d.MessageId, "err", err)
+			result = resultRequeued
+		}
+	}
+	c.m.count(result)
+	c.record(d, start, took, ans, len(resp.Body()))
+}
+
+// request builds the invocation of delivery d, its attempt-th.
+func (c *Consumer) request(req *fasthttp.Request, d amqp.Delivery, attempt int) {
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI("/")
+	req.Header.SetHost("localhost")
+	ct := d.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	req.Header.SetContentType(ct)
+	req.Header.Set(wire.TriggerHeader, c.opts.Trigger.Name)
+	req.Header.Set(wire.QueueHeader, c.opts.Trigger.Queue)
+	req.Header.Set(wire.DeliveryCountHeader, strconv.Itoa(attempt))
+	if d.MessageId != "" {
+		req.Header.Set(wire.MessageIDHeader, d.MessageId)
+		req.Header.Set("X-Request-Id", d.MessageId)
+	}
+	if d.RoutingKey != "" {
+		req.Header.Set(wire.RoutingKeyHeader, d.RoutingKey)
+	}
+	req.SetBodyRaw(d.Body)
+}
+
+// fail settles a failed attempt: a retry after a backoff while retries
+// remain, then the dead-letter queue (or, with none, a logged drop). The
+// message is acknowledged (by the caller) only once its copy is
+// confirmed; if publishing fails it is returned to the queue instead.
+func (c *Consumer) fail(pub *publisher, d amqp.Delivery, attempt int, ans Answer) string {
+	t := c.opts.Trigger
+	msg := failed(d, attempt, ans, t)
+	switch {
+	case attempt <= t.MaxRetries:
+		if err := pub.retry(msg, backoff(c.opts.Backoff, attempt)); err != nil {
+			return c.requeue(d, "retry", err)
+		}
+		return resultRetried
+	case t.DeadLetterQueue != "":
+		if err := pub.deadLetter(msg, t.DeadLetterQueue); err != nil {
+			return c.requeue(d, "dead-letter", err)
+		}
+		c.log.Warn("message dead-lettered", "messageId", d.MessageId, "attempts", attempt, "status", ans.Code, "dlq", t.DeadLetterQueue)
+		return resultDeadLettered
+	default:
+		c.log.Warn("message dropped after its retries: the trigger has no deadLetterQueue",
+			"messageId", d.MessageId, "attempts", attempt, "status", ans.Code, "reason", ans.Reason)
+		return resultDropped
+	}
+}
+
+// requeue returns d to its queue, unsettled, when its copy could not be
+// published: it is delivered again, without a backoff.
+func (c *Consumer) requeue(d amqp.Delivery, what string, err error) string {
+	c.log.Warn(what+" failed; the message returns to the queue", "messageId", d.MessageId, "err", err)
+	_ = d.Nack(false, true) // if the channel is gone, the broker requeues it
+	return resultRequeued
+}
+
+// failed is the copy of d that is retried or dead-lettered: d's body and
+// properties, with the attempts so far and the last failure in headers.
+func failed(d amqp.Delivery, attempt int, ans Answer, t wire.RabbitMQTrigger) amqp.Publishing {
+	h := make(amqp.Table, len(d.Headers)+5)
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	h[AttemptsHeader] = int32(attempt)
+	h[StatusHeader] = int32(ans.Code)
+	h[ErrorHeader] = invocation.TruncateError(ans.Reason)
+	h[QueueHeader] = t.Queue
+	h[TriggerHeader] = t.Name
+	return amqp.Publishing{
+		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
+		ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
+		AppId: d.AppId, Body: d.Body,
+		// UserId is left out: the broker refuses one that is not the
+		// publishing connection's user.
+	}
+}
+
+// attempts reads how many attempts at a message have failed before.
+func attempts(h amqp.Table) int {
+	switch n := h[AttemptsHeader].(type) {
+	case int32:
+		return int(n)
+	case int64:
+		return int(n)
+	case int16:
+		return int(n)
+	case int8:
+		return int(n)
+	case int:
+		return n
+	}
+	return 0
+}
+
+// backoff is the wait before retrying after the attempt-th failure.
+func backoff(first time.Duration, attempt int) time.Duration {
+	d := first
+	for i := 1; i < attempt && d < MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, MaxBackoff)
+}
+
+// record adds the invocation's record, when the consumer keeps records.
+func (c *Consumer) record(d amqp.Delivery, start time.Time, took time.Duration, ans Answer, bytesOut int) {
+	if c.opts.Records == nil {
+		return
+	}
+	r := invocation.Record{
+		Namespace: c.opts.Namespace, Function: c.opts.Function,
+		Trigger: "rabbitmq", TriggerName: c.opts.Trigger.Name, RequestID: d.MessageId,
+		Status: ans.Code, Start: start, Duration: took,
+		BytesIn: len(d.Body), BytesOut: bytesOut, Instance: c.opts.Instance,
+	}
+	if ans.Platform {
+		r.Error = invocation.TruncateError(ans.Reason)
+	}
+	c.opts.Records.Add(r)
+}
+
+// RetryQueues are the queues the failed messages of queue wait their
+// backoffs in, from the first retry's wait.
+func RetryQueues(queue string, first time.Duration, maxRetries int) []string {
+	var names []string
+	for a := 1; a <= maxRetries; a++ {
+		if n := retryQueueName(queue, backoff(first, a)); !slices.Contains(names, n) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+// retryQueueName is the queue a failed message waits its backoff in.
+func retryQueueName(queue string, wait time.Duration) string {
+	if wait%time.Second == 0 {
+		return fmt.Sprintf("%s.retry.%ds", queue, wait/time.Second)
+	}
+	return fmt.Sprintf("%s.retry.%dms", queue, wait/time.Millisecond)
+}
