@@ -121,7 +121,8 @@ type state struct {
 // reads fail.
 type queueRead struct {
 	desired int32
-	failing bool // the last read failed: logged once, not every second
+	failing bool   // the last read failed: logged once, not every second
+	err     string // why it failed
 }
 
 // New returns an autoscaler reading instances with scraper, writing
@@ -277,6 +278,27 @@ func (a *Autoscaler) Poke(ctx context.Context, now time.Time, namespace, name st
 	a.decide(ctx, now, st)
 }
 
+// QueueErrors reports, by queue, why the last read of a function's queue
+// failed; nil when every read was good.
+func (a *Autoscaler) QueueErrors(namespace, name string) map[string]string {
+	st := a.get(namespace, name)
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out map[string]string
+	for q, r := range st.reads {
+		if r.failing {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[q] = r.err
+		}
+	}
+	return out
+}
+
 // SetQueueReader makes the autoscaler read the depth of functions' queues
 // with r; without one, queues ask for nothing.
 func (a *Autoscaler) SetQueueReader(r QueueReader) {
@@ -393,9 +415,14 @@ func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) {
 		case errs[i] == nil && read.failing:
 			a.log.Info("queue depth read again", "namespace", fn.Namespace, "function", fn.Name, "queue", q.Name)
 		}
-		read.failing = errs[i] != nil
-		if !read.failing {
+		read.failing, read.err = errs[i] != nil, ""
+		if read.failing {
+			read.err = errs[i].Error()
+		} else {
 			read.desired = kpa.QueueDesired(depths[i], q.Target, q.Activation)
+			// Rare enough (functions with queues, once a second) to
+			// look the gauge up each time.
+			a.metrics.queueDepth.WithLabelValues(fn.Namespace, fn.Name, q.Name).Set(float64(depths[i]))
 		}
 		reads[q.Name] = read
 		st.queue = max(st.queue, read.desired)

@@ -7,6 +7,7 @@ import "github.com/prometheus/client_golang/prometheus"
 type metrics struct {
 	desired, actual, panic *prometheus.GaugeVec
 	noData                 *prometheus.CounterVec
+	queueDepth             *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -25,8 +26,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sless_autoscaler_no_data_total",
 			Help: "Decisions not made because no load was observed for a whole stable window (every scrape failed): the function kept its scale.",
 		}, labels),
+		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sless_queue_depth", Help: "Ready messages in a queue the function consumes, at the last good read.",
+		}, []string{"namespace", "function", "queue"}),
 	}
-	for _, c := range []prometheus.Collector{m.desired, m.actual, m.panic, m.noData} {
+	for _, c := range []prometheus.Collector{m.desired, m.actual, m.panic, m.noData, m.queueDepth} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -64,4 +68,5 @@ func (m *metrics) forget(namespace, name string) {
 		g.DeleteLabelValues(namespace, name)
 	}
 	m.noData.DeleteLabelValues(namespace, name)
+	m.queueDepth.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "function": name})
 }

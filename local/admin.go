@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
+	"sless.dev/sless/queueproxy/consumer"
 )
 
 // FunctionStatus is a function as the admin API and the table show it.
@@ -42,7 +44,75 @@ type FunctionStatus struct {
 	// its process to ready.
 	LastStartupMs float64               `json:"lastStartupMs"`
 	Instances     []supervisor.Instance `json:"instances"`
-	Spec          v1alpha1.FunctionSpec `json:"spec"`
+	// Triggers are its triggers and what each is doing.
+	Triggers []TriggerStatus      `json:"triggers"`
+	Spec     v1alpha1.FunctionSpec `json:"spec"`
+}
+
+// TriggerStatus is one trigger of a function.
+type TriggerStatus struct {
+	Name string `json:"name"`
+	// Kind is http, cron or rabbitmq.
+	Kind  string `json:"kind"`
+	Queue string `json:"queue,omitempty"`
+	// State is active for HTTP and cron. A RabbitMQ trigger is consuming
+	// (every ready instance consumes it), waiting (no instance: its
+	// first message wakes the function), disabled (the platform has no
+	// broker) or failing, Error saying why: a bad URL, refused
+	// credentials, a missing queue.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// triggers reports fn's triggers from what its instances' consumers and
+// the autoscaler's reads of its queues say.
+func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instance) []TriggerStatus {
+	out := make([]TriggerStatus, 0, len(fn.Spec.Triggers))
+	var queueErrs map[string]string
+	for _, t := range fn.Spec.Triggers {
+		ts := TriggerStatus{Name: t.Name, Kind: "http", State: "active"}
+		switch {
+		case t.Cron != nil:
+			ts.Kind = "cron"
+		case t.RabbitMQ != nil:
+			ts.Kind, ts.Queue, ts.State = "rabbitmq", t.RabbitMQ.Queue, "waiting"
+			if p.opts.AMQPURL == "" {
+				ts.State = "disabled"
+				break
+			}
+			if queueErrs == nil {
+				queueErrs = p.scaler.QueueErrors(fn.Namespace, fn.Name)
+			}
+			consumerState(&ts, instances, queueErrs[ts.Queue])
+		}
+		out = append(out, ts)
+	}
+	return out
+}
+
+// consumerState sets a RabbitMQ trigger's state: failing when a consumer
+// of it, or with none the last depth read, fails; else consuming when a
+// ready instance consumes it.
+func consumerState(ts *TriggerStatus, instances []supervisor.Instance, readErr string) {
+	consumers := 0
+	for _, in := range instances {
+		for _, c := range in.Consumers {
+			if c.Trigger != ts.Name {
+				continue
+			}
+			consumers++
+			if c.State == consumer.StateFailing && ts.Error == "" {
+				ts.State, ts.Error = "failing", c.Error
+			}
+		}
+	}
+	switch {
+	case ts.Error != "":
+	case consumers > 0:
+		ts.State = "consuming"
+	case readErr != "":
+		ts.State, ts.Error = "failing", readErr
+	}
 }
 
 // Functions reports every function, sorted by namespace and name.
@@ -76,6 +146,7 @@ func (p *Platform) status(e *entry) FunctionStatus {
 	if sup.Instances != nil {
 		st.Instances = sup.Instances
 	}
+	st.Triggers = p.triggers(fn, st.Instances)
 	switch {
 	case !e.running && e.err != "":
 		st.State, st.Error = "failed", e.err

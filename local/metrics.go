@@ -21,9 +21,10 @@ type gatherer struct {
 	instances func() []supervisor.InstanceMetrics
 }
 
-// queueProxyPrefix selects an instance's own series; its Go runtime
-// series are the platform's, already on the page.
-const queueProxyPrefix = "sless_queueproxy_"
+// instancePrefixes select an instance's own series, its queue-proxy's and
+// its consumers'; its Go runtime series are the platform's, already on
+// the page.
+var instancePrefixes = []string{"sless_queueproxy_", "sless_queue_"}
 
 func (g gatherer) Gather() ([]*dto.MetricFamily, error) {
 	fams, err := g.platform.Gather()
@@ -40,7 +41,7 @@ func (g gatherer) Gather() ([]*dto.MetricFamily, error) {
 			continue // one instance's trouble must not cost the whole page
 		}
 		for _, f := range ifams {
-			if !strings.HasPrefix(f.GetName(), queueProxyPrefix) {
+			if !slices.ContainsFunc(instancePrefixes, func(p string) bool { return strings.HasPrefix(f.GetName(), p) }) {
 				continue
 			}
 			for _, m := range f.Metric {

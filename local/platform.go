@@ -18,14 +18,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/utils/ptr"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
+	"sless.dev/sless/queueproxy"
 	"sless.dev/sless/runtimes"
 )
 
@@ -71,6 +75,12 @@ type Options struct {
 	// failed to install is prepared again with the same source; the wait
 	// doubles with each failure, up to maxInstallRetry.
 	InstallRetry time.Duration
+	// AMQPURL is the broker of every RabbitMQ trigger (a manifest's
+	// connectionSecret is for Kubernetes); empty, none is consumed.
+	AMQPURL string
+	// RetryBackoff is the wait before a failed message's first retry
+	// (consumer.DefaultBackoff when 0).
+	RetryBackoff time.Duration
 }
 
 // RecordStore keeps invocation records and answers queries of them: the
@@ -95,6 +105,14 @@ type Platform struct {
 	cron           *scheduler.Scheduler
 	logs           logs
 	pokes          poker
+	queues         *queuedepth.Reader // nil without a broker
+	waker          *queuedepth.Waker
+
+	// wakeMu guards wakeQueues, apart from mu: instancesChanged, which
+	// the supervisor calls with its lock held, reads it, and mu is held
+	// while the supervisor is called.
+	wakeMu     sync.Mutex
+	wakeQueues map[string][]string // by function key: its queues
 
 	mu  sync.Mutex
 	fns map[string]*entry
@@ -141,7 +159,7 @@ func New(opts Options) (*Platform, error) {
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = forward.DefaultReadTimeout
 	}
-	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{}}
+	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{}, wakeQueues: map[string][]string{}}
 	if p.reg == nil {
 		p.reg = prometheus.NewRegistry()
 	}
@@ -149,10 +167,16 @@ func New(opts Options) (*Platform, error) {
 		p.records = invocation.NewRing(10_000)
 	}
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add})
+	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog,
+		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: p.records})
 	var err error
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
 		return nil, err
+	}
+	if opts.AMQPURL != "" {
+		p.queues = queuedepth.New(opts.AMQPURL, opts.Log)
+		p.waker = queuedepth.NewWaker(p.queues, opts.Log)
+		p.scaler.SetQueueReader(p.queues)
 	}
 	p.pokes = make(poker, maxPendingPokes)
 	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, p.records, p.reg, opts.Log); err != nil {
@@ -217,7 +241,12 @@ func (p *Platform) Run(ctx context.Context) error {
 	// is stopped at once.
 	shutdown, cancel := context.WithDeadline(context.Background(), drainStart.Add(p.opts.Drain))
 	defer cancel()
-	return errors.Join(err, p.sup.Shutdown(shutdown))
+	err = errors.Join(err, p.sup.Shutdown(shutdown))
+	if p.queues != nil {
+		p.waker.Close()
+		err = errors.Join(err, p.queues.Close())
+	}
+	return err
 }
 
 // printDraining says what the drain waits for.
@@ -374,6 +403,7 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: env(fn),
 		Concurrency: int(fn.Spec.Concurrency), Timeout: time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
 		MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
+		RabbitMQ: p.rabbitMQ(fn), RetryBackoff: p.opts.RetryBackoff,
 	})
 	if rescale {
 		// The autoscaler decides on a function new to it at once; one
@@ -431,6 +461,12 @@ func (p *Platform) remove(e *entry) {
 	p.scaler.RemoveFunction(fn.Namespace, fn.Name)
 	p.sup.Remove(fn.Namespace, fn.Name)
 	p.logs.forget(fn.Namespace, fn.Name)
+	p.wakeMu.Lock()
+	delete(p.wakeQueues, fn.Key())
+	p.wakeMu.Unlock()
+	if p.waker != nil {
+		p.waker.Unpark(fn.Key())
+	}
 	fmt.Fprintf(p.opts.Out, "removed %s (its manifest is gone)\n", fn.Key())
 }
 
@@ -444,6 +480,47 @@ func (p *Platform) instancesChanged(namespace, name string, ready []supervisor.E
 	}
 	p.act.SetEndpoints(namespace, name, addrs)
 	p.scaler.SetInstances(namespace, name, admins)
+	p.watchQueues(namespace, name, len(ready) == 0)
+}
+
+// rabbitMQ lists the queues fn's instances consume, on the platform's
+// broker, and sets what the waker watches while fn has no instance.
+func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
+	var out []queueproxy.RabbitMQ
+	var queues []string
+	for _, t := range fn.Spec.Triggers {
+		r := t.RabbitMQ
+		if r == nil || p.opts.AMQPURL == "" {
+			continue
+		}
+		out = append(out, queueproxy.RabbitMQ{URL: p.opts.AMQPURL, RabbitMQTrigger: wire.RabbitMQTrigger{
+			Name: t.Name, Queue: r.Queue, Prefetch: int(r.Prefetch), MaxRetries: int(ptr.Deref(r.MaxRetries, 0)),
+			DeadLetterQueue: r.DeadLetterQueue,
+		}})
+		queues = append(queues, r.Queue)
+	}
+	p.wakeMu.Lock()
+	p.wakeQueues[fn.Key()] = queues
+	p.wakeMu.Unlock()
+	return out
+}
+
+// watchQueues parks a consumer on the queues of a function with no ready
+// instance, whose first message wakes it at once, and unparks it once an
+// instance is ready (its queue-proxy consumes).
+func (p *Platform) watchQueues(namespace, name string, idle bool) {
+	if p.waker == nil {
+		return
+	}
+	key := namespace + "/" + name
+	p.wakeMu.Lock()
+	queues := p.wakeQueues[key]
+	p.wakeMu.Unlock()
+	if !idle || len(queues) == 0 {
+		p.waker.Unpark(key)
+		return
+	}
+	p.waker.Park(key, queues, func() { p.pokes.Poke(namespace, name) })
 }
 
 // cronFirer sends cron fires through the in-process activator.

@@ -90,12 +90,19 @@ func startPlatform(t *testing.T, manifests string) *platform {
 // startPlatformWith is startPlatform with options set.
 func startPlatformWith(t *testing.T, manifests string, set ...func(*Options)) *platform {
 	t.Helper()
+	return startPlatformCode(t, handler, manifests, set...)
+}
+
+// startPlatformCode is startPlatformWith with code as the functions'
+// Python source.
+func startPlatformCode(t *testing.T, code, manifests string, set ...func(*Options)) *platform {
+	t.Helper()
 	requirePython(t)
 	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "fn"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	write(t, filepath.Join(dir, "fn", "main.py"), handler)
+	write(t, filepath.Join(dir, "fn", "main.py"), code)
 	write(t, filepath.Join(dir, "functions.yaml"), manifests)
 	return runPlatform(t, dir, 50*time.Millisecond, set...)
 }

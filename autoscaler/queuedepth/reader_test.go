@@ -7,8 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,17 +18,18 @@ import (
 
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/kpa"
+	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/syncbuf"
 )
 
-const brokerURL = "amqp://guest:guest@127.0.0.1:5672/"
+var brokerURL = amqptest.URL()
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // TestDepth reads the ready messages of real queues, and goes on reading
 // after a passive declare of a missing queue has closed its channel.
 func TestDepth(t *testing.T) {
-	ch := broker(t)
+	ch := amqptest.Channel(t)
 	r := New(brokerURL, discard)
 	t.Cleanup(func() { _ = r.Close() })
 	for _, n := range []int{0, 1, 7} {
@@ -41,7 +40,7 @@ func TestDepth(t *testing.T) {
 
 	queue := declare(t, ch, 2)
 	waitDepth(t, r, queue, 2)
-	missing := uniqueName("missing")
+	missing := amqptest.Name("missing")
 	for range 2 * maxCalls { // more than the channels the reader keeps
 		_, err := r.Depth(context.Background(), missing)
 		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("queue %q not found", missing)) {
@@ -56,14 +55,14 @@ func TestDepth(t *testing.T) {
 // TestReconnect closes the reader's connection on the broker and sees it
 // dial again and report.
 func TestReconnect(t *testing.T) {
-	ch := broker(t)
+	ch := amqptest.Channel(t)
 	r := New(brokerURL, discard)
 	t.Cleanup(func() { _ = r.Close() })
 	queue := declare(t, ch, 3)
 	waitDepth(t, r, queue, 3)
 	old := waitConnection(t, "")
 
-	rabbitmqctl(t, "close_connection", old, "sless queuedepth test")
+	amqptest.Ctl(t, "close_connection", old, "sless queuedepth test")
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		got, err := r.Depth(context.Background(), queue)
 		if err == nil && got == 3 {
@@ -141,7 +140,7 @@ func TestCancel(t *testing.T) {
 // autoscaler: ⌈ready / target⌉ above activation, and the last value while
 // reads fail.
 func TestAutoscaler(t *testing.T) {
-	ch := broker(t)
+	ch := amqptest.Channel(t)
 	r := New(brokerURL, discard)
 	t.Cleanup(func() { _ = r.Close() })
 	queue := declare(t, ch, 7)
@@ -175,7 +174,7 @@ func TestAutoscaler(t *testing.T) {
 		failing := New(brokerURL, discard)
 		a.SetQueueReader(failing)
 		a.SetFunction(time.Now(), function(10,
-			autoscaler.Queue{Name: queue, Target: 3}, autoscaler.Queue{Name: uniqueName("missing"), Target: 1}))
+			autoscaler.Queue{Name: queue, Target: 3}, autoscaler.Queue{Name: amqptest.Name("missing"), Target: 1}))
 		now := time.Now()
 		a.Step(context.Background(), now)
 		if got := w.replicas(); got != 3 {
@@ -233,41 +232,15 @@ func (r *recorder) replicas() int32 {
 	return r.last
 }
 
-// broker returns a channel on the real RabbitMQ; without it the test fails
-// in CI and skips elsewhere.
-func broker(t *testing.T) *amqp.Channel {
-	t.Helper()
-	conn, err := amqp.Dial(brokerURL)
-	if err != nil {
-		missing(t, "RabbitMQ on 127.0.0.1:5672 (hack/services.sh starts it): %v", err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	ch, err := conn.Channel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ch
-}
 
-func missing(t *testing.T, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("missing "+format, args...)
-	}
-	t.Skipf("missing "+format, args...)
-}
 
-var names atomic.Int64
 
-func uniqueName(what string) string {
-	return fmt.Sprintf("sless-queuedepth-test-%s-%d-%d", what, os.Getpid(), names.Add(1))
-}
 
 // declare declares a queue that expires unused, deleted at cleanup, and
 // publishes n messages to it.
 func declare(t *testing.T, ch *amqp.Channel, n int) string {
 	t.Helper()
-	name := uniqueName("queue")
+	name := amqptest.Name("queue")
 	if _, err := ch.QueueDeclare(name, false, false, false, false, amqp.Table{"x-expires": int32(60_000)}); err != nil {
 		t.Fatal(err)
 	}
@@ -296,18 +269,6 @@ func waitDepth(t *testing.T, r *Reader, queue string, want int64) {
 	}
 }
 
-// rabbitmqctl runs the broker's management command; without it the test
-// fails in CI and skips elsewhere.
-func rabbitmqctl(t *testing.T, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
-	if err != nil {
-		missing(t, "a working rabbitmqctl: rabbitmqctl %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
-}
 
 // waitConnection polls the broker until this process has exactly one
 // reader connection, other than not, and returns its Erlang pid.
@@ -316,13 +277,7 @@ func waitConnection(t *testing.T, not string) string {
 	mark := fmt.Sprintf(`{"connection_name","%s"}`, connectionName())
 	var pids []string
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		pids = pids[:0]
-		for line := range strings.Lines(rabbitmqctl(t, "-q", "--no-table-headers", "list_connections", "pid", "client_properties")) {
-			if pid, props, ok := strings.Cut(line, "\t"); ok && strings.Contains(props, mark) {
-				pids = append(pids, pid)
-			}
-		}
-		if len(pids) == 1 && pids[0] != not {
+		if pids = amqptest.Connections(t, mark); len(pids) == 1 && pids[0] != not {
 			return pids[0]
 		}
 	}

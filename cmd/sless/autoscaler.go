@@ -107,12 +107,12 @@ func (o autoscalerOptions) check() error {
 		}
 		seen[a[1]] = a[0]
 	}
-	return checkRabbitMQURL(o.rabbitmqURL)
+	return checkAMQPURL("--rabbitmq-url", o.rabbitmqURL)
 }
 
-// checkRabbitMQURL refuses a broker URL that is not AMQP, without quoting
-// it: it may hold a password.
-func checkRabbitMQURL(u string) error {
+// checkAMQPURL refuses a broker URL that is not AMQP, without quoting it:
+// it may hold a password.
+func checkAMQPURL(flag, u string) error {
 	if u == "" {
 		return nil
 	}
@@ -120,7 +120,7 @@ func checkRabbitMQURL(u string) error {
 		if urlErr, ok := errors.AsType[*url.Error](err); ok {
 			err = urlErr.Err
 		}
-		return fmt.Errorf("--rabbitmq-url: %w", err)
+		return fmt.Errorf("%s: %w", flag, err)
 	}
 	return nil
 }

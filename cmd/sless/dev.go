@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"math"
@@ -67,6 +68,8 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of the admin API, health and metrics (:9090 for every interface)")
 	f.StringVar(&opts.CacheDir, "cache-dir", "", "builds and installed dependencies (default: the user cache directory/sless)")
 	db.register(f)
+	f.StringVar(&opts.AMQPURL, "amqp-url", cmp.Or(os.Getenv("SLESS_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
+		"RabbitMQ broker of every rabbitmq trigger (default $SLESS_AMQP_URL, else the local broker; empty: none consumed)")
 	f.BoolVar(&opts.AllowExternalSources, "allow-external-sources", false,
 		"serve manifests whose spec.source is outside the --functions directory")
 	f.DurationVar(&opts.Drain, "drain", 30*time.Second, "longest drain of requests and instances at exit")
@@ -76,6 +79,9 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if opts.MaxBodyBytes < 1 || opts.MaxBodyBytes > math.MaxInt32 || opts.ReadTimeout < time.Millisecond {
 			return fmt.Errorf("--max-body-bytes must be from 1 to %d and --read-timeout at least 1ms", math.MaxInt32)
+		}
+		if err := checkAMQPURL("--amqp-url", opts.AMQPURL); err != nil {
+			return err
 		}
 		if opts.Drain <= 0 {
 			return fmt.Errorf("--drain must be positive")

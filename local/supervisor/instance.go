@@ -14,6 +14,7 @@ import (
 
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/queueproxy/consumer"
 )
 
 // Local queue-proxy settings: the activator stops routing to an instance
@@ -40,7 +41,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet
 		return err
 	}
 	s.started(in, proc.cmd.Process.Pid)
-	qp, err := startQueueProxy(spec, port, s.opts.InstanceLog)
+	qp, err := startQueueProxy(spec, port, s.opts.Records, s.opts.InstanceLog)
 	if err != nil {
 		proc.terminate(s.opts.StopTimeout)
 		return err
@@ -52,7 +53,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet
 		startup := time.Since(start)
 		s.opts.Log.Debug("instance ready", "instance", name, "after", startup)
 		out.release()
-		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin, inProcess: qp.inProcess}, qp.srv.Gatherer(), startup)
+		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin, inProcess: qp.inProcess}, qp.srv, startup)
 	case <-proc.exited:
 		signalGroup(proc.cmd.Process.Pid, killSignal) // what it left behind
 		qp.stop()
@@ -147,18 +148,18 @@ type queueProxy struct {
 	stop        func()
 }
 
-func startQueueProxy(spec Function, userPort int, log *slog.Logger) (*queueProxy, error) {
+func startQueueProxy(spec Function, userPort int, records consumer.Sink, log *slog.Logger) (*queueProxy, error) {
 	cfg := queueproxy.Config{
 		Namespace: spec.Namespace, Function: spec.Name, UserPort: userPort,
 		Concurrency: spec.Concurrency, QueueDepth: 10 * spec.Concurrency,
 		Timeout: spec.Timeout, MaxBodyBytes: spec.MaxBodyBytes, DrainTimeout: spec.Timeout,
-		ReadTimeout: spec.ReadTimeout,
+		ReadTimeout: spec.ReadTimeout, RabbitMQ: spec.RabbitMQ, RetryBackoff: spec.RetryBackoff,
 	}
 	srv, err := queueproxy.New(cfg, log)
 	if err != nil {
 		return nil, fmt.Errorf("queue-proxy: %w", err)
 	}
-	srv.QuietPeriod, srv.FastProbe = quietPeriod, fastProbe
+	srv.QuietPeriod, srv.FastProbe, srv.Records = quietPeriod, fastProbe, records
 	serving, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("queue-proxy listen: %w", err)

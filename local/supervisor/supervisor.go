@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/queueproxy/consumer"
 	"sless.dev/sless/runtimes"
 )
 
@@ -37,6 +39,10 @@ type Function struct {
 	Timeout      time.Duration
 	MaxBodyBytes int64
 	ReadTimeout  time.Duration
+	// RabbitMQ are the queues each instance consumes, and RetryBackoff
+	// the wait before a failed message's first retry.
+	RabbitMQ     []queueproxy.RabbitMQ
+	RetryBackoff time.Duration
 }
 
 // Endpoint is a ready instance: its queue-proxy's serving and admin
@@ -69,6 +75,8 @@ type Options struct {
 	// (instance names it), including the lines a retry keeps off Output.
 	// It is called from the output copiers and must not block.
 	Lines func(namespace, name, instance, line string)
+	// Records keeps the records of the messages instances consume.
+	Records consumer.Sink
 	// StartTimeout bounds the wait for a new instance to become ready.
 	StartTimeout time.Duration
 	// StopTimeout bounds the wait for a runtime process to exit after
@@ -123,7 +131,7 @@ type instance struct {
 	stopping bool
 	ep       Endpoint
 	stop     context.CancelFunc
-	metrics  prometheus.Gatherer // its queue-proxy's, once ready
+	qp       *queueproxy.Server // once ready
 }
 
 // New returns a supervisor with no functions.
@@ -368,14 +376,14 @@ func readyCount(f *function) int {
 
 // becameReady marks an instance ready, unless it is being stopped; it
 // took startup from the start of its process.
-func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoint, metrics prometheus.Gatherer, startup time.Duration) {
+func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoint, qp *queueproxy.Server, startup time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fns[key(namespace, name)]
 	if f == nil || in.stopping {
 		return
 	}
-	in.ready, in.ep, in.metrics = true, ep, metrics
+	in.ready, in.ep, in.qp = true, ep, qp
 	f.startup = startup
 	if in.gen == f.gen {
 		s.recovered(f)
@@ -444,6 +452,8 @@ type Instance struct {
 	Started    time.Time `json:"started"`
 	// Addr is its queue-proxy's, once ready.
 	Addr string `json:"addr,omitempty"`
+	// Consumers are what its consumers of the function's queues do.
+	Consumers []consumer.Status `json:"consumers,omitempty"`
 }
 
 // Status reports one function; ok is false when it is unknown.
@@ -459,6 +469,9 @@ func (s *Supervisor) Status(namespace, name string) (st Status, ok bool) {
 	st.Instances = make([]Instance, 0, len(f.insts))
 	for _, in := range f.insts {
 		is := Instance{Name: instanceName(namespace, name, in.id), Generation: in.gen, Started: in.started, Addr: in.ep.Addr}
+		if in.qp != nil {
+			is.Consumers = in.qp.Consumers()
+		}
 		switch {
 		case in.stopping:
 			st.Stopping++
@@ -490,7 +503,7 @@ func (s *Supervisor) Metrics() []InstanceMetrics {
 	for _, f := range s.fns {
 		for _, in := range f.insts {
 			if in.ready {
-				out = append(out, InstanceMetrics{Instance: instanceName(f.spec.Namespace, f.spec.Name, in.id), Gatherer: in.metrics})
+				out = append(out, InstanceMetrics{Instance: instanceName(f.spec.Namespace, f.spec.Name, in.id), Gatherer: in.qp.Gatherer()})
 			}
 		}
 	}

@@ -1,0 +1,87 @@
+package queuedepth
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"sless.dev/sless/internal/amqptest"
+)
+
+// TestWaker: a parked function is woken by the first message on any of
+// its queues, once, and the message stays first in its queue, marked
+// redelivered; an unparked one is not woken.
+func TestWaker(t *testing.T) {
+	ch := amqptest.Channel(t)
+	r := New(brokerURL, discard)
+	t.Cleanup(func() { _ = r.Close() })
+	w := NewWaker(r, discard)
+	t.Cleanup(w.Close)
+	quiet, busy := declare(t, ch, 0), declare(t, ch, 0)
+
+	woken := make(chan string, 4)
+	w.Park("ns/fn", []string{quiet, busy}, func() { woken <- "fn" })
+	w.Park("ns/other", []string{declare(t, ch, 0)}, func() { woken <- "other" })
+	w.Park("ns/gone", []string{quiet}, func() { woken <- "gone" })
+	w.Unpark("ns/gone")
+	waitConsumers(t, ch, busy, 1)
+	publish(t, ch, busy, "first", "second")
+
+	select {
+	case who := <-woken:
+		if who != "fn" {
+			t.Fatalf("woken %s, want fn", who)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not woken by a message")
+	}
+	waitConsumers(t, ch, busy, 0)
+	msg, ok, err := ch.Get(busy, true)
+	if err != nil || !ok || string(msg.Body) != "first" || !msg.Redelivered {
+		t.Fatalf("first message after the wake: %q redelivered %v (%v, %v); want \"first\", redelivered", msg.Body, msg.Redelivered, ok, err)
+	}
+	select {
+	case who := <-woken:
+		t.Fatalf("%s woken again, or woken without a message", who)
+	case <-time.After(200 * time.Millisecond):
+	}
+}
+
+// TestWaitMessageMissingQueue names the queue that is not there.
+func TestWaitMessageMissingQueue(t *testing.T) {
+	amqptest.Channel(t)
+	r := New(brokerURL, discard)
+	t.Cleanup(func() { _ = r.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	missing := amqptest.Name("missing")
+	if err := r.WaitMessage(ctx, []string{missing}); err == nil || !strings.Contains(err.Error(), missing+`" not found`) {
+		t.Fatalf("WaitMessage on a missing queue: %v", err)
+	}
+}
+
+func publish(t *testing.T, ch *amqp.Channel, queue string, bodies ...string) {
+	t.Helper()
+	for _, b := range bodies {
+		if err := ch.PublishWithContext(context.Background(), "", queue, true, false, amqp.Publishing{Body: []byte(b)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitConsumers waits until queue has n consumers.
+func waitConsumers(t *testing.T, ch *amqp.Channel, queue string, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, amqp.Table{"x-expires": int32(60_000)})
+		if err == nil && q.Consumers == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue %s: %d consumers (%v), want %d", queue, q.Consumers, err, n)
+		}
+	}
+}
