@@ -270,7 +270,11 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	rt, rest, ok := a.routes.match(ctx.Request.Header.RequestURI(), ctx.Host(), a.cfg.Domain)
 	if !ok || rt == nil || !rt.fn.HTTP {
-		a.fail(ctx, fasthttp.StatusNotFound, "unknown function", rt)
+		msg := "unknown function"
+		if rt != nil && rt.fn.DisabledHTTP != "" {
+			msg = "trigger " + rt.fn.DisabledHTTP + " of " + rt.fn.Namespace + "/" + rt.fn.Name + " is disabled (enabled: false)"
+		}
+		a.fail(ctx, fasthttp.StatusNotFound, msg, rt)
 		return
 	}
 	bytesIn := ctx.Request.Header.ContentLength()

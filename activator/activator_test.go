@@ -96,24 +96,26 @@ func TestRouting(t *testing.T) {
 	a := newActivator(t, Config{Domain: "fn.example.test"}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
 	a.SetFunction(Function{Namespace: "ns", Name: "cron-only", Timeout: 10 * time.Second})
+	a.SetFunction(Function{Namespace: "ns", Name: "off", DisabledHTTP: "web", Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
 	base := serveActivator(t, a)
 
 	tests := []struct {
 		name, path, host string
 		wantCode         int
-		wantURI          string // as the function sees it
+		wantURI          string // as the function sees it, or the 404's error
 	}{
 		{"path", "/fn/ns/hello/echo?x=1&y=%2F", "", 200, "/echo?x=1&y=%2F"},
 		{"path without rest", "/fn/ns/hello", "", 200, "/"},
 		{"path with query only", "/fn/ns/hello?q=1", "", 200, "/?q=1"},
 		{"host", "/echo?h=1", "hello.ns.fn.example.test", 200, "/echo?h=1"},
 		{"host with port", "/echo", "hello.ns.fn.example.test:8080", 200, "/echo"},
-		{"unknown function", "/fn/ns/nobody/echo", "", 404, ""},
-		{"unknown namespace", "/fn/other/hello", "", 404, ""},
-		{"no http trigger", "/fn/ns/cron-only/echo", "", 404, ""},
-		{"not a function route", "/echo", "", 404, ""},
-		{"other domain", "/echo", "hello.ns.elsewhere.test", 404, ""},
+		{"unknown function", "/fn/ns/nobody/echo", "", 404, "unknown function"},
+		{"unknown namespace", "/fn/other/hello", "", 404, "unknown function"},
+		{"no http trigger", "/fn/ns/cron-only/echo", "", 404, "unknown function"},
+		{"http trigger disabled", "/fn/ns/off/echo", "", 404, "trigger web of ns/off is disabled (enabled: false)"},
+		{"not a function route", "/echo", "", 404, "unknown function"},
+		{"other domain", "/echo", "hello.ns.elsewhere.test", 404, "unknown function"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,8 +124,8 @@ func TestRouting(t *testing.T) {
 				t.Fatalf("%s: %d %s, want %d", tt.path, code, body, tt.wantCode)
 			}
 			if code != 200 {
-				if !strings.Contains(string(body), `"error":"unknown function"`) {
-					t.Errorf("404 body %s does not say unknown function", body)
+				if !strings.Contains(string(body), `"error":"`+tt.wantURI+`"`) {
+					t.Errorf("404 body %s does not say %s", body, tt.wantURI)
 				}
 				return
 			}

@@ -9,12 +9,18 @@ import (
 // FunctionFor is what the activator needs of a defaulted Function, the
 // same on Kubernetes and in the local platform.
 func FunctionFor(fn *v1alpha1.Function) Function {
-	http := false
+	http, disabled := false, ""
 	for _, t := range fn.Spec.Triggers {
-		http = http || t.HTTP != nil
+		switch {
+		case t.HTTP == nil:
+		case t.IsEnabled():
+			http = true
+		default:
+			disabled = t.Name
+		}
 	}
 	return Function{
-		Namespace: fn.Namespace, Name: fn.Name, HTTP: http,
+		Namespace: fn.Namespace, Name: fn.Name, HTTP: http, DisabledHTTP: disabled,
 		Concurrency: int(fn.Spec.Concurrency),
 		Timeout:     time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
 	}

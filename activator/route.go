@@ -13,6 +13,9 @@ type Function struct {
 	// HTTP is false for functions without an HTTP trigger: they are not
 	// served, as if unknown.
 	HTTP bool `json:"http"`
+	// DisabledHTTP names the HTTP trigger when it is enabled: false: its
+	// requests get a 404 that says so.
+	DisabledHTTP string `json:"disabledHttp,omitempty"`
 	// Concurrency is the per-instance limit (0: unlimited).
 	Concurrency int `json:"concurrency"`
 	// Timeout bounds a request, waiting included.

@@ -107,7 +107,11 @@ type state struct {
 	queue    int32                // queue-depth desired: the most any queue asks for
 	reads    map[string]queueRead // by queue name
 	desired  int32                // last decision
-	series   *series              // its gauges, from its first decision
+	// wokeAt is when a decision asked for instances while none was
+	// ready; startup is the last time from then to a ready instance.
+	wokeAt  time.Time
+	startup time.Duration
+	series  *series // its gauges, from its first decision
 	// scrapeFailing and noData are logged when they start and end, not
 	// every second.
 	scrapeFailing, noData bool
@@ -188,9 +192,29 @@ func (a *Autoscaler) get(namespace, name string) *state {
 func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
 	if st := a.get(namespace, name); st != nil {
 		st.mu.Lock()
+		if len(admins) > 0 && !st.wokeAt.IsZero() {
+			if len(st.admins) == 0 {
+				st.startup = time.Since(st.wokeAt)
+			}
+			st.wokeAt = time.Time{}
+		}
 		st.admins = admins
 		st.mu.Unlock()
 	}
+}
+
+// StartupTime is how long the function took, the last time it had no
+// ready instance and was asked for one, until one was ready: a start from
+// zero as this platform sees it (on Kubernetes, scheduling and image pulls
+// included). ok is false before the first.
+func (a *Autoscaler) StartupTime(namespace, name string) (d time.Duration, ok bool) {
+	st := a.get(namespace, name)
+	if st == nil {
+		return 0, false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.startup, st.startup > 0
 }
 
 // BufferedTTL is how long an activator's count of waiting requests counts
@@ -444,6 +468,12 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	}
 	desired := kpa.Desired(st.fn.Spec, d.Desired, st.queue, st.floor)
 	st.desired = desired
+	switch {
+	case desired == 0:
+		st.wokeAt = time.Time{}
+	case ready == 0 && st.wokeAt.IsZero():
+		st.wokeAt = time.Now() // SetInstances, which ends the start, has no clock of its own
+	}
 	if st.series == nil {
 		st.series = a.metrics.series(st.fn.Namespace, st.fn.Name)
 	}

@@ -230,6 +230,30 @@ func TestPokeDoesNotHoldTheFunctionUp(t *testing.T) {
 	}
 }
 
+// TestStartupTime: the time from a decision asking for an instance at zero
+// to the first ready one is the function's start-up; none before.
+func TestStartupTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := &recordingWriter{writes: map[string][]int32{}}
+		a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, prometheus.NewRegistry(), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
+			Max: 10, Initial: 0, Target: 1, StableWindow: 6 * time.Second}})
+		if _, ok := a.StartupTime("default", "f"); ok {
+			t.Fatal("a start-up measured before any start")
+		}
+		a.Poke(context.Background(), time.Now(), "default", "f", 1)
+		time.Sleep(1500 * time.Millisecond)
+		a.SetInstances("default", "f", []string{"10.0.0.1:9091"})
+		a.SetInstances("default", "f", []string{"10.0.0.1:9091", "10.0.0.2:9091"}) // not a start from zero
+		if d, ok := a.StartupTime("default", "f"); !ok || d != 1500*time.Millisecond {
+			t.Errorf("StartupTime = %v, %v; want 1.5s", d, ok)
+		}
+	})
+}
+
 // TestNewFunctionDecidedAtOnce: Run decides on a function as soon as it is
 // added, so that its first answer (its initial instances, or what KEDA
 // reads) does not wait for the next tick; it is also counted at once.

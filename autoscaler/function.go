@@ -28,7 +28,7 @@ func FunctionFor(fn *v1alpha1.Function) Function {
 		out.Metric = MetricRPS
 	}
 	for _, t := range fn.Spec.Triggers {
-		if q := t.RabbitMQ; q != nil {
+		if q := t.RabbitMQ; q != nil && t.IsEnabled() {
 			out.Queues = append(out.Queues, Queue{Name: q.Queue,
 				Target: int64(q.TargetQueueLength), Activation: int64(q.ActivationQueueLength)})
 		}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler/kpa"
@@ -26,7 +27,8 @@ func TestFunctionFor(t *testing.T) {
 			Metric: v1alpha1.MetricRPS, Window: &metav1.Duration{Duration: 20 * time.Second},
 			ScaleToZeroGracePeriod: &metav1.Duration{Duration: time.Second}},
 			[]v1alpha1.Trigger{{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
-				{Name: "orders", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "orders", TargetQueueLength: 3, ActivationQueueLength: 2}}},
+				{Name: "orders", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "orders", TargetQueueLength: 3, ActivationQueueLength: 2}},
+				{Name: "off", Enabled: ptr.To(false), RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "off"}}},
 			Function{Queues: []Queue{{Name: "orders", Target: 3, Activation: 2}}, Namespace: "default", Name: "f", Metric: MetricRPS, Spec: kpa.Spec{
 				Min: 2, Max: 5, Initial: 0, Target: 5, StableWindow: 20 * time.Second, ScaleToZeroGrace: time.Second}}},
 	}

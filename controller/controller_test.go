@@ -2,6 +2,7 @@ package controller_test
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -320,6 +321,8 @@ func testRabbitMQ(t *testing.T, e *env) {
 		}
 	}
 
+	checkConsumerEnv(t, waitObject(t, e, ns, "orders", &appsv1.Deployment{}))
+
 	e.updateFunction(t, ns, "orders", func(fn *v1alpha1.Function) { fn.Spec.Triggers = fn.Spec.Triggers[:2] })
 	eventually.True(t, "the audit TriggerAuthentication deleted", func() bool {
 		return !e.get(t, ns, "orders.audit", &kedav1alpha1.TriggerAuthentication{})
@@ -333,6 +336,45 @@ func testRabbitMQ(t *testing.T, e *env) {
 	eventually.True(t, "the ScaledObject and TriggerAuthentications deleted", func() bool {
 		return !e.get(t, ns, "orders", &kedav1alpha1.ScaledObject{}) && !e.get(t, ns, "orders.new", &kedav1alpha1.TriggerAuthentication{})
 	})
+}
+
+// checkConsumerEnv: the queue-proxy of the orders Deployment consumes both
+// queues, each URL from its trigger's Secret and none in a literal.
+func checkConsumerEnv(t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
+	var qp *corev1.Container
+	for i, c := range d.Spec.Template.Spec.Containers {
+		if c.Name == controller.QueueProxyContainer {
+			qp = &d.Spec.Template.Spec.Containers[i]
+		}
+	}
+	if qp == nil {
+		t.Fatal("no queue-proxy container")
+	}
+	env := map[string]corev1.EnvVar{}
+	for _, v := range qp.Env {
+		env[v.Name] = v
+		if strings.Contains(v.Value, "amqp://") {
+			t.Errorf("env %s holds a URL literal", v.Name)
+		}
+	}
+	var triggers []wire.RabbitMQTrigger
+	if err := json.Unmarshal([]byte(env[wire.EnvRabbitMQ].Value), &triggers); err != nil {
+		t.Fatalf("%s = %q: %v", wire.EnvRabbitMQ, env[wire.EnvRabbitMQ].Value, err)
+	}
+	want := []wire.RabbitMQTrigger{
+		{Name: "new", Queue: "orders.new", URLEnv: "SLESS_AMQP_URL_NEW", Prefetch: 10, MaxRetries: 3},
+		{Name: "audit", Queue: "audit", URLEnv: "SLESS_AMQP_URL_AUDIT", Prefetch: 10, MaxRetries: 3},
+	}
+	if !equality.Semantic.DeepEqual(triggers, want) {
+		t.Errorf("triggers %+v\nwant %+v", triggers, want)
+	}
+	for urlEnv, secret := range map[string]string{"SLESS_AMQP_URL_NEW": "amqp", "SLESS_AMQP_URL_AUDIT": "amqp-audit"} {
+		ref := env[urlEnv].ValueFrom
+		if ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != secret || ref.SecretKeyRef.Key != "url" {
+			t.Errorf("%s = %+v, want from the url key of Secret %s", urlEnv, env[urlEnv], secret)
+		}
+	}
 }
 
 func testInvalid(t *testing.T, e *env) {

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"encoding/json"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -12,6 +13,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/queueproxy"
 )
 
 // The containers of a function's pod.
@@ -122,6 +124,7 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 		{Name: wire.EnvTimeout, Value: strconv.Itoa(int(fn.Spec.TimeoutSeconds))},
 		{Name: wire.EnvDrain, Value: strconv.FormatInt(drain, 10)},
 	}
+	env = append(env, rabbitMQEnv(fn)...)
 	return corev1.Container{
 		Name:  QueueProxyContainer,
 		Image: r.opts.Image,
@@ -149,6 +152,26 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
 		},
 	}
+}
+
+// rabbitMQEnv tells the queue-proxy the queues to consume: the triggers
+// as JSON, and each broker URL from the "url" key of the trigger's
+// connectionSecret, so that no URL is in the Deployment.
+func rabbitMQEnv(fn *v1alpha1.Function) []corev1.EnvVar {
+	triggers := queueproxy.RabbitMQFor(fn.Spec)
+	if len(triggers) == 0 {
+		return nil
+	}
+	raw, _ := json.Marshal(triggers) // strings and numbers: cannot fail
+	env := []corev1.EnvVar{{Name: wire.EnvRabbitMQ, Value: string(raw)}}
+	for _, t := range fn.Spec.Triggers {
+		if r := t.RabbitMQ; r != nil && t.IsEnabled() {
+			env = append(env, corev1.EnvVar{Name: queueproxy.URLEnv(t.Name), ValueFrom: &corev1.EnvVarSource{
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.ConnectionSecret}, Key: "url"},
+			}})
+		}
+	}
+	return env
 }
 
 // deploymentPart owns the pod template. Replicas and the selector (which

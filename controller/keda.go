@@ -84,7 +84,7 @@ func (r *FunctionReconciler) scaledObject(fn *v1alpha1.Function) *kedav1alpha1.S
 		},
 	}}
 	for _, t := range fn.Spec.Triggers {
-		if q := t.RabbitMQ; q != nil {
+		if q := t.RabbitMQ; q != nil && t.IsEnabled() {
 			triggers = append(triggers, kedav1alpha1.ScaleTriggers{
 				Type: "rabbitmq",
 				Name: "rabbitmq-" + t.Name,
@@ -142,7 +142,7 @@ func triggerAuthName(fn *v1alpha1.Function, trigger string) string {
 func triggerAuthentications(fn *v1alpha1.Function) []*kedav1alpha1.TriggerAuthentication {
 	var auths []*kedav1alpha1.TriggerAuthentication
 	for _, t := range fn.Spec.Triggers {
-		if t.RabbitMQ == nil {
+		if t.RabbitMQ == nil || !t.IsEnabled() {
 			continue
 		}
 		auths = append(auths, &kedav1alpha1.TriggerAuthentication{

@@ -50,7 +50,7 @@ func (o observed) apply(status *v1alpha1.FunctionStatus, fn *v1alpha1.Function, 
 	status.DesiredReplicas = ptr.Deref(d.Spec.Replicas, 1)
 	status.URL = ""
 	for _, t := range fn.Spec.Triggers {
-		if t.HTTP != nil {
+		if t.HTTP != nil && t.IsEnabled() {
 			status.URL = fmt.Sprintf("http://%s/fn/%s/%s", activatorHost, fn.Namespace, fn.Name)
 		}
 	}

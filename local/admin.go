@@ -45,7 +45,7 @@ type FunctionStatus struct {
 	LastStartupMs float64               `json:"lastStartupMs"`
 	Instances     []supervisor.Instance `json:"instances"`
 	// Triggers are its triggers and what each is doing.
-	Triggers []TriggerStatus      `json:"triggers"`
+	Triggers []TriggerStatus       `json:"triggers"`
 	Spec     v1alpha1.FunctionSpec `json:"spec"`
 }
 
@@ -55,9 +55,10 @@ type TriggerStatus struct {
 	// Kind is http, cron or rabbitmq.
 	Kind  string `json:"kind"`
 	Queue string `json:"queue,omitempty"`
-	// State is active for HTTP and cron. A RabbitMQ trigger is consuming
-	// (every ready instance consumes it), waiting (no instance: its
-	// first message wakes the function), disabled (the platform has no
+	// State is disabled for a trigger with enabled: false, else active
+	// for HTTP and cron. A RabbitMQ trigger is consuming (a ready
+	// instance consumes it), waiting (no instance: its first message
+	// wakes the function), disabled (also when the platform has no
 	// broker) or failing, Error saying why: a bad URL, refused
 	// credentials, a missing queue.
 	State string `json:"state"`
@@ -76,7 +77,7 @@ func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instan
 			ts.Kind = "cron"
 		case t.RabbitMQ != nil:
 			ts.Kind, ts.Queue, ts.State = "rabbitmq", t.RabbitMQ.Queue, "waiting"
-			if p.opts.AMQPURL == "" {
+			if p.opts.AMQPURL == "" || !t.IsEnabled() {
 				ts.State = "disabled"
 				break
 			}
@@ -84,6 +85,9 @@ func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instan
 				queueErrs = p.scaler.QueueErrors(fn.Namespace, fn.Name)
 			}
 			consumerState(&ts, instances, queueErrs[ts.Queue])
+		}
+		if !t.IsEnabled() {
+			ts.State = "disabled"
 		}
 		out = append(out, ts)
 	}

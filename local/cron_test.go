@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,5 +30,26 @@ func TestCronFiresWarm(t *testing.T) {
 	}
 	if code, _, _ := p.invoke("cronfn", ""); code != 404 {
 		t.Errorf("HTTP to a function with only a cron trigger: %d, want 404", code)
+	}
+}
+
+// Triggers with enabled: false stay in the manifest but stop: HTTP answers
+// 404 naming its trigger, and the status says each is disabled.
+func TestDisabledTriggers(t *testing.T) {
+	const spec = `  triggers:
+    - {name: web, enabled: false, http: {}}
+    - {name: tick, enabled: false, cron: {schedule: "@every 1s"}}
+    - {name: orders, enabled: false, rabbitmq: {queue: orders}}
+`
+	p := startPlatform(t, manifest("stopped", spec))
+	p.waitFor("the function loaded", 30*time.Second, func() bool { return p.status("stopped").State != "building" })
+	code, body, _ := p.invoke("stopped", "")
+	if code != 404 || !strings.Contains(body.Error, "trigger web of default/stopped is disabled") {
+		t.Errorf("HTTP to a disabled trigger: %d %+v, want a 404 naming it", code, body)
+	}
+	for _, tr := range p.status("stopped").Triggers {
+		if tr.State != "disabled" {
+			t.Errorf("trigger %+v, want disabled", tr)
+		}
 	}
 }

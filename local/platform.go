@@ -18,14 +18,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/utils/ptr"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/internal/forward"
-	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
@@ -486,18 +484,14 @@ func (p *Platform) instancesChanged(namespace, name string, ready []supervisor.E
 // rabbitMQ lists the queues fn's instances consume, on the platform's
 // broker, and sets what the waker watches while fn has no instance.
 func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
+	if p.opts.AMQPURL == "" {
+		return nil
+	}
 	var out []queueproxy.RabbitMQ
 	var queues []string
-	for _, t := range fn.Spec.Triggers {
-		r := t.RabbitMQ
-		if r == nil || p.opts.AMQPURL == "" {
-			continue
-		}
-		out = append(out, queueproxy.RabbitMQ{URL: p.opts.AMQPURL, RabbitMQTrigger: wire.RabbitMQTrigger{
-			Name: t.Name, Queue: r.Queue, Prefetch: int(r.Prefetch), MaxRetries: int(ptr.Deref(r.MaxRetries, 0)),
-			DeadLetterQueue: r.DeadLetterQueue,
-		}})
-		queues = append(queues, r.Queue)
+	for _, t := range queueproxy.RabbitMQFor(fn.Spec) {
+		out = append(out, queueproxy.RabbitMQ{RabbitMQTrigger: t, URL: p.opts.AMQPURL})
+		queues = append(queues, t.Queue)
 	}
 	p.wakeMu.Lock()
 	p.wakeQueues[fn.Key()] = queues

@@ -149,6 +149,8 @@ type answer struct {
 	PID  int    `json:"pid"`
 	Peak int    `json:"peak"`
 	Gen  string `json:"gen"`
+	// Error is the platform's, when it answered.
+	Error string `json:"error"`
 }
 
 // invoke calls a function and returns its status code and answer.
@@ -163,10 +165,8 @@ func (p *platform) invoke(name, query string) (int, answer, error) {
 		return resp.StatusCode, answer{}, err
 	}
 	var a answer
-	if resp.StatusCode == 200 {
-		if err := json.Unmarshal(body, &a); err != nil {
-			return resp.StatusCode, a, fmt.Errorf("answer %q: %w", body, err)
-		}
+	if err := json.Unmarshal(body, &a); err != nil && resp.StatusCode == 200 {
+		return resp.StatusCode, a, fmt.Errorf("answer %q: %w", body, err)
 	}
 	return resp.StatusCode, a, nil
 }

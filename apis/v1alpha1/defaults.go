@@ -18,10 +18,13 @@ const (
 	DefaultWindow                 = 60 * time.Second
 	DefaultScaleToZeroGracePeriod = 30 * time.Second
 	DefaultTimezone               = "UTC"
-	DefaultPreWarm                = 30 * time.Second
-	DefaultPrefetch               = 10
-	DefaultTargetQueueLength      = 5
-	DefaultMaxRetries             = 3
+	// DefaultPreWarm is the pre-warm of a cron trigger whose preWarm is
+	// unset, until its function's start-up was measured (not a CRD
+	// default: unset means follow the measurement).
+	DefaultPreWarm           = 30 * time.Second
+	DefaultPrefetch          = 10
+	DefaultTargetQueueLength = 5
+	DefaultMaxRetries        = 3
 	// DefaultTriggerName names the HTTP trigger a Function without
 	// triggers gets.
 	DefaultTriggerName = "http"
@@ -70,11 +73,14 @@ func (s *Scale) setDefaults() {
 }
 
 func (t *Trigger) setDefaults() {
+	if t.Enabled == nil {
+		enabled := true
+		t.Enabled = &enabled
+	}
 	if c := t.Cron; c != nil {
 		if c.Timezone == "" {
 			c.Timezone = DefaultTimezone
 		}
-		defaultDuration(&c.PreWarm, DefaultPreWarm)
 	}
 	if r := t.RabbitMQ; r != nil {
 		if r.Prefetch == 0 {
@@ -121,3 +127,6 @@ func (s *FunctionSpec) EffectiveHandler() string {
 	}
 	return ""
 }
+
+// IsEnabled reports whether the trigger runs: enabled is unset or true.
+func (t *Trigger) IsEnabled() bool { return t.Enabled == nil || *t.Enabled }

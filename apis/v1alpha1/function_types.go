@@ -230,6 +230,13 @@ type Trigger struct {
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Name string `json:"name"`
 
+	// Enabled false stops the trigger without deleting it: its HTTP
+	// route answers 404 naming it, its cron does not fire, its queue is
+	// not consumed (nor scaled on).
+	// +optional
+	// +kubebuilder:default=true
+	Enabled *bool `json:"enabled,omitempty"`
+
 	// HTTP exposes the function through the activator.
 	// +optional
 	HTTP *HTTPTrigger `json:"http,omitempty"`
@@ -267,9 +274,10 @@ type CronTrigger struct {
 	Body string `json:"body,omitempty"`
 
 	// PreWarm is how long before each fire time the function is scaled to
-	// at least one instance, so the invocation finds it warm. 0 disables.
+	// at least one instance, so the invocation finds it warm. 0 disables;
+	// unset, it is the function's measured start-up from zero plus half
+	// of it (at least 1s more), 30s until a start was measured.
 	// +optional
-	// +kubebuilder:default="30s"
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	// +kubebuilder:validation:XValidation:rule="duration(self) <= duration('1h')",message="preWarm must be at most 1h"

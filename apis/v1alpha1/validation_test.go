@@ -107,7 +107,7 @@ func TestValidate(t *testing.T) {
 		{name: "durations", mode: ModeLocal, mutate: func(f *Function) {
 			f.Spec.Scale.Window.Duration = time.Second
 			f.Spec.Scale.ScaleToZeroGracePeriod.Duration = -time.Second
-			f.Spec.Triggers[1].Cron.PreWarm.Duration = 2 * time.Hour
+			f.Spec.Triggers[1].Cron.PreWarm = &metav1.Duration{Duration: 2 * time.Hour}
 		}, want: []string{`spec.scale.window: Invalid value: "1s": must be between 6s and 1h0m0s`,
 			`spec.scale.scaleToZeroGracePeriod: Invalid value: "-1s"`, `spec.triggers[1].cron.preWarm: Invalid value: "2h0m0s"`}},
 		{name: "two trigger kinds", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].Cron = &CronTrigger{Schedule: "@hourly", Timezone: "UTC"} },

@@ -232,10 +232,6 @@ func (r *recorder) replicas() int32 {
 	return r.last
 }
 
-
-
-
-
 // declare declares a queue that expires unused, deleted at cleanup, and
 // publishes n messages to it.
 func declare(t *testing.T, ch *amqp.Channel, n int) string {
@@ -268,7 +264,6 @@ func waitDepth(t *testing.T, r *Reader, queue string, want int64) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
 
 // waitConnection polls the broker until this process has exactly one
 // reader connection, other than not, and returns its Erlang pid.

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+
+	"sless.dev/sless/apis/v1alpha1"
 )
 
 // Trigger is one cron trigger of a function.
@@ -25,8 +27,10 @@ type Trigger struct {
 	Schedule                  cron.Schedule
 	Location                  *time.Location
 	// PreWarm is how long before each fire the floor rises; 0 never.
-	PreWarm time.Duration
-	Body    string
+	// With AutoPreWarm it follows the function's measured start-up.
+	PreWarm     time.Duration
+	AutoPreWarm bool
+	Body        string
 	// Timeout bounds the fire: the function's timeoutSeconds.
 	Timeout time.Duration
 }
@@ -49,7 +53,18 @@ type Firer interface {
 // when it rises.
 type Floors interface {
 	SetFloor(namespace, name string, floor int32)
+	// StartupTime is how long the function last took from zero to a
+	// ready instance; ok is false before it first did.
+	StartupTime(namespace, name string) (d time.Duration, ok bool)
 }
+
+// An automatic pre-warm is the measured start-up plus half of it, at least
+// MinPreWarmMargin, and at most MaxPreWarm; v1alpha1.DefaultPreWarm
+// before any start was measured.
+const (
+	MinPreWarmMargin = time.Second
+	MaxPreWarm       = time.Hour
+)
 
 // Ledger remembers the last fire of each trigger, shared by the schedulers
 // that may run: Claim records scheduled as fired and reports whether this
@@ -87,12 +102,25 @@ type entry struct {
 	catchUp bool
 }
 
-// plan sets the entry's next event for its next fire.
-func (e *entry) plan() {
+// plan sets the entry's next event for its next fire: its warm-up, when
+// it has one and is not warm yet, else the fire.
+func (s *Scheduler) plan(e *entry) {
 	e.at = e.next
-	if e.t.PreWarm > 0 && !e.warm {
-		e.at = e.next.Add(-e.t.PreWarm)
+	if w := s.preWarm(e.t); w > 0 && !e.warm {
+		e.at = e.next.Add(-w)
 	}
+}
+
+// preWarm is how long before a fire of t its function is warmed.
+func (s *Scheduler) preWarm(t *Trigger) time.Duration {
+	if !t.AutoPreWarm {
+		return t.PreWarm
+	}
+	d, ok := s.floors.StartupTime(t.Namespace, t.Function)
+	if !ok {
+		return v1alpha1.DefaultPreWarm
+	}
+	return min(d+max(d/2, MinPreWarmMargin), MaxPreWarm)
 }
 
 // New returns a scheduler with no triggers.
@@ -109,7 +137,7 @@ func (s *Scheduler) Set(ctx context.Context, namespace, function string, trigger
 		t := triggers[i]
 		e := &entry{t: &t, key: namespace + "/" + function + "/" + t.Name, idx: -1}
 		e.next, e.catchUp = s.firstFire(ctx, e, now)
-		e.plan()
+		s.plan(e)
 		fresh = append(fresh, e)
 	}
 	s.mu.Lock()
@@ -197,9 +225,9 @@ func (s *Scheduler) step(ctx context.Context, now time.Time) time.Duration {
 		if now.Before(e.at) {
 			return e.at.Sub(now)
 		}
-		if !e.warm && e.t.PreWarm > 0 && now.Before(e.next) {
+		if e.at.Before(e.next) { // its warm-up
 			s.warmLocked(e)
-			e.plan()
+			s.plan(e)
 			heap.Fix(&s.queue, 0)
 			continue
 		}
@@ -216,7 +244,7 @@ func (s *Scheduler) fireLocked(ctx context.Context, e *entry, now time.Time) {
 	e.warm = false // the fire owns the raised floor now
 	e.catchUp = false
 	e.next = e.t.Schedule.Next(now.In(e.t.Location))
-	e.plan()
+	s.plan(e)
 	heap.Push(&s.queue, e)
 	s.inflight.Go(func() {
 		s.send(ctx, f, now)

@@ -23,7 +23,11 @@ type recorder struct {
 	floors []string // "floor@seconds since start"
 	start  time.Time
 	hold   time.Duration // how long a fire takes to be answered
+	// startup is the function's measured start-up (none when 0).
+	startup time.Duration
 }
+
+func (r *recorder) StartupTime(_, _ string) (time.Duration, bool) { return r.startup, r.startup > 0 }
 
 func (r *recorder) Fire(ctx context.Context, f Fire) (int, error) {
 	r.mu.Lock()
@@ -103,6 +107,40 @@ func TestFiresWarmFirst(t *testing.T) {
 			t.Errorf("sless_cron_fires_total{result=ok} = %v, want 3", n)
 		}
 	})
+}
+
+// An unset preWarm follows the measured start-up, plus half of it and at
+// least a second more; 30s before any start was measured.
+func TestAutoPreWarm(t *testing.T) {
+	for _, tt := range []struct {
+		startup time.Duration
+		want    string
+	}{
+		{0, "1@30s"},
+		{time.Second, "1@58s"},
+		{4 * time.Second, "1@54s"},
+		{2 * time.Hour, "1@0s"}, // at most an hour: from the start
+	} {
+		t.Run(tt.startup.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := &recorder{start: time.Now(), startup: tt.startup}
+				s, _ := newScheduler(t, r, &MemoryLedger{})
+				ctx, cancel := context.WithCancel(context.Background())
+				tr := trigger(t, "* * * * *", 0)
+				tr.AutoPreWarm = true
+				s.Set(ctx, "ns", "fn", []Trigger{tr})
+				done := make(chan struct{})
+				go func() { s.Run(ctx); close(done) }()
+				time.Sleep(59 * time.Second)
+				synctest.Wait()
+				cancel()
+				<-done
+				if _, floors := r.got(); len(floors) == 0 || floors[0] != tt.want {
+					t.Errorf("floors %v, want the first %s", floors, tt.want)
+				}
+			})
+		})
+	}
 }
 
 // Two schedulers sharing a ledger send each fire once.
