@@ -79,6 +79,10 @@ type Options struct {
 	// RetryBackoff is the wait before a failed message's first retry
 	// (consumer.DefaultBackoff when 0).
 	RetryBackoff time.Duration
+	// NoQueueWake leaves no parked consumer on the queues of functions at
+	// zero: only the depth read once a second wakes them, as without it.
+	// For comparisons (bench-queue).
+	NoQueueWake bool
 }
 
 // RecordStore keeps invocation records and answers queries of them: the
@@ -173,7 +177,9 @@ func New(opts Options) (*Platform, error) {
 	}
 	if opts.AMQPURL != "" {
 		p.queues = queuedepth.New(opts.AMQPURL, opts.Log)
-		p.waker = queuedepth.NewWaker(p.queues, opts.Log)
+		if !opts.NoQueueWake {
+			p.waker = queuedepth.NewWaker(p.queues, opts.Log)
+		}
 		p.scaler.SetQueueReader(p.queues)
 	}
 	p.pokes = make(poker, maxPendingPokes)
@@ -240,8 +246,10 @@ func (p *Platform) Run(ctx context.Context) error {
 	shutdown, cancel := context.WithDeadline(context.Background(), drainStart.Add(p.opts.Drain))
 	defer cancel()
 	err = errors.Join(err, p.sup.Shutdown(shutdown))
-	if p.queues != nil {
+	if p.waker != nil {
 		p.waker.Close()
+	}
+	if p.queues != nil {
 		err = errors.Join(err, p.queues.Close())
 	}
 	return err

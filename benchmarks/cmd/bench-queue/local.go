@@ -1,0 +1,240 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"sless.dev/sless/invocation"
+	"sless.dev/sless/local"
+	"sless.dev/sless/runtimes"
+)
+
+// startProcess starts a prepared runtime process on a free port and waits
+// until it is healthy.
+func startProcess(proc runtimes.Process) (*exec.Cmd, int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, 0, err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command(proc.Path, proc.Args...)
+	cmd.Dir = proc.Dir
+	cmd.Env = append(append(os.Environ(), proc.Env...), "PORT="+strconv.Itoa(port))
+	if err := cmd.Start(); err != nil {
+		return nil, 0, err
+	}
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
+		if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz"); err == nil {
+			resp.Body.Close()
+			return cmd, port, nil
+		}
+		if time.Since(start) > time.Minute {
+			_ = cmd.Process.Kill()
+			return nil, 0, fmt.Errorf("runtime not healthy within a minute")
+		}
+	}
+}
+
+// platform runs sless dev on the manifests until stop.
+type platform struct {
+	*local.Platform
+	records *invocation.Ring
+	stop    func()
+}
+
+func startPlatform(ctx context.Context, docs []string, cacheDir string, noWake bool) (*platform, error) {
+	dir, err := os.MkdirTemp("", "bench-queue")
+	if err != nil {
+		return nil, err
+	}
+	if err := writeManifests(dir, docs); err != nil {
+		return nil, err
+	}
+	records := invocation.NewRing(10_000)
+	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: cacheDir,
+		Out: os.Stderr, Log: quiet, InstanceLog: quiet, Poll: time.Hour, Drain: 5 * time.Second,
+		AllowExternalSources: true, AMQPURL: brokerURL, NoQueueWake: noWake, Records: records})
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- p.Run(pctx) }()
+	stop := func() { cancel(); <-done; os.RemoveAll(dir) }
+	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		idle := 0
+		for _, st := range p.Functions() {
+			if st.State == "idle" {
+				idle++
+			}
+		}
+		if idle == len(docs) {
+			return &platform{Platform: p, records: records, stop: stop}, nil
+		}
+		if time.Now().After(deadline) {
+			stop()
+			return nil, fmt.Errorf("%d of %d functions idle", idle, len(docs))
+		}
+	}
+}
+
+// wakeUps prints the time from the first message on the queue of a
+// function at zero to its first successful invocation, with the parked
+// consumer and with depth reads only, beside an HTTP cold start.
+func wakeUps(ctx context.Context, conn *amqp.Connection, runs int, samples, cacheDir string) error {
+	fmt.Printf("### From the first message at zero to its first successful invocation (ms, %d runs, sless dev, Go hello)\n\n", runs)
+	fmt.Println("| wake-up | message p50 | message p95 | HTTP cold start p50 (same run) | p95 | message − HTTP p50 |")
+	fmt.Println("|---|---|---|---|---|---|")
+	for _, mode := range []struct {
+		name   string
+		noWake bool
+	}{{"parked consumer", false}, {"depth read each second", true}} {
+		msgs, colds, err := wakeUpRuns(ctx, conn, runs, samples, cacheDir, mode.noWake)
+		if err != nil {
+			return fmt.Errorf("%s: %w", mode.name, err)
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", mode.name, ms(pct(msgs, 50)), ms(pct(msgs, 95)),
+			ms(pct(colds, 50)), ms(pct(colds, 95)), ms(pct(msgs, 50)-pct(colds, 50)))
+	}
+	fmt.Println()
+	return nil
+}
+
+func wakeUpRuns(ctx context.Context, conn *amqp.Connection, runs int, samples, cacheDir string, noWake bool) (msgs, colds []time.Duration, err error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ch.Close()
+	var docs, queues []string
+	for i := range runs {
+		q := fmt.Sprintf("bench-wake-%d-%d", os.Getpid(), i)
+		if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
+			return nil, nil, err
+		}
+		defer ch.QueueDelete(q, false, false, false)
+		queues = append(queues, q)
+		docs = append(docs,
+			manifest(fmt.Sprintf("wake-%02d", i), samples, fmt.Sprintf("  scale: {initial: 0, max: 1, window: 1h}\n  triggers:\n    - {name: q, rabbitmq: {queue: %s}}\n", q)),
+			manifest(fmt.Sprintf("http-%02d", i), samples, "  scale: {initial: 0, max: 1, window: 1h}\n"))
+	}
+	p, err := startPlatform(ctx, docs, cacheDir, noWake)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer p.stop()
+	if err := ch.Confirm(false); err != nil {
+		return nil, nil, err
+	}
+	for i, q := range queues {
+		name := fmt.Sprintf("wake-%02d", i)
+		sent := time.Now()
+		dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, amqp.Publishing{Body: []byte(`{}`)})
+		if err != nil {
+			return nil, nil, err
+		}
+		if _, err := dc.WaitContext(ctx); err != nil {
+			return nil, nil, err
+		}
+		end, err := firstSuccess(ctx, p.records, name)
+		if err != nil {
+			return nil, nil, err
+		}
+		msgs = append(msgs, end.Sub(sent))
+		cold, err := httpColdStart(ctx, p.URL("default", fmt.Sprintf("http-%02d", i)))
+		if err != nil {
+			return nil, nil, err
+		}
+		colds = append(colds, cold)
+	}
+	return msgs, colds, nil
+}
+
+// firstSuccess waits for the first 2xx rabbitmq record of function name
+// and returns when it was answered.
+func firstSuccess(ctx context.Context, records *invocation.Ring, name string) (time.Time, error) {
+	q := invocation.Query{Namespace: "default", Function: name, Trigger: "rabbitmq"}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		page, err := records.List(ctx, q)
+		if err != nil {
+			return time.Time{}, err
+		}
+		for _, r := range page.Invocations {
+			if r.Status/100 == 2 {
+				return r.Start.Add(r.Duration), nil
+			}
+		}
+	}
+	return time.Time{}, fmt.Errorf("%s: no successful invocation within a minute", name)
+}
+
+func httpColdStart(ctx context.Context, url string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return 0, fmt.Errorf("%s: %d", url, resp.StatusCode)
+	}
+	return time.Since(start), nil
+}
+
+// cronLag prints how long after its scheduled time each pre-warmed fire
+// left the activator, and how many found an instance warm. The functions
+// scale to zero between fires.
+func cronLag(ctx context.Context, fires int, samples, cacheDir string) error {
+	const functions, every = 6, 12 * time.Second
+	var docs []string
+	for i := range functions {
+		docs = append(docs, manifest(fmt.Sprintf("cron-%d", i), samples, fmt.Sprintf(
+			"  scale: {initial: 0, max: 1, window: 6s, scaleToZeroGracePeriod: 0s}\n  triggers:\n    - {name: tick, cron: {schedule: \"@every %s\", preWarm: 3s}}\n", every)))
+	}
+	p, err := startPlatform(ctx, docs, cacheDir, false)
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+	q := invocation.Query{Trigger: "cron", Limit: 1000}
+	var page invocation.Page
+	for deadline := time.Now().Add(time.Duration(fires/functions+2) * every); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if page, err = p.records.List(ctx, q); err != nil {
+			return err
+		}
+		if len(page.Invocations) >= fires {
+			break
+		}
+	}
+	var lags []time.Duration
+	warm := 0
+	for _, r := range page.Invocations {
+		// @every of whole seconds fires on whole seconds.
+		left := r.Start.Add(r.QueueWait)
+		lags = append(lags, left.Sub(left.Truncate(time.Second)))
+		if !r.ColdStart && r.QueueWait == 0 {
+			warm++
+		}
+	}
+	if len(lags) == 0 {
+		return fmt.Errorf("no cron fire recorded")
+	}
+	fmt.Printf("### Cron fires pre-warmed 3s ahead, functions at zero between fires (%d fires, %d functions @every %s)\n\n", len(lags), functions, every)
+	fmt.Println("| scheduled → left the activator p50 ms | p99 | max | fires that found an instance warm |")
+	fmt.Println("|---|---|---|---|")
+	fmt.Printf("| %s | %s | %s | %d of %d |\n\n", ms(pct(lags, 50)), ms(pct(lags, 99)), ms(pct(lags, 100)), warm, len(lags))
+	return nil
+}

@@ -1,0 +1,310 @@
+// Command bench-queue measures the RabbitMQ and cron triggers on the real
+// broker at 127.0.0.1:5672, each against a floor measured in the same run:
+//
+//   - Messages per second through one queue-proxy in front of the Go
+//     hello at prefetch 1, 10 and 100, against a bare amqp091
+//     consume-and-ack loop on the same queue and direct HTTP calls to the
+//     same runtime process at the same concurrency.
+//   - From the first message on the queue of a function at zero (sless
+//     dev) to its first successful invocation, with the parked consumer
+//     and with depth reads only, against an HTTP cold start of the same
+//     function.
+//   - Cron: how long after its scheduled time a pre-warmed fire leaves
+//     the activator, and whether it found an instance warm.
+//
+//	go run ./benchmarks/cmd/bench-queue [-messages 20000] [-runs 10] [-fires 30]
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/runtimes"
+)
+
+const brokerURL = "amqp://guest:guest@127.0.0.1:5672/"
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func main() {
+	var (
+		messages = flag.Int("messages", 20000, "messages per throughput run")
+		runs     = flag.Int("runs", 10, "wake-ups from zero per mode")
+		fires    = flag.Int("fires", 30, "cron fires")
+		samples  = flag.String("samples", "config/samples/functions", "the directory holding hello-go")
+		cacheDir = flag.String("cache-dir", "bin/bench-cache", "builds kept between runs")
+	)
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, *messages, *runs, *fires, *samples, *cacheDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-queue:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, messages, runs, fires int, samples, cacheDir string) error {
+	samples, err := filepath.Abs(samples)
+	if err != nil {
+		return err
+	}
+	if cacheDir, err = filepath.Abs(cacheDir); err != nil {
+		return err
+	}
+	conn, err := amqp.Dial(brokerURL)
+	if err != nil {
+		return fmt.Errorf("RabbitMQ at %s: %w", brokerURL, err)
+	}
+	defer conn.Close()
+	if err := throughput(ctx, conn, messages, samples, cacheDir); err != nil {
+		return err
+	}
+	if err := wakeUps(ctx, conn, runs, samples, cacheDir); err != nil {
+		return err
+	}
+	return cronLag(ctx, fires, samples, cacheDir)
+}
+
+// throughput prints messages per second through one instance at each
+// prefetch, and the two floors.
+func throughput(ctx context.Context, conn *amqp.Connection, n int, samples, cacheDir string) error {
+	proc, err := runtimes.Prepare(ctx, runtimes.Source{Namespace: "default", Name: "bench-queue",
+		Runtime: v1alpha1.RuntimeGo, Dir: filepath.Join(samples, "hello-go"), Handler: "Handle"},
+		runtimes.Options{CacheDir: cacheDir})
+	if err != nil {
+		return err
+	}
+	fn, port, err := startProcess(proc)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = fn.Process.Kill(); _ = fn.Wait() }()
+	fmt.Printf("### Messages per second through one instance of the Go hello (%d messages a run)\n\n", n)
+	fmt.Println("| prefetch | bare amqp091 consume+ack | direct HTTP, same concurrency | through the queue-proxy | ratio to the lower floor |")
+	fmt.Println("|---|---|---|---|---|")
+	for _, prefetch := range []int{1, 10, 100} {
+		bare, err := bareConsume(ctx, conn, n, prefetch)
+		if err != nil {
+			return fmt.Errorf("bare consume: %w", err)
+		}
+		direct, err := directHTTP(port, n, prefetch)
+		if err != nil {
+			return fmt.Errorf("direct HTTP: %w", err)
+		}
+		viaQP, err := queueProxy(ctx, conn, n, prefetch, port)
+		if err != nil {
+			return fmt.Errorf("queue-proxy: %w", err)
+		}
+		fmt.Printf("| %d | %.0f | %.0f | %.0f | %.2f |\n", prefetch, bare, direct, viaQP, viaQP/min(bare, direct))
+	}
+	fmt.Println()
+	return nil
+}
+
+// queue declares a fresh queue holding n messages; delete removes it.
+func queue(ctx context.Context, conn *amqp.Connection, n int) (name string, del func(), err error) {
+	ch, err := conn.Channel()
+	if err != nil {
+		return "", nil, err
+	}
+	name = fmt.Sprintf("bench-queue-%d-%d", os.Getpid(), time.Now().UnixNano())
+	if _, err := ch.QueueDeclare(name, false, false, false, false, nil); err != nil {
+		return "", nil, err
+	}
+	del = func() { _, _ = ch.QueueDelete(name, false, false, false); _ = ch.Close() }
+	if err := publish(ctx, ch, name, n); err != nil {
+		del()
+		return "", nil, err
+	}
+	return name, del, nil
+}
+
+// publish sends n small messages to queue and waits for their confirms.
+func publish(ctx context.Context, ch *amqp.Channel, queue string, n int) error {
+	if err := ch.Confirm(false); err != nil {
+		return err
+	}
+	confirms := ch.NotifyPublish(make(chan amqp.Confirmation, n))
+	body := []byte(`{"name":"queue"}`)
+	for i := range n {
+		if err := ch.PublishWithContext(ctx, "", queue, false, false, amqp.Publishing{
+			MessageId: strconv.Itoa(i), ContentType: "application/json", Body: body}); err != nil {
+			return err
+		}
+	}
+	for range n {
+		if c := <-confirms; !c.Ack {
+			return fmt.Errorf("publish %d nacked", c.DeliveryTag)
+		}
+	}
+	return nil
+}
+
+// bareConsume is the broker's floor: one consumer acking each delivery as
+// it comes, at the prefetch.
+func bareConsume(ctx context.Context, conn *amqp.Connection, n, prefetch int) (float64, error) {
+	name, del, err := queue(ctx, conn, n)
+	if err != nil {
+		return 0, err
+	}
+	defer del()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, err
+	}
+	defer ch.Close()
+	if err := ch.Qos(prefetch, 0, false); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	ds, err := ch.Consume(name, "", false, false, false, false, nil)
+	if err != nil {
+		return 0, err
+	}
+	for i := 0; i < n; i++ {
+		d := <-ds
+		if err := d.Ack(false); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// directHTTP is the function's floor: n POSTs to the runtime process from
+// concurrency clients, with the library the queue-proxy uses.
+func directHTTP(port, n, concurrency int) (float64, error) {
+	c := &fasthttp.HostClient{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxConns: concurrency}
+	var left atomic.Int64
+	left.Store(int64(n))
+	var failed atomic.Value
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range concurrency {
+		wg.Go(func() {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			defer fasthttp.ReleaseRequest(req)
+			defer fasthttp.ReleaseResponse(resp)
+			for left.Add(-1) >= 0 {
+				req.Header.SetMethod(fasthttp.MethodPost)
+				req.SetRequestURI("/")
+				req.Header.SetHost("localhost")
+				req.Header.SetContentType("application/json")
+				req.SetBodyString(`{"name":"queue"}`)
+				if err := c.Do(req, resp); err != nil || resp.StatusCode() != 200 {
+					failed.Store(fmt.Errorf("%v %d", err, resp.StatusCode()))
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return 0, err
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// queueProxy runs a real queue-proxy in front of the runtime process,
+// consuming a queue of n messages at the prefetch, and measures until all
+// are acked.
+func queueProxy(ctx context.Context, conn *amqp.Connection, n, prefetch, port int) (float64, error) {
+	name, del, err := queue(ctx, conn, n)
+	if err != nil {
+		return 0, err
+	}
+	defer del()
+	cfg := queueproxy.Config{Namespace: "bench", Function: "hello", UserPort: port, Concurrency: prefetch,
+		QueueDepth: 10 * prefetch, Timeout: time.Minute, MaxBodyBytes: 1 << 20, DrainTimeout: time.Second,
+		ReadTimeout: 10 * time.Second, RetryBackoff: time.Second,
+		RabbitMQ: []queueproxy.RabbitMQ{{URL: brokerURL, RabbitMQTrigger: wire.RabbitMQTrigger{
+			Name: "bench", Queue: name, URLEnv: "-", Prefetch: prefetch, MaxRetries: 3}}}}
+	srv, err := queueproxy.New(cfg, quiet)
+	if err != nil {
+		return 0, err
+	}
+	serving, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	admin, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	qctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- srv.Run(qctx, serving, admin) }()
+	defer func() { cancel(); <-done }()
+	for acked(srv) < n {
+		if time.Since(start) > 5*time.Minute {
+			return 0, fmt.Errorf("%d of %d acked in 5 minutes", acked(srv), n)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// acked reads sless_queue_messages_total{result="acked"} of srv.
+func acked(srv *queueproxy.Server) int {
+	fams, _ := srv.Gatherer().Gather()
+	for _, f := range fams {
+		if f.GetName() != "sless_queue_messages_total" {
+			continue
+		}
+		for _, m := range f.Metric {
+			if slices.ContainsFunc(m.Label, func(l *dto.LabelPair) bool { return l.GetName() == "result" && l.GetValue() == "acked" }) {
+				return int(m.GetCounter().GetValue())
+			}
+		}
+	}
+	return 0
+}
+
+func pct(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+func ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64)
+}
+
+// manifest is a Function of the Go hello with extra spec lines.
+func manifest(name, samples, extra string) string {
+	return fmt.Sprintf(`apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: %s}
+spec:
+  runtime: go
+  source: %s
+  handler: Handle
+%s---
+`, name, filepath.Join(samples, "hello-go"), extra)
+}
+
+func writeManifests(dir string, docs []string) error {
+	return os.WriteFile(filepath.Join(dir, "functions.yaml"), []byte(strings.Join(docs, "")), 0o644)
+}
