@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-unit bench bench-coldstart bench-records bench-knative generate verify lint controlplane tools clean
+.PHONY: all build run test test-unit bench bench-coldstart bench-records bench-queue bench-knative generate verify lint controlplane tools clean
 
 all: build
 
@@ -51,6 +51,11 @@ bench-coldstart:
 ## the request path with it against the ring, and the summary over 10M records
 bench-records:
 	$(GO) run ./benchmarks/cmd/bench-records
+
+## bench-queue: RabbitMQ throughput against a bare consume loop and direct
+## HTTP, wake-up from zero, cron lag (needs RabbitMQ on 127.0.0.1:5672)
+bench-queue:
+	$(GO) run ./benchmarks/cmd/bench-queue
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue

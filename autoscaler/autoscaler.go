@@ -382,7 +382,9 @@ func (a *Autoscaler) stepAll(ctx context.Context, now time.Time, states []*state
 // and, on a deciding step, decide.
 func (a *Autoscaler) stepFunction(ctx context.Context, now time.Time, st *state, queues QueueReader, decide bool) {
 	if queues != nil {
-		a.readQueues(ctx, st, queues)
+		// Messages for a function at zero are decided on at once, like a
+		// request waiting: not at the next decision, up to a tick later.
+		decide = a.readQueues(ctx, st, queues) || decide
 	}
 	a.observe(ctx, now, st)
 	if decide {
@@ -415,8 +417,10 @@ func (a *Autoscaler) observe(ctx context.Context, now time.Time, st *state) {
 }
 
 // readQueues reads the depth of a function's queues into what they ask
-// for. A queue whose read fails keeps asking for what it did before.
-func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) {
+// for. A queue whose read fails keeps asking for what it did before. It
+// reports whether the queues now ask for instances of a function whose
+// last decision was none.
+func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) (woke bool) {
 	st.mu.Lock()
 	fn := st.fn
 	st.mu.Unlock()
@@ -452,6 +456,7 @@ func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) {
 		st.queue = max(st.queue, read.desired)
 	}
 	st.reads = reads
+	return st.queue > 0 && st.desired == 0
 }
 
 func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {

@@ -411,6 +411,10 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 		MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
 		RabbitMQ: p.rabbitMQ(fn), RetryBackoff: p.opts.RetryBackoff,
 	})
+	// A function that starts at zero has no change of instances to park
+	// on; one with instances is unparked by their change.
+	sup, _ := p.sup.Status(fn.Namespace, fn.Name)
+	p.watchQueues(fn.Namespace, fn.Name, sup.Ready == 0)
 	if rescale {
 		// The autoscaler decides on a function new to it at once; one
 		// whose settings changed starts a new decider, decided on now,

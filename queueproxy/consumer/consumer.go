@@ -222,7 +222,10 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 	c.log.Info("rabbitmq consumer consuming", "broker", c.broker, "prefetch", c.opts.Prefetch)
 
 	// The broker sends at most Prefetch unacknowledged messages, so at
-	// most that many handlers run.
+	// most that many handlers run. They end, then the acker settles what
+	// they left, then the connection closes.
+	ack := newAcker(sub, c.opts.Prefetch, c.log)
+	defer ack.close()
 	var handlers sync.WaitGroup
 	defer handlers.Wait()
 	for {
@@ -231,7 +234,7 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 			if !ok {
 				return true, closeReason(closed, c.opts.Trigger.Queue)
 			}
-			handlers.Go(func() { c.handle(pub, d) })
+			handlers.Go(func() { c.handle(pub, ack, d) })
 		case <-ctx.Done():
 			if err := sub.Cancel(tag, false); err != nil {
 				return true, nil // the connection is gone: what it held returns to the queue
@@ -239,9 +242,8 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 			for d := range deliveries {
 				// Sent before the cancel and not started: back to the
 				// queue, in place.
-				if d.Nack(false, true) == nil {
-					c.m.requeued.Inc()
-				}
+				ack.Requeue(d.DeliveryTag)
+				c.m.requeued.Inc()
 			}
 			return true, nil
 		}

@@ -37,7 +37,7 @@ const (
 )
 
 // handle invokes the function with one delivery and settles it.
-func (c *Consumer) handle(pub *publisher, d amqp.Delivery) {
+func (c *Consumer) handle(pub *publisher, ack *acker, d amqp.Delivery) {
 	if d.Redelivered {
 		c.m.redelivered.Inc()
 	}
@@ -55,12 +55,10 @@ func (c *Consumer) handle(pub *publisher, d amqp.Delivery) {
 	if ans.Code/100 != 2 {
 		result = c.fail(pub, d, failed+1, ans)
 	}
-	if result != resultRequeued {
-		if err := d.Ack(false); err != nil {
-			// The channel is gone: the broker delivers it again.
-			c.log.Warn("ack failed; the message will be delivered again", "messageId", d.MessageId, "err", err)
-			result = resultRequeued
-		}
+	if result == resultRequeued {
+		ack.Requeue(d.DeliveryTag)
+	} else {
+		ack.Ack(d.DeliveryTag)
 	}
 	c.m.count(result)
 	c.record(d, start, took, ans, len(resp.Body()))
@@ -92,7 +90,7 @@ func (c *Consumer) request(req *fasthttp.Request, d amqp.Delivery, attempt int) 
 // fail settles a failed attempt: a retry after a backoff while retries
 // remain, then the dead-letter queue (or, with none, a logged drop). The
 // message is acknowledged (by the caller) only once its copy is
-// confirmed; if publishing fails it is returned to the queue instead.
+// confirmed; if publishing fails it returns to the queue instead.
 func (c *Consumer) fail(pub *publisher, d amqp.Delivery, attempt int, ans Answer) string {
 	t := c.opts.Trigger
 	msg := failed(d, attempt, ans, t)
@@ -115,11 +113,10 @@ func (c *Consumer) fail(pub *publisher, d amqp.Delivery, attempt int, ans Answer
 	}
 }
 
-// requeue returns d to its queue, unsettled, when its copy could not be
-// published: it is delivered again, without a backoff.
+// requeue logs why d returns to its queue unsettled, when its copy could
+// not be published: it is delivered again, without a backoff.
 func (c *Consumer) requeue(d amqp.Delivery, what string, err error) string {
 	c.log.Warn(what+" failed; the message returns to the queue", "messageId", d.MessageId, "err", err)
-	_ = d.Nack(false, true) // if the channel is gone, the broker requeues it
 	return resultRequeued
 }
 

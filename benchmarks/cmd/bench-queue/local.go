@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -209,19 +210,23 @@ func cronLag(ctx context.Context, fires int, samples, cacheDir string) error {
 		return err
 	}
 	defer p.stop()
-	q := invocation.Query{Trigger: "cron", Limit: 1000}
-	var page invocation.Page
+	var records []invocation.Record
 	for deadline := time.Now().Add(time.Duration(fires/functions+2) * every); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if page, err = p.records.List(ctx, q); err != nil {
-			return err
+		records = records[:0]
+		for i := range functions {
+			page, err := p.records.List(ctx, invocation.Query{Namespace: "default", Function: fmt.Sprintf("cron-%d", i), Trigger: "cron", Limit: 100})
+			if err != nil {
+				return err
+			}
+			records = append(records, page.Invocations...)
 		}
-		if len(page.Invocations) >= fires {
+		if len(records) >= fires {
 			break
 		}
 	}
 	var lags []time.Duration
 	warm := 0
-	for _, r := range page.Invocations {
+	for _, r := range records {
 		// @every of whole seconds fires on whole seconds.
 		left := r.Start.Add(r.QueueWait)
 		lags = append(lags, left.Sub(left.Truncate(time.Second)))
@@ -237,4 +242,57 @@ func cronLag(ctx context.Context, fires int, samples, cacheDir string) error {
 	fmt.Println("|---|---|---|---|")
 	fmt.Printf("| %s | %s | %s | %d of %d |\n\n", ms(pct(lags, 50)), ms(pct(lags, 99)), ms(pct(lags, 100)), warm, len(lags))
 	return nil
+}
+
+// cpuTime reads the user and system CPU time a process has used so far.
+func cpuTime(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The command, field 2, is in parentheses and may hold spaces.
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
+}
+
+// brokerPID finds the RabbitMQ server's Erlang VM.
+func brokerPID() int {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && strings.Contains(string(cmd), "beam.smp") && strings.Contains(string(cmd), "rabbit") {
+			return pid
+		}
+	}
+	return 0
+}
+
+// cpuMeter is the CPU time of the broker, the function process and this
+// process (the client or the queue-proxy) over one run.
+type cpuMeter struct {
+	pids  [3]int
+	start [3]time.Duration
+}
+
+func newCPUMeter(fnPID int) *cpuMeter {
+	m := &cpuMeter{pids: [3]int{brokerPID(), fnPID, os.Getpid()}}
+	for i, p := range m.pids {
+		m.start[i] = cpuTime(p)
+	}
+	return m
+}
+
+// perMessage returns the CPU µs per message of the broker, the function
+// and this process since the meter was made.
+func (m *cpuMeter) perMessage(n int) string {
+	var parts [3]string
+	for i, p := range m.pids {
+		parts[i] = strconv.FormatFloat(float64((cpuTime(p)-m.start[i]).Microseconds())/float64(n), 'f', 0, 64)
+	}
+	return strings.Join(parts[:], " / ")
 }

@@ -54,18 +54,19 @@ func main() {
 		fires    = flag.Int("fires", 30, "cron fires")
 		samples  = flag.String("samples", "config/samples/functions", "the directory holding hello-go")
 		cacheDir = flag.String("cache-dir", "bin/bench-cache", "builds kept between runs")
+		only     = flag.String("only", "", "run one part: throughput, wake or cron")
 	)
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := run(ctx, *messages, *runs, *fires, *samples, *cacheDir)
+	err := run(ctx, *only, *messages, *runs, *fires, *samples, *cacheDir)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-queue:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, messages, runs, fires int, samples, cacheDir string) error {
+func run(ctx context.Context, only string, messages, runs, fires int, samples, cacheDir string) error {
 	samples, err := filepath.Abs(samples)
 	if err != nil {
 		return err
@@ -78,13 +79,23 @@ func run(ctx context.Context, messages, runs, fires int, samples, cacheDir strin
 		return fmt.Errorf("RabbitMQ at %s: %w", brokerURL, err)
 	}
 	defer conn.Close()
-	if err := throughput(ctx, conn, messages, samples, cacheDir); err != nil {
-		return err
+	parts := []struct {
+		name string
+		run  func() error
+	}{
+		{"throughput", func() error { return throughput(ctx, conn, messages, samples, cacheDir) }},
+		{"wake", func() error { return wakeUps(ctx, conn, runs, samples, cacheDir) }},
+		{"cron", func() error { return cronLag(ctx, fires, samples, cacheDir) }},
 	}
-	if err := wakeUps(ctx, conn, runs, samples, cacheDir); err != nil {
-		return err
+	for _, p := range parts {
+		if only != "" && only != p.name {
+			continue
+		}
+		if err := p.run(); err != nil {
+			return err
+		}
 	}
-	return cronLag(ctx, fires, samples, cacheDir)
+	return nil
 }
 
 // throughput prints messages per second through one instance at each
@@ -102,43 +113,62 @@ func throughput(ctx context.Context, conn *amqp.Connection, n int, samples, cach
 	}
 	defer func() { _ = fn.Process.Kill(); _ = fn.Wait() }()
 	fmt.Printf("### Messages per second through one instance of the Go hello (%d messages a run)\n\n", n)
-	fmt.Println("| prefetch | bare amqp091 consume+ack | direct HTTP, same concurrency | through the queue-proxy | ratio to the lower floor |")
-	fmt.Println("|---|---|---|---|---|")
+	fmt.Println("Rates in messages/s; CPU in µs per message of the broker / the function process / the client or queue-proxy.")
+	fmt.Println("Both floors use the whole machine: the composed floor, 1/(1/bare + 1/direct), is the rate of doing both one after the other.")
+	fmt.Println()
+	fmt.Println("| prefetch | bare amqp091 consume+ack | CPU | direct HTTP, same concurrency | CPU | composed floor | through the queue-proxy | CPU | ratio to the lower floor | ratio to the composed |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
 	for _, prefetch := range []int{1, 10, 100} {
-		bare, err := bareConsume(ctx, conn, n, prefetch)
+		var bare, viaQP float64
+		var bareCPU, qpCPU string
+		err := withQueue(ctx, conn, n, func(name string) (err error) {
+			m := newCPUMeter(fn.Process.Pid)
+			bare, err = bareConsume(conn, name, n, prefetch)
+			bareCPU = m.perMessage(n)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("bare consume: %w", err)
 		}
+		m := newCPUMeter(fn.Process.Pid)
 		direct, err := directHTTP(port, n, prefetch)
 		if err != nil {
 			return fmt.Errorf("direct HTTP: %w", err)
 		}
-		viaQP, err := queueProxy(ctx, conn, n, prefetch, port)
+		directCPU := m.perMessage(n)
+		err = withQueue(ctx, conn, n, func(name string) (err error) {
+			m := newCPUMeter(fn.Process.Pid)
+			viaQP, err = queueProxy(ctx, name, n, prefetch, port)
+			qpCPU = m.perMessage(n)
+			return err
+		})
 		if err != nil {
 			return fmt.Errorf("queue-proxy: %w", err)
 		}
-		fmt.Printf("| %d | %.0f | %.0f | %.0f | %.2f |\n", prefetch, bare, direct, viaQP, viaQP/min(bare, direct))
+		composed := 1 / (1/bare + 1/direct)
+		fmt.Printf("| %d | %.0f | %s | %.0f | %s | %.0f | %.0f | %s | %.2f | %.2f |\n", prefetch, bare, bareCPU, direct, directCPU,
+			composed, viaQP, qpCPU, viaQP/min(bare, direct), viaQP/composed)
 	}
 	fmt.Println()
 	return nil
 }
 
-// queue declares a fresh queue holding n messages; delete removes it.
-func queue(ctx context.Context, conn *amqp.Connection, n int) (name string, del func(), err error) {
+// withQueue runs f on a fresh queue holding n messages, deleted after.
+func withQueue(ctx context.Context, conn *amqp.Connection, n int, f func(name string) error) error {
 	ch, err := conn.Channel()
 	if err != nil {
-		return "", nil, err
+		return err
 	}
-	name = fmt.Sprintf("bench-queue-%d-%d", os.Getpid(), time.Now().UnixNano())
+	defer ch.Close()
+	name := fmt.Sprintf("bench-queue-%d-%d", os.Getpid(), time.Now().UnixNano())
 	if _, err := ch.QueueDeclare(name, false, false, false, false, nil); err != nil {
-		return "", nil, err
+		return err
 	}
-	del = func() { _, _ = ch.QueueDelete(name, false, false, false); _ = ch.Close() }
+	defer ch.QueueDelete(name, false, false, false)
 	if err := publish(ctx, ch, name, n); err != nil {
-		del()
-		return "", nil, err
+		return err
 	}
-	return name, del, nil
+	return f(name)
 }
 
 // publish sends n small messages to queue and waits for their confirms.
@@ -164,12 +194,7 @@ func publish(ctx context.Context, ch *amqp.Channel, queue string, n int) error {
 
 // bareConsume is the broker's floor: one consumer acking each delivery as
 // it comes, at the prefetch.
-func bareConsume(ctx context.Context, conn *amqp.Connection, n, prefetch int) (float64, error) {
-	name, del, err := queue(ctx, conn, n)
-	if err != nil {
-		return 0, err
-	}
-	defer del()
+func bareConsume(conn *amqp.Connection, name string, n, prefetch int) (float64, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return 0, err
@@ -229,12 +254,7 @@ func directHTTP(port, n, concurrency int) (float64, error) {
 // queueProxy runs a real queue-proxy in front of the runtime process,
 // consuming a queue of n messages at the prefetch, and measures until all
 // are acked.
-func queueProxy(ctx context.Context, conn *amqp.Connection, n, prefetch, port int) (float64, error) {
-	name, del, err := queue(ctx, conn, n)
-	if err != nil {
-		return 0, err
-	}
-	defer del()
+func queueProxy(ctx context.Context, name string, n, prefetch, port int) (float64, error) {
 	cfg := queueproxy.Config{Namespace: "bench", Function: "hello", UserPort: port, Concurrency: prefetch,
 		QueueDepth: 10 * prefetch, Timeout: time.Minute, MaxBodyBytes: 1 << 20, DrainTimeout: time.Second,
 		ReadTimeout: 10 * time.Second, RetryBackoff: time.Second,
@@ -261,7 +281,7 @@ func queueProxy(ctx context.Context, conn *amqp.Connection, n, prefetch, port in
 		if time.Since(start) > 5*time.Minute {
 			return 0, fmt.Errorf("%d of %d acked in 5 minutes", acked(srv), n)
 		}
-		time.Sleep(2 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // a Gather reads /proc: not often
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
 }
