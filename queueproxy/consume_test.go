@@ -299,3 +299,22 @@ func TestConsumerFailing(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowMessageHoldsNoSlot: deliveries that end after one delivered
+// before them are acknowledged at once, so that a slow message holds its
+// own prefetch slot only and the others keep flowing.
+func TestSlowMessageHoldsNoSlot(t *testing.T) {
+	ch := amqptest.Channel(t)
+	h, queue := consuming(t, ch, wire.RabbitMQTrigger{Prefetch: 2}, nil)
+	ms := []testfn.Message{{ID: "slow", Block: true}}
+	for i := range 20 {
+		ms = append(ms, testfn.Message{ID: fmt.Sprint(i)})
+	}
+	amqptest.Publish(t, ch, queue, messages(ms...)...)
+	h.waitResults(queue, "acked", 20)
+	h.get("http://"+h.fn.Addr(), "/release?id=slow")
+	h.waitResults(queue, "acked", 21)
+	if d := amqptest.Depth(t, ch, queue); d != 0 {
+		t.Errorf("queue depth = %d, want 0", d)
+	}
+}
