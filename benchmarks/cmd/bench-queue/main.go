@@ -5,14 +5,16 @@
 //     hello at prefetch 1, 10 and 100, against a bare amqp091
 //     consume-and-ack loop on the same queue and direct HTTP calls to the
 //     same runtime process at the same concurrency.
+//
 //   - From the first message on the queue of a function at zero (sless
 //     dev) to its first successful invocation, with the parked consumer
 //     and with depth reads only, against an HTTP cold start of the same
 //     function.
+//
 //   - Cron: how long after its scheduled time a pre-warmed fire leaves
 //     the activator, and whether it found an instance warm.
 //
-//	go run ./benchmarks/cmd/bench-queue [-messages 20000] [-runs 10] [-fires 30]
+//     go run ./benchmarks/cmd/bench-queue [-messages 20000] [-runs 10] [-fires 30]
 package main
 
 import (
