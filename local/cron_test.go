@@ -36,13 +36,14 @@ func TestCronFiresWarm(t *testing.T) {
 // Triggers with enabled: false stay in the manifest but stop: HTTP answers
 // 404 naming its trigger, and the status says each is disabled.
 func TestDisabledTriggers(t *testing.T) {
-	const spec = `  triggers:
+	const spec = `  scale: {initial: 0}
+  triggers:
     - {name: web, enabled: false, http: {}}
     - {name: tick, enabled: false, cron: {schedule: "@every 1s"}}
     - {name: orders, enabled: false, rabbitmq: {queue: orders}}
 `
 	p := startPlatform(t, manifest("stopped", spec))
-	p.waitFor("the function loaded", 30*time.Second, func() bool { return p.status("stopped").State != "building" })
+	p.waitFor("the function loaded", 30*time.Second, func() bool { return p.status("stopped").State == "idle" })
 	code, body, _ := p.invoke("stopped", "")
 	if code != 404 || !strings.Contains(body.Error, "trigger web of default/stopped is disabled") {
 		t.Errorf("HTTP to a disabled trigger: %d %+v, want a 404 naming it", code, body)
