@@ -21,6 +21,7 @@ import (
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
 
@@ -305,12 +306,51 @@ func TestServer(t *testing.T) {
 	if want := `sless_activator_requests_total{code="200",function="hello",namespace="ns"} 3`; !strings.Contains(string(body), want) {
 		t.Errorf("/metrics lacks %q", want)
 	}
+	checkFireRoute(t, adminURL, ring)
 	if code, _ := get(t, adminURL+"/readyz"); code != 200 {
 		t.Errorf("/readyz = %d, want 200", code)
 	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run after drain = %v", err)
+	}
+}
+
+// checkFireRoute: the scheduler's fire route sends a fire with its time and
+// body, recorded as cron, behind the token; bad requests change nothing.
+func checkFireRoute(t *testing.T, adminURL string, ring *invocation.Ring) {
+	t.Helper()
+	scheduled := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC).Format(time.RFC3339Nano)
+	fire := func(fn, when, token, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, adminURL+wire.FirePath("ns", fn, "tick"), strings.NewReader(body))
+		req.Header.Set(wire.ScheduledTimeHeader, when)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tt := range []struct {
+		name, fn, when, token, body string
+		code                        int
+		want                        string
+	}{
+		{"fire", "hello", scheduled, "s3cret", "{}", 200, `{"status":200}`},
+		{"no token", "hello", scheduled, "wrong", "{}", 401, ""},
+		{"bad time", "hello", "yesterday", "s3cret", "{}", 400, "not an RFC 3339 time"},
+		{"unknown function", "nobody", scheduled, "s3cret", "{}", 404, "unknown function"},
+		{"body too large", "hello", scheduled, "s3cret", strings.Repeat("x", 64<<10+1), 413, "at most 65536 bytes"},
+	} {
+		if code, body := fire(tt.fn, tt.when, tt.token, tt.body); code != tt.code || !strings.Contains(body, tt.want) {
+			t.Errorf("%s: %d %s, want %d %s", tt.name, code, body, tt.code, tt.want)
+		}
+	}
+	page, err := ring.List(context.Background(), invocation.Query{Namespace: "ns", Function: "hello", Trigger: "cron"})
+	if err != nil || len(page.Invocations) != 1 || page.Invocations[0].TriggerName != "tick" || page.Invocations[0].Status != 200 {
+		t.Errorf("cron records: %+v, %v; want the one fire", page.Invocations, err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
 
@@ -146,9 +148,33 @@ func (s *Server) adminHandler() http.Handler {
 			writeJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
 		}))
 	}
+	mux.Handle(wire.FirePattern, s.authorized(s.fire))
 	mux.Handle("GET "+invocationsRoute, s.authorized(s.listInvocations))
 	mux.Handle("GET "+invocationsRoute+"/summary", s.authorized(s.summarizeInvocations))
 	return mux
+}
+
+// maxFireBody bounds a fire's body: a cron trigger's body is at most 64 KiB.
+const maxFireBody = 64 << 10
+
+// fire sends a cron fire for the autoscaler's scheduler (wire.FirePattern).
+func (s *Server) fire(w http.ResponseWriter, r *http.Request) {
+	scheduled, err := time.Parse(time.RFC3339Nano, r.Header.Get(wire.ScheduledTimeHeader))
+	if err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": wire.ScheduledTimeHeader + ": not an RFC 3339 time"})
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFireBody))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("a fire's body is at most %d bytes", maxFireBody)})
+		return
+	}
+	code, err := s.Activator.Fire(r.Context(), r.PathValue("namespace"), r.PathValue("name"), r.PathValue("trigger"), scheduled, body)
+	if err != nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]int{"status": code})
 }
 
 // RecordReader answers the invocation routes: the in-memory ring or the

@@ -11,6 +11,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/scheduler"
 )
 
 // setFunction pushes a created or changed Function. The target gets it
@@ -34,6 +35,7 @@ func (w *Watcher) setFunction(obj any) {
 	want := autoscaler.FunctionFor(fn)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.setCrons(key, fn)
 	// The owner first: the target may decide as soon as it has the function.
 	w.router.setOwner(key, ownedByKEDA(fn), w.replicas(key, fn))
 	had, known := w.known[key]
@@ -71,8 +73,48 @@ func (w *Watcher) forget(key types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.router.remove(key)
+	if _, known := w.crons[key]; known && w.Crons != nil {
+		delete(w.crons, key)
+		w.Crons.Remove(key.Namespace, key.Name)
+	}
 	if _, known := w.known[key]; known {
 		delete(w.known, key)
 		w.target.RemoveFunction(key.Namespace, key.Name)
 	}
+}
+
+// cronSpec is what a function's schedule depends on: a change of anything
+// else (its status, its image) must not reschedule it.
+type cronSpec struct {
+	Name    string
+	Enabled bool
+	Cron    v1alpha1.CronTrigger
+	Warm    bool // min ≥ 1: no pre-warm
+	Timeout int32
+}
+
+// setCrons gives Crons fn's cron triggers when they changed. Called with
+// w.mu held.
+func (w *Watcher) setCrons(key types.NamespacedName, fn *v1alpha1.Function) {
+	if w.Crons == nil {
+		return
+	}
+	var specs []cronSpec
+	for _, t := range fn.Spec.Triggers {
+		if t.Cron != nil {
+			specs = append(specs, cronSpec{Name: t.Name, Enabled: t.IsEnabled(), Cron: *t.Cron,
+				Warm: fn.Spec.Scale.Min >= 1, Timeout: fn.Spec.TimeoutSeconds})
+		}
+	}
+	had, known := w.crons[key]
+	if known && reflect.DeepEqual(had, specs) || !known && specs == nil {
+		return
+	}
+	triggers, err := scheduler.TriggersFor(fn)
+	if err != nil {
+		w.log.Warn("cron triggers not scheduled", "namespace", fn.Namespace, "function", fn.Name, "err", err) // validation parsed them
+		return
+	}
+	w.crons[key] = specs
+	w.Crons.Set(context.Background(), fn.Namespace, fn.Name, triggers)
 }

@@ -24,6 +24,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/internal/cachesync"
 	"sless.dev/sless/internal/wire"
 )
@@ -51,10 +52,21 @@ type Watcher struct {
 	// holding the Lease and scaling nothing. Set before Run.
 	SyncTimeout time.Duration
 
+	// Crons, when set before Run, gets every valid Function's cron
+	// triggers: the leader's scheduler.
+	Crons CronTarget
+
 	// mu serialises what is pushed, so that of two reads of a function's
 	// EndpointSlices the later one is pushed last.
 	mu    sync.Mutex
 	known map[types.NamespacedName]autoscaler.Function
+	crons map[types.NamespacedName][]cronSpec // what Crons was last given
+}
+
+// CronTarget schedules functions' cron triggers: *scheduler.Scheduler.
+type CronTarget interface {
+	Set(ctx context.Context, namespace, function string, triggers []scheduler.Trigger)
+	Remove(namespace, function string)
 }
 
 // New returns a watcher using cfg to reach the API server. It caches the
@@ -78,7 +90,7 @@ func New(cfg *rest.Config, target Target, router *ReplicaRouter, log *slog.Logge
 		return nil, fmt.Errorf("autoscaler watch cache: %w", err)
 	}
 	return &Watcher{cache: c, target: target, router: router, log: log, SyncTimeout: cachesync.DefaultTimeout,
-		known: map[types.NamespacedName]autoscaler.Function{}}, nil
+		known: map[types.NamespacedName]autoscaler.Function{}, crons: map[types.NamespacedName][]cronSpec{}}, nil
 }
 
 // Deployments reads the functions' Deployments (labelled wire.FunctionLabel)

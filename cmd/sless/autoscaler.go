@@ -36,6 +36,8 @@ import (
 	"sless.dev/sless/autoscaler/kedascaler"
 	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/autoscaler/queuedepth"
+	"sless.dev/sless/autoscaler/scheduler"
+	"sless.dev/sless/autoscaler/scheduler/kubeledger"
 )
 
 // autoscalerOptions are the flags of `sless autoscaler`.
@@ -44,6 +46,8 @@ type autoscalerOptions struct {
 	leaderElect         bool
 	leaderNamespace     string
 	rabbitmqURL         string
+	activatorAdmin      string // where cron fires are sent
+	cronLedger          string // the ConfigMap of the fires sent
 }
 
 // leaderElectionID names the Lease the autoscaler replicas compete for.
@@ -81,6 +85,9 @@ Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
 	f.StringVar(&o.admin, "admin", ":9090", "address of the health and metrics port")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run as one of several replicas, the leader deciding")
 	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", leaderNamespaceUsage)
+	f.StringVar(&o.activatorAdmin, "activator-admin", "http://sless-activator.sless-system.svc:9090",
+		"the activators' admin API, which cron fires are sent through ($SLESS_ADMIN_TOKEN is its token)")
+	f.StringVar(&o.cronLedger, "cron-ledger", "sless-cron", "the ConfigMap, in the leader election namespace, of the cron fires sent")
 	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker whose queue depths count ["+rabbitmqURLEnv+"] (queues not read when empty)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("rabbitmq-url") {
@@ -106,6 +113,9 @@ func (o autoscalerOptions) check() error {
 			return fmt.Errorf("%s and %s are both %q: each needs its own port", other, a[0], a[1])
 		}
 		seen[a[1]] = a[0]
+	}
+	if u, err := url.Parse(o.activatorAdmin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--activator-admin %q: want http://host:port", o.activatorAdmin)
 	}
 	return checkAMQPURL("--rabbitmq-url", o.rabbitmqURL)
 }
@@ -163,6 +173,11 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	if err != nil {
 		return err
 	}
+	cron, err := newCronScheduler(o, kube, a, reg, log)
+	if err != nil {
+		return err
+	}
+	watcher.Crons = cron
 	deployments.Reader = watcher.Deployments()
 	mgr, err := manager.New(restCfg, manager.Options{
 		Logger:                        logr.FromSlogHandler(log.Handler()),
@@ -177,7 +192,7 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	}
 	var leading atomic.Bool
 	runnables := []manager.Runnable{
-		manager.RunnableFunc(func(ctx context.Context) error { return lead(ctx, watcher, a, &leading, log) }),
+		manager.RunnableFunc(func(ctx context.Context) error { return lead(ctx, watcher, a, cron, &leading, log) }),
 		httpServer("push", listeners[0], leaderOnly(&leading, a.Handler())),
 		&grpcServer{lis: listeners[1], keda: keda, leading: &leading},
 		httpServer("admin", listeners[2], adminHandler(&leading, reg)),
@@ -213,7 +228,7 @@ func listenAll(o autoscalerOptions) ([]net.Listener, error) {
 // process). The watch starts here, not before, so that a replica that has
 // waited long for the lease starts every decider afresh rather than
 // judging the load of the time it did not observe as idle.
-func lead(ctx context.Context, w *kubewatch.Watcher, a *autoscaler.Autoscaler, leading *atomic.Bool, log *slog.Logger) error {
+func lead(ctx context.Context, w *kubewatch.Watcher, a *autoscaler.Autoscaler, cron *scheduler.Scheduler, leading *atomic.Bool, log *slog.Logger) error {
 	if err := w.Run(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -222,9 +237,23 @@ func lead(ctx context.Context, w *kubewatch.Watcher, a *autoscaler.Autoscaler, l
 	}
 	leading.Store(true)
 	defer leading.Store(false)
-	log.Info("leading: deciding and writing replicas")
+	log.Info("leading: deciding and writing replicas, firing cron triggers")
+	go cron.Run(ctx)
 	a.Run(ctx)
 	return nil
+}
+
+// newCronScheduler is the leader's scheduler: it fires through the
+// activators, and claims each fire in a ConfigMap so that a fire happens
+// once across leader changes.
+func newCronScheduler(o autoscalerOptions, kube client.Client, a *autoscaler.Autoscaler, reg prometheus.Registerer, log *slog.Logger) (*scheduler.Scheduler, error) {
+	m, err := scheduler.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	firer := scheduler.HTTPFirer{URL: o.activatorAdmin, Token: os.Getenv("SLESS_ADMIN_TOKEN"), Client: &http.Client{}}
+	ledger := &kubeledger.Ledger{Client: kube, Namespace: leaderElectionNamespace(o.leaderNamespace), Name: o.cronLedger}
+	return scheduler.New(firer, a, ledger, m, log), nil
 }
 
 // errNotLeader is what a replica that does not lead answers on gRPC.

@@ -50,6 +50,8 @@ func TestAutoscalerHelpListsFlags(t *testing.T) {
 		`--leader-elect`, `(default true)`,
 		`--leader-election-namespace string`,
 		`--rabbitmq-url string`, `[SLESS_RABBITMQ_URL]`,
+		`--activator-admin string`, `(default "http://sless-activator.sless-system.svc:9090")`,
+		`--cron-ledger string`, `(default "sless-cron")`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("sless autoscaler --help lacks %q:\n%s", want, out)
@@ -70,6 +72,7 @@ func TestAutoscalerFlagErrors(t *testing.T) {
 		{"admin port not a number", []string{"--admin", ":http"}, `--admin ":http": port must be a number`},
 		{"same port twice", []string{"--admin", ":8090"}, `--listen and --admin are both ":8090"`},
 		{"leader-elect not a bool", []string{"--leader-elect=maybe"}, `invalid argument "maybe" for "--leader-elect"`},
+		{"activator-admin not http", []string{"--activator-admin", "sless-activator:9090"}, `--activator-admin "sless-activator:9090": want http://host:port`},
 		{"rabbitmq-url not amqp", []string{"--rabbitmq-url", "http://guest:s3cret@host/"}, `--rabbitmq-url: `},
 		{"rabbitmq-url malformed", []string{"--rabbitmq-url", "amqp://guest:s3cret@host:port/"}, `--rabbitmq-url: `},
 	}
@@ -193,10 +196,17 @@ type autoscalerProcess struct {
 
 func startAutoscaler(t *testing.T, kubeconfig string) *autoscalerProcess {
 	t.Helper()
+	return startAutoscalerWith(t, kubeconfig, nil)
+}
+
+// startAutoscalerWith is startAutoscaler with env and args added.
+func startAutoscalerWith(t *testing.T, kubeconfig string, env []string, args ...string) *autoscalerProcess {
+	t.Helper()
 	push, grpcPort, admin := testfn.FreePort(t), testfn.FreePort(t), testfn.FreePort(t)
 	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
-	cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + kubeconfig}, "autoscaler", "--listen", addr(push),
-		"--grpc", addr(grpcPort), "--admin", addr(admin), "--leader-election-namespace", "default")
+	args = append([]string{"autoscaler", "--listen", addr(push), "--grpc", addr(grpcPort), "--admin", addr(admin),
+		"--leader-election-namespace", "default"}, args...)
+	cmd, exited := startSless(t, nil, append([]string{"KUBECONFIG=" + kubeconfig}, env...), args...)
 	p := &autoscalerProcess{cmd: cmd, exited: exited,
 		push: "http://" + addr(push), admin: "http://" + addr(admin), gaddr: addr(grpcPort)}
 	conn, err := grpc.NewClient(p.gaddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

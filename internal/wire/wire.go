@@ -87,3 +87,14 @@ type RabbitMQTrigger struct {
 	MaxRetries      int    `json:"maxRetries"`
 	DeadLetterQueue string `json:"deadLetterQueue,omitempty"`
 }
+
+// FirePattern is the activator's admin route that sends a cron fire, which
+// the autoscaler's scheduler calls: a POST whose body is the fire's and
+// whose ScheduledTimeHeader is its time. It answers 200 with
+// {"status": <the invocation's status>}, 404 for an unknown function.
+const FirePattern = "POST /v1/namespaces/{namespace}/functions/{name}/triggers/{trigger}/fire"
+
+// FirePath is FirePattern's path for one trigger.
+func FirePath(namespace, name, trigger string) string {
+	return "/v1/namespaces/" + namespace + "/functions/" + name + "/triggers/" + trigger + "/fire"
+}
