@@ -62,7 +62,11 @@ type Function struct {
 // it asks for ⌈ready messages / Target⌉ instances once it holds more than
 // Activation messages (see QueueDesired).
 type Queue struct {
-	// Name is the queue's name on the QueueReader's broker.
+	// Broker names the queue's broker for the QueueReader: on Kubernetes
+	// the namespace/name of the trigger's connectionSecret; empty in
+	// sless dev, which has one.
+	Broker string
+	// Name is the queue's name on its broker.
 	Name string
 	// Target is targetQueueLength, Activation activationQueueLength.
 	Target, Activation int64
@@ -70,7 +74,15 @@ type Queue struct {
 
 // QueueReader reads how many messages in a queue are ready for delivery.
 type QueueReader interface {
-	Depth(ctx context.Context, queue string) (int64, error)
+	Depth(ctx context.Context, broker, queue string) (int64, error)
+}
+
+// Waker parks a consumer on the queues of a function with no ready
+// instance (by broker), and calls wake on the first message: the function
+// starts at once, not at the next depth read or KEDA poll.
+type Waker interface {
+	Park(key string, queues map[string][]string, wake func())
+	Unpark(key string)
 }
 
 // queueReadTimeout bounds the reads of one function's queues in a second,
@@ -91,6 +103,7 @@ type Autoscaler struct {
 	fns    map[string]*state
 	steps  int
 	queues QueueReader
+	waker  Waker
 	// fresh are the functions added since Run last looked: it decides on
 	// them at once, woken by wake, so that a new function's first answer
 	// (to KEDA, or its initial instances) does not wait for a tick.
@@ -158,7 +171,6 @@ func key(namespace, name string) string { return namespace + "/" + name }
 // history is per setting). A new function is decided on at once by Run.
 func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	st := a.fns[key(fn.Namespace, fn.Name)]
 	if st == nil {
 		st = &state{}
@@ -169,9 +181,48 @@ func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
 		default: // Run is woken already
 		}
 	}
+	// st.mu under a.mu: Run must not take the fresh state before it
+	// has its function.
 	st.mu.Lock()
 	st.fn, st.decider = fn, kpa.NewDecider(fn.Spec, now)
+	idle := len(st.admins) == 0
 	st.mu.Unlock()
+	a.mu.Unlock()
+	a.watchQueues(fn, idle)
+}
+
+// SetWaker makes the autoscaler wake functions at zero on their queues'
+// first message.
+func (a *Autoscaler) SetWaker(w Waker) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.waker = w
+}
+
+// watchQueues parks a consumer on the queues of a function with no ready
+// instance, and unparks it once one is ready (its queue-proxies consume).
+// Called with no lock of st held.
+func (a *Autoscaler) watchQueues(fn Function, idle bool) {
+	w := a.wakerOf()
+	if w == nil || len(fn.Queues) == 0 {
+		return
+	}
+	k := key(fn.Namespace, fn.Name)
+	if !idle {
+		w.Unpark(k)
+		return
+	}
+	byBroker := map[string][]string{}
+	for _, q := range fn.Queues {
+		byBroker[q.Broker] = append(byBroker[q.Broker], q.Name)
+	}
+	w.Park(k, byBroker, func() { a.Poke(context.Background(), time.Now(), fn.Namespace, fn.Name, 1) })
+}
+
+func (a *Autoscaler) wakerOf() Waker {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.waker
 }
 
 // RemoveFunction stops scaling a function.
@@ -180,6 +231,9 @@ func (a *Autoscaler) RemoveFunction(namespace, name string) {
 	defer a.mu.Unlock()
 	delete(a.fns, key(namespace, name))
 	a.metrics.forget(namespace, name)
+	if a.waker != nil {
+		a.waker.Unpark(key(namespace, name))
+	}
 }
 
 func (a *Autoscaler) get(namespace, name string) *state {
@@ -190,16 +244,23 @@ func (a *Autoscaler) get(namespace, name string) *state {
 
 // SetInstances sets the admin addresses of a function's ready instances.
 func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
-	if st := a.get(namespace, name); st != nil {
-		st.mu.Lock()
-		if len(admins) > 0 && !st.wokeAt.IsZero() {
-			if len(st.admins) == 0 {
-				st.startup = time.Since(st.wokeAt)
-			}
-			st.wokeAt = time.Time{}
+	st := a.get(namespace, name)
+	if st == nil {
+		return
+	}
+	st.mu.Lock()
+	if len(admins) > 0 && !st.wokeAt.IsZero() {
+		if len(st.admins) == 0 {
+			st.startup = time.Since(st.wokeAt)
 		}
-		st.admins = admins
-		st.mu.Unlock()
+		st.wokeAt = time.Time{}
+	}
+	changed := (len(st.admins) == 0) != (len(admins) == 0)
+	st.admins = admins
+	fn := st.fn
+	st.mu.Unlock()
+	if changed {
+		a.watchQueues(fn, len(admins) == 0)
 	}
 }
 
@@ -429,7 +490,7 @@ func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) (
 	depths := make([]int64, len(fn.Queues))
 	errs := make([]error, len(fn.Queues))
 	for i, q := range fn.Queues {
-		depths[i], errs[i] = r.Depth(ctx, q.Name)
+		depths[i], errs[i] = r.Depth(ctx, q.Broker, q.Name)
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()

@@ -29,7 +29,11 @@ func FunctionFor(fn *v1alpha1.Function) Function {
 	}
 	for _, t := range fn.Spec.Triggers {
 		if q := t.RabbitMQ; q != nil && t.IsEnabled() {
-			out.Queues = append(out.Queues, Queue{Name: q.Queue,
+			broker := ""
+			if q.ConnectionSecret != "" {
+				broker = fn.Namespace + "/" + q.ConnectionSecret
+			}
+			out.Queues = append(out.Queues, Queue{Broker: broker, Name: q.Queue,
 				Target: int64(q.TargetQueueLength), Activation: int64(q.ActivationQueueLength)})
 		}
 	}

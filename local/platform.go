@@ -107,14 +107,8 @@ type Platform struct {
 	cron           *scheduler.Scheduler
 	logs           logs
 	pokes          poker
-	queues         *queuedepth.Reader // nil without a broker
+	queues         *queuedepth.Brokers // nil without a broker
 	waker          *queuedepth.Waker
-
-	// wakeMu guards wakeQueues, apart from mu: instancesChanged, which
-	// the supervisor calls with its lock held, reads it, and mu is held
-	// while the supervisor is called.
-	wakeMu     sync.Mutex
-	wakeQueues map[string][]string // by function key: its queues
 
 	mu  sync.Mutex
 	fns map[string]*entry
@@ -161,7 +155,7 @@ func New(opts Options) (*Platform, error) {
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = forward.DefaultReadTimeout
 	}
-	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{}, wakeQueues: map[string][]string{}}
+	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{}}
 	if p.reg == nil {
 		p.reg = prometheus.NewRegistry()
 	}
@@ -176,11 +170,12 @@ func New(opts Options) (*Platform, error) {
 		return nil, err
 	}
 	if opts.AMQPURL != "" {
-		p.queues = queuedepth.New(opts.AMQPURL, opts.Log)
+		p.queues = queuedepth.NewBrokers(queuedepth.OneBroker(opts.AMQPURL), opts.Log)
+		p.scaler.SetQueueReader(p.queues)
 		if !opts.NoQueueWake {
 			p.waker = queuedepth.NewWaker(p.queues, opts.Log)
+			p.scaler.SetWaker(p.waker)
 		}
-		p.scaler.SetQueueReader(p.queues)
 	}
 	p.pokes = make(poker, maxPendingPokes)
 	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, p.records, p.reg, opts.Log); err != nil {
@@ -411,10 +406,6 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 		MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
 		RabbitMQ: p.rabbitMQ(fn), RetryBackoff: p.opts.RetryBackoff,
 	})
-	// A function that starts at zero has no change of instances to park
-	// on; one with instances is unparked by their change.
-	sup, _ := p.sup.Status(fn.Namespace, fn.Name)
-	p.watchQueues(fn.Namespace, fn.Name, sup.Ready == 0)
 	if rescale {
 		// The autoscaler decides on a function new to it at once; one
 		// whose settings changed starts a new decider, decided on now,
@@ -471,12 +462,6 @@ func (p *Platform) remove(e *entry) {
 	p.scaler.RemoveFunction(fn.Namespace, fn.Name)
 	p.sup.Remove(fn.Namespace, fn.Name)
 	p.logs.forget(fn.Namespace, fn.Name)
-	p.wakeMu.Lock()
-	delete(p.wakeQueues, fn.Key())
-	p.wakeMu.Unlock()
-	if p.waker != nil {
-		p.waker.Unpark(fn.Key())
-	}
 	fmt.Fprintf(p.opts.Out, "removed %s (its manifest is gone)\n", fn.Key())
 }
 
@@ -490,43 +475,19 @@ func (p *Platform) instancesChanged(namespace, name string, ready []supervisor.E
 	}
 	p.act.SetEndpoints(namespace, name, addrs)
 	p.scaler.SetInstances(namespace, name, admins)
-	p.watchQueues(namespace, name, len(ready) == 0)
 }
 
 // rabbitMQ lists the queues fn's instances consume, on the platform's
-// broker, and sets what the waker watches while fn has no instance.
+// broker.
 func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
 	if p.opts.AMQPURL == "" {
 		return nil
 	}
 	var out []queueproxy.RabbitMQ
-	var queues []string
 	for _, t := range queueproxy.RabbitMQFor(fn.Spec) {
 		out = append(out, queueproxy.RabbitMQ{RabbitMQTrigger: t, URL: p.opts.AMQPURL})
-		queues = append(queues, t.Queue)
 	}
-	p.wakeMu.Lock()
-	p.wakeQueues[fn.Key()] = queues
-	p.wakeMu.Unlock()
 	return out
-}
-
-// watchQueues parks a consumer on the queues of a function with no ready
-// instance, whose first message wakes it at once, and unparks it once an
-// instance is ready (its queue-proxy consumes).
-func (p *Platform) watchQueues(namespace, name string, idle bool) {
-	if p.waker == nil {
-		return
-	}
-	key := namespace + "/" + name
-	p.wakeMu.Lock()
-	queues := p.wakeQueues[key]
-	p.wakeMu.Unlock()
-	if !idle || len(queues) == 0 {
-		p.waker.Unpark(key)
-		return
-	}
-	p.waker.Park(key, queues, func() { p.pokes.Poke(namespace, name) })
 }
 
 // cronFirer sends cron fires through the in-process activator.

@@ -14,6 +14,7 @@ import (
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -174,6 +175,11 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream grpc
 		return err
 	}
 	defer s.unsubscribe(fn, ch)
+	// Headers now, not with the first push: a client that waits for them
+	// knows that pushes from here on reach it.
+	if err := stream.SendHeader(metadata.MD{}); err != nil {
+		return fmt.Errorf("activation stream of %s: %w", fn, err)
+	}
 	ctx := stream.Context()
 	for {
 		select {

@@ -159,7 +159,7 @@ func TestAutoscaler(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, w := newAutoscaler(t, discard)
-			a.SetQueueReader(r)
+			a.SetQueueReader(NewBrokers(OneBroker(brokerURL), discard))
 			a.SetFunction(time.Now(), function(tc.max, autoscaler.Queue{Name: queue, Target: tc.target, Activation: tc.activation}))
 			a.Step(context.Background(), time.Now()) // the first step decides
 			if got := w.replicas(); got != tc.want {
@@ -171,7 +171,7 @@ func TestAutoscaler(t *testing.T) {
 	t.Run("failed reads keep the last value", func(t *testing.T) {
 		var logs syncbuf.Buffer
 		a, w := newAutoscaler(t, slog.New(slog.NewTextHandler(&logs, nil)))
-		failing := New(brokerURL, discard)
+		failing := NewBrokers(OneBroker(brokerURL), discard)
 		a.SetQueueReader(failing)
 		a.SetFunction(time.Now(), function(10,
 			autoscaler.Queue{Name: queue, Target: 3}, autoscaler.Queue{Name: amqptest.Name("missing"), Target: 1}))

@@ -66,7 +66,7 @@ func (r *Reader) WaitMessage(ctx context.Context, queues []string) error {
 // and wakes the function on the first message: it starts at once rather
 // than at the next depth read, or KEDA's next poll.
 type Waker struct {
-	r   *Reader
+	b   *Brokers
 	log *slog.Logger
 
 	mu     sync.Mutex
@@ -75,14 +75,15 @@ type Waker struct {
 	closed bool
 }
 
-// NewWaker returns a waker on r's broker.
-func NewWaker(r *Reader, log *slog.Logger) *Waker {
-	return &Waker{r: r, log: log, parked: map[string]context.CancelFunc{}}
+// NewWaker returns a waker on b's brokers.
+func NewWaker(b *Brokers, log *slog.Logger) *Waker {
+	return &Waker{b: b, log: log, parked: map[string]context.CancelFunc{}}
 }
 
-// Park waits, until Unpark, for a message on one of queues, and then calls
-// wake once. A function already parked stays parked as it was.
-func (w *Waker) Park(key string, queues []string, wake func()) {
+// Park waits, until Unpark, for a message on one of queues (by broker),
+// and then calls wake once. A function already parked stays parked as it
+// was.
+func (w *Waker) Park(key string, queues map[string][]string, wake func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closed || w.parked[key] != nil || len(queues) == 0 {
@@ -90,25 +91,31 @@ func (w *Waker) Park(key string, queues []string, wake func()) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	w.parked[key] = cancel
-	w.wg.Go(func() {
-		if w.wait(ctx, key, queues) {
-			wake()
-		}
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		if ctx.Err() == nil { // still this park's: done with it
-			delete(w.parked, key)
-			cancel()
-		}
-	})
+	var once sync.Once
+	for broker, qs := range queues {
+		w.wg.Go(func() {
+			if !w.wait(ctx, key, broker, qs) {
+				return
+			}
+			once.Do(func() {
+				w.mu.Lock()
+				if ctx.Err() == nil { // still this park's: done with it
+					delete(w.parked, key)
+				}
+				w.mu.Unlock()
+				cancel() // the other brokers' consumers
+				wake()
+			})
+		})
+	}
 }
 
 // wait retries WaitMessage with backoff until a message comes (true) or
 // ctx ends.
-func (w *Waker) wait(ctx context.Context, key string, queues []string) bool {
-	backoff := w.r.minBackoff
+func (w *Waker) wait(ctx context.Context, key, broker string, queues []string) bool {
+	backoff := minBackoff
 	for {
-		err := w.r.WaitMessage(ctx, queues)
+		err := w.b.WaitMessage(ctx, broker, queues)
 		switch {
 		case ctx.Err() != nil:
 			return false

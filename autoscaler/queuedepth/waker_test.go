@@ -16,16 +16,17 @@ import (
 // redelivered; an unparked one is not woken.
 func TestWaker(t *testing.T) {
 	ch := amqptest.Channel(t)
-	r := New(brokerURL, discard)
-	t.Cleanup(func() { _ = r.Close() })
-	w := NewWaker(r, discard)
+	b := NewBrokers(OneBroker(brokerURL), discard)
+	t.Cleanup(func() { _ = b.Close() })
+	w := NewWaker(b, discard)
 	t.Cleanup(w.Close)
-	quiet, busy := declare(t, ch, 0), declare(t, ch, 0)
+	quiet, busy, other := declare(t, ch, 0), declare(t, ch, 0), declare(t, ch, 0)
 
 	woken := make(chan string, 4)
-	w.Park("ns/fn", []string{quiet, busy}, func() { woken <- "fn" })
-	w.Park("ns/other", []string{declare(t, ch, 0)}, func() { woken <- "other" })
-	w.Park("ns/gone", []string{quiet}, func() { woken <- "gone" })
+	// Two brokers (of the same URL here): the first message on either wakes.
+	w.Park("ns/fn", map[string][]string{"ns/a": {quiet}, "ns/b": {busy}}, func() { woken <- "fn" })
+	w.Park("ns/other", map[string][]string{"": {other}}, func() { woken <- "other" })
+	w.Park("ns/gone", map[string][]string{"": {quiet}}, func() { woken <- "gone" })
 	w.Unpark("ns/gone")
 	waitConsumers(t, ch, busy, 1)
 	publish(t, ch, busy, "first", "second")
@@ -39,6 +40,7 @@ func TestWaker(t *testing.T) {
 		t.Fatal("not woken by a message")
 	}
 	waitConsumers(t, ch, busy, 0)
+	waitConsumers(t, ch, quiet, 0) // the other broker's consumer ended too
 	msg, ok, err := ch.Get(busy, true)
 	if err != nil || !ok || string(msg.Body) != "first" || !msg.Redelivered {
 		t.Fatalf("first message after the wake: %q redelivered %v (%v, %v); want \"first\", redelivered", msg.Body, msg.Redelivered, ok, err)

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -88,7 +90,7 @@ Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
 	f.StringVar(&o.activatorAdmin, "activator-admin", "http://sless-activator.sless-system.svc:9090",
 		"the activators' admin API, which cron fires are sent through ($SLESS_ADMIN_TOKEN is its token)")
 	f.StringVar(&o.cronLedger, "cron-ledger", "sless-cron", "the ConfigMap, in the leader election namespace, of the cron fires sent")
-	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker whose queue depths count ["+rabbitmqURLEnv+"] (queues not read when empty)")
+	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker of every queue, whatever its trigger's Secret ["+rabbitmqURLEnv+"] (each trigger's Secret when empty)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("rabbitmq-url") {
 			o.rabbitmqURL = os.Getenv(rabbitmqURLEnv)
@@ -164,11 +166,12 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.rabbitmqURL != "" {
-		queues := queuedepth.New(o.rabbitmqURL, log)
-		defer queues.Close()
-		a.SetQueueReader(queues)
-	}
+	queues := queuedepth.NewBrokers(brokerURLs(kube, o.rabbitmqURL), log)
+	defer queues.Close()
+	a.SetQueueReader(queues)
+	waker := queuedepth.NewWaker(queues, log)
+	defer waker.Close()
+	a.SetWaker(waker)
 	watcher, err := kubewatch.New(restCfg, a, router, log)
 	if err != nil {
 		return err
@@ -241,6 +244,33 @@ func lead(ctx context.Context, w *kubewatch.Watcher, a *autoscaler.Autoscaler, c
 	go cron.Run(ctx)
 	a.Run(ctx)
 	return nil
+}
+
+// brokerURLs resolves a queue's broker, the namespace/name of its
+// trigger's connectionSecret, to the URL in the Secret's key url; every
+// broker is override when that is set.
+func brokerURLs(kube client.Client, override string) func(context.Context, string) (string, error) {
+	return func(ctx context.Context, broker string) (string, error) {
+		if override != "" {
+			return override, nil
+		}
+		namespace, name, ok := strings.Cut(broker, "/")
+		if !ok {
+			return "", errors.New("the trigger has no connectionSecret")
+		}
+		var s corev1.Secret
+		if err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
+			return "", fmt.Errorf("Secret %s: %w", broker, err)
+		}
+		url := string(s.Data["url"])
+		if url == "" {
+			return "", fmt.Errorf("Secret %s has no key url", broker)
+		}
+		if _, err := amqp.ParseURI(url); err != nil {
+			return "", fmt.Errorf("Secret %s: its url is not an AMQP URL", broker) // not quoted: it holds a password
+		}
+		return url, nil
+	}
 }
 
 // newCronScheduler is the leader's scheduler: it fires through the
