@@ -24,6 +24,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
+	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
 )
@@ -41,6 +42,7 @@ func TestReconcile(t *testing.T) {
 	t.Run("edits reverted", func(t *testing.T) { testEditsReverted(t, e) })
 	t.Run("owner switch", func(t *testing.T) { testOwnerSwitch(t, e) })
 	t.Run("rabbitmq", func(t *testing.T) { testRabbitMQ(t, e) })
+	t.Run("triggers ready", func(t *testing.T) { testTriggersReady(t, e) })
 	t.Run("invalid", func(t *testing.T) { testInvalid(t, e) })
 	t.Run("invalid after valid", func(t *testing.T) { testInvalidAfterValid(t, e) })
 	t.Run("name taken", func(t *testing.T) { testNameTaken(t, e) })
@@ -336,6 +338,45 @@ func testRabbitMQ(t *testing.T, e *env) {
 	eventually.True(t, "the ScaledObject and TriggerAuthentications deleted", func() bool {
 		return !e.get(t, ns, "orders", &kedav1alpha1.ScaledObject{}) && !e.get(t, ns, "orders.new", &kedav1alpha1.TriggerAuthentication{})
 	})
+}
+
+// testTriggersReady: TriggersReady says, naming each trigger, what keeps a
+// RabbitMQ trigger from being consumed: a missing Secret, a Secret without
+// url, refused credentials, a missing queue; checked on the real broker.
+func testTriggersReady(t *testing.T, e *env) {
+	ch := amqptest.Channel(t)
+	queue := amqptest.Queue(t, ch, "controller")
+	ns := e.namespace(t)
+	for name, data := range map[string]map[string]string{
+		"good":  {"url": amqptest.URL()},
+		"wrong": {"url": strings.Replace(amqptest.URL(), "guest:guest", "guest:wrong", 1)},
+		"nourl": {"host": "x"},
+	} {
+		e.create(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: data})
+	}
+	rabbit := func(name, queue, secret string) v1alpha1.Trigger {
+		return v1alpha1.Trigger{Name: name, RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: queue, ConnectionSecret: secret}}
+	}
+	e.create(t, newFunction(ns, "fine", func(fn *v1alpha1.Function) {
+		fn.Spec.Triggers = []v1alpha1.Trigger{rabbit("orders", queue, "good")}
+	}))
+	e.waitCondition(t, ns, "fine", v1alpha1.ConditionTriggersReady, metav1.ConditionTrue, controller.ReasonTriggersReachable)
+
+	e.create(t, newFunction(ns, "broken", func(fn *v1alpha1.Function) {
+		fn.Spec.Triggers = []v1alpha1.Trigger{{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
+			rabbit("a", queue, "absent"), rabbit("b", queue+"-2", "nourl"), rabbit("c", queue+"-3", "wrong"), rabbit("d", "sless-test-no-such-queue", "good")}
+	}))
+	fn := e.waitCondition(t, ns, "broken", v1alpha1.ConditionTriggersReady, metav1.ConditionFalse, controller.ReasonTriggerFailing)
+	msg := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionTriggersReady).Message
+	for _, want := range []string{"trigger a: the Secret absent not found", "trigger b: the Secret nourl has no key url",
+		"trigger c: broker amqp://guest:xxxxx@127.0.0.1:5672/ refused the credentials", `trigger d: queue "sless-test-no-such-queue" not found`} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("TriggersReady message %q lacks %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "wrong") {
+		t.Errorf("TriggersReady message %q quotes a password", msg)
+	}
 }
 
 // checkConsumerEnv: the queue-proxy of the orders Deployment consumes both

@@ -58,6 +58,9 @@ type Options struct {
 	KEDA bool
 	// Workers is how many Functions are reconciled at once.
 	Workers int
+	// Brokers checks RabbitMQ triggers' brokers and queues (an AMQP dial
+	// when nil).
+	Brokers BrokerChecker
 }
 
 // ManagerOptions are the manager options the reconciler needs: a scheme
@@ -98,6 +101,7 @@ func ManagerOptions(keda bool) (manager.Options, error) {
 // +kubebuilder:rbac:groups="",resources=services,verbs=get;list;watch;create;patch
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects;triggerauthentications,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get
 
 // FunctionReconciler makes the cluster match each Function. It keeps no
 // state between reconciles: everything it needs is read from the cache.
@@ -115,6 +119,9 @@ type FunctionReconciler struct {
 func New(mgr manager.Manager, opts Options) *FunctionReconciler {
 	if opts.Workers < 1 {
 		opts.Workers = DefaultWorkers
+	}
+	if opts.Brokers == nil {
+		opts.Brokers = NewAMQPChecker()
 	}
 	return &FunctionReconciler{
 		client:    mgr.GetClient(),
@@ -172,7 +179,11 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		return ctrl.Result{}, err
 	}
 	observed.apply(status, spec, r.opts.ActivatorHost, fn.Generation)
-	return ctrl.Result{}, r.writeStatus(ctx, &fn, status)
+	var result ctrl.Result
+	if failing := r.checkTriggers(ctx, spec, status); failing {
+		result.RequeueAfter = triggerRecheck // a fixed Secret or queue is seen without an event
+	}
+	return result, r.writeStatus(ctx, &fn, status)
 }
 
 // ensureObjects creates or updates the Deployment, the Service and the KEDA

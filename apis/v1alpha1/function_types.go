@@ -375,4 +375,9 @@ const (
 	ConditionDeploymentReady = "DeploymentReady"
 	// ConditionScalingReady is true when its scaler is in place.
 	ConditionScalingReady = "ScalingReady"
+	// ConditionTriggersReady is false while a RabbitMQ trigger cannot be
+	// consumed (its Secret, its URL, the broker's credentials or its
+	// queue), naming the trigger. It does not make Ready false: the other
+	// triggers work. Absent without RabbitMQ triggers.
+	ConditionTriggersReady = "TriggersReady"
 )

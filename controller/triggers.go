@@ -1,0 +1,143 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
+
+// Reasons of the TriggersReady condition.
+const (
+	ReasonTriggersReachable = "Reachable"
+	ReasonTriggerFailing    = "TriggerFailing"
+)
+
+// triggerRecheck is how soon a Function with a failing trigger is checked
+// again, and how long a check's outcome is kept.
+const triggerRecheck = 30 * time.Second
+
+// BrokerChecker reaches a RabbitMQ trigger's broker and queue.
+type BrokerChecker interface {
+	Check(ctx context.Context, url, queue string) error
+}
+
+// checkTriggers sets TriggersReady from each enabled RabbitMQ trigger: its
+// Secret and URL, read past the cache, then its broker and queue. It
+// reports whether one fails.
+func (r *FunctionReconciler) checkTriggers(ctx context.Context, fn *v1alpha1.Function, status *v1alpha1.FunctionStatus) (failing bool) {
+	var problems []string
+	checked := 0
+	for _, t := range fn.Spec.Triggers {
+		if t.RabbitMQ == nil || !t.IsEnabled() {
+			continue
+		}
+		checked++
+		if err := r.checkTrigger(ctx, fn.Namespace, t.RabbitMQ); err != nil {
+			problems = append(problems, fmt.Sprintf("trigger %s: %v", t.Name, err))
+		}
+	}
+	switch {
+	case checked == 0:
+		meta.RemoveStatusCondition(&status.Conditions, v1alpha1.ConditionTriggersReady)
+	case len(problems) > 0:
+		setCondition(status, fn.Generation, metav1.Condition{Type: v1alpha1.ConditionTriggersReady, Status: metav1.ConditionFalse,
+			Reason: ReasonTriggerFailing, Message: strings.Join(problems, "; ")})
+	default:
+		setCondition(status, fn.Generation, metav1.Condition{Type: v1alpha1.ConditionTriggersReady, Status: metav1.ConditionTrue,
+			Reason: ReasonTriggersReachable, Message: fmt.Sprintf("%d RabbitMQ trigger(s): broker and queue reachable", checked)})
+	}
+	return len(problems) > 0
+}
+
+func (r *FunctionReconciler) checkTrigger(ctx context.Context, namespace string, t *v1alpha1.RabbitMQTrigger) error {
+	var s corev1.Secret
+	if err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: t.ConnectionSecret}, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("the Secret %s not found", t.ConnectionSecret)
+		}
+		return fmt.Errorf("the Secret %s: %w", t.ConnectionSecret, err)
+	}
+	u := string(s.Data["url"])
+	if u == "" {
+		return fmt.Errorf("the Secret %s has no key url", t.ConnectionSecret)
+	}
+	if _, err := amqp.ParseURI(u); err != nil {
+		return fmt.Errorf("the Secret %s: url is not an AMQP URL", t.ConnectionSecret) // not quoted: it holds a password
+	}
+	return r.opts.Brokers.Check(ctx, u, t.Queue)
+}
+
+// AMQPChecker dials the broker and declares the queue passively, keeping
+// each outcome for a while so that reconciles do not dial each time.
+type AMQPChecker struct {
+	mu   sync.Mutex
+	seen map[[2]string]checked
+}
+
+type checked struct {
+	err error
+	at  time.Time
+}
+
+// NewAMQPChecker returns a checker with nothing checked yet.
+func NewAMQPChecker() *AMQPChecker { return &AMQPChecker{seen: map[[2]string]checked{}} }
+
+// Check reports why queue on the broker at rawURL cannot be consumed:
+// the broker unreachable, the credentials refused, the queue missing.
+func (c *AMQPChecker) Check(_ context.Context, rawURL, queue string) error {
+	k := [2]string{rawURL, queue}
+	c.mu.Lock()
+	if was, ok := c.seen[k]; ok && time.Since(was.at) < triggerRecheck {
+		c.mu.Unlock()
+		return was.err
+	}
+	c.mu.Unlock()
+	err := check(rawURL, queue)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.seen) > 10_000 { // bounded: forget all, check again
+		clear(c.seen)
+	}
+	c.seen[k] = checked{err: err, at: time.Now()}
+	return err
+}
+
+func check(rawURL, queue string) error {
+	broker := "(invalid URL)"
+	if u, err := url.Parse(rawURL); err == nil {
+		broker = u.Redacted()
+	}
+	conn, err := amqp.DialConfig(rawURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
+	if err != nil {
+		if amqpErr, ok := errors.AsType[*amqp.Error](err); ok && amqpErr.Code == amqp.AccessRefused {
+			return fmt.Errorf("broker %s refused the credentials", broker)
+		}
+		return fmt.Errorf("broker %s: %w", broker, err)
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return fmt.Errorf("broker %s: %w", broker, err)
+	}
+	defer ch.Close()
+	if _, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil); err != nil {
+		if amqpErr, ok := errors.AsType[*amqp.Error](err); ok && amqpErr.Code == amqp.NotFound {
+			return fmt.Errorf("queue %q not found on %s", queue, broker)
+		}
+		return fmt.Errorf("queue %q on %s: %w", queue, broker, err)
+	}
+	return nil
+}
