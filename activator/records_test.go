@@ -2,52 +2,93 @@ package activator
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
-	"sless.dev/sless/internal/pgtest"
+	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
-	"sless.dev/sless/invocation/postgres"
+	"sless.dev/sless/queueproxy"
 )
 
-// The invocation routes answer from PostgreSQL as they do from the ring
-// (TestServer): the same checks pass on both.
-func TestInvocationRoutesOnPostgres(t *testing.T) {
-	url, _ := pgtest.DB(t)
-	reg := prometheus.NewRegistry()
-	store, err := postgres.Open(context.Background(), url, reg, postgres.Options{FlushInterval: 5 * time.Millisecond})
+// TestQueueProxyRecords: a queue-proxy sends the records of the messages
+// it consumes to the activator's admin API, which keeps them for a ready
+// instance of their function only, and for rabbitmq records only.
+func TestQueueProxyRecords(t *testing.T) {
+	ch := amqptest.Channel(t)
+	queue := amqptest.Queue(t, ch, "records")
+	ring := invocation.NewRing(100)
+	a, err := New(Config{}, &countingPoker{}, ring, prometheus.NewRegistry(), quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(store.Start())
-
-	a, err := New(Config{}, &countingPoker{}, store, reg, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
-	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
-	base := serveActivator(t, a)
-	srv := &Server{Activator: a, Registry: reg, Records: store, DrainTimeout: time.Second, Log: quiet}
+	a.SetFunction(Function{Namespace: "test", Name: "fn", Timeout: 10 * time.Second})
+	a.SetFunction(Function{Namespace: "test", Name: "elsewhere", Timeout: 10 * time.Second})
+	a.SetEndpoints("test", "elsewhere", []string{"10.0.0.1:8012"})
+	srv := &Server{Activator: a, Registry: prometheus.NewRegistry(), Records: ring, Token: "s3cret", AcceptRecords: true,
+		DrainTimeout: time.Second, Log: quiet}
 	serving, _ := net.Listen("tcp", "127.0.0.1:0")
 	admin, _ := net.Listen("tcp", "127.0.0.1:0")
-	srvCtx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- srv.Run(srvCtx, serving, admin) }()
-	t.Cleanup(func() { stop(); <-served })
-	for range 3 {
-		if code, body := get(t, base+"/fn/ns/hello/echo"); code != 200 {
-			t.Fatalf("invocation: %d %s", code, body)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, serving, admin) }()
+	t.Cleanup(func() { cancel(); <-done })
+	adminURL := "http://" + admin.Addr().String()
+
+	in := testinstance.Start(t, func(c *queueproxy.Config) {
+		c.RabbitMQ = []queueproxy.RabbitMQ{{URL: amqptest.URL(), RabbitMQTrigger: wire.RabbitMQTrigger{
+			Name: "orders", Queue: queue, URLEnv: "X", Prefetch: 1}}}
+		c.RecordsURL = adminURL
+	})
+	a.SetEndpoints("test", "fn", []string{in.Addr})
+	body, _ := json.Marshal(testfn.Message{ID: "m1"})
+	amqptest.Publish(t, ch, queue, body)
+	var page invocation.Page
+	eventually.True(t, "the message's record kept", func() bool {
+		page, _ = ring.List(context.Background(), invocation.Query{Namespace: "test", Function: "fn", Trigger: "rabbitmq"})
+		return len(page.Invocations) == 1
+	})
+	if r := page.Invocations[0]; r.Status != 200 || r.TriggerName != "orders" || r.RequestID != "0" {
+		t.Errorf("record %+v, want a 200 of trigger orders for message 0", r)
+	}
+
+	post := func(records string) (int, string) {
+		resp, err := http.Post(adminURL+wire.RecordsPath, "application/json", strings.NewReader(records))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var answer struct{ Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&answer)
+		return resp.StatusCode, answer.Error
+	}
+	for _, tt := range []struct {
+		name, records string
+		code          int
+		want          string
+	}{
+		{"not an instance of it", `[{"namespace":"test","function":"elsewhere","trigger":"rabbitmq","status":200}]`, 403, "not a ready instance"},
+		{"not a queue record", `[{"namespace":"test","function":"fn","trigger":"http","status":200}]`, 400, "rabbitmq records only"},
+		{"unknown function", `[{"namespace":"test","function":"nobody","trigger":"rabbitmq","status":200}]`, 400, "unknown function"},
+		{"not JSON", `{`, 400, "not a JSON array"},
+		{"too many", "[" + strings.TrimSuffix(strings.Repeat(`{"namespace":"test","function":"fn","trigger":"rabbitmq"},`, MaxRecordBatch+1), ",") + "]", 413, fmt.Sprint(MaxRecordBatch)},
+	} {
+		if code, msg := post(tt.records); code != tt.code || !strings.Contains(msg, tt.want) {
+			t.Errorf("%s: %d %q, want %d %q", tt.name, code, msg, tt.code, tt.want)
 		}
 	}
-	url2 := "http://" + admin.Addr().String() + "/v1/namespaces/ns/functions/hello/invocations"
-	eventually.True(t, "3 records", func() bool {
-		page, err := store.List(context.Background(), invocation.Query{Namespace: "ns", Function: "hello"})
-		return err == nil && len(page.Invocations) == 3
-	})
-	checkInvocationRoutes(t, url2, "")
+	page, _ = ring.List(context.Background(), invocation.Query{Namespace: "test", Function: "fn"})
+	if len(page.Invocations) != 1 {
+		t.Errorf("%d records after the refused batches, want the 1 kept", len(page.Invocations))
+	}
 }

@@ -42,6 +42,10 @@ type Server struct {
 	Records RecordReader
 	// Token, when set, is the bearer token the /v1/ API requires.
 	Token string
+	// AcceptRecords serves wire.RecordsPattern, where queue-proxies on
+	// other hosts send their records (Kubernetes); the local platform's
+	// are in process.
+	AcceptRecords bool
 	// API, when set, serves every /v1/ route but the invocations', behind
 	// the token, in place of the activator's own list of functions: the
 	// local platform adds builds, instances and logs to it.
@@ -149,6 +153,9 @@ func (s *Server) adminHandler() http.Handler {
 		}))
 	}
 	mux.Handle(wire.FirePattern, s.authorized(s.fire))
+	if s.AcceptRecords {
+		mux.HandleFunc(wire.RecordsPattern, s.addRecords) // vouched for by the instance's address
+	}
 	mux.Handle("GET "+invocationsRoute, s.authorized(s.listInvocations))
 	mux.Handle("GET "+invocationsRoute+"/summary", s.authorized(s.summarizeInvocations))
 	return mux

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -295,6 +296,19 @@ func (t *Throttler) SetPeers(p Peers) (gone []string) {
 	t.mu.Lock()
 	t.peers = p
 	return t.reshareLocked()
+}
+
+// HasHost reports whether a ready instance is at host (its IP): what
+// vouches for a queue-proxy that sends its records.
+func (t *Throttler) HasHost(host string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, a := range t.all {
+		if h, _, err := net.SplitHostPort(a); err == nil && h == host {
+			return true
+		}
+	}
+	return false
 }
 
 // Update replaces the set of ready instances and returns the addresses

@@ -410,6 +410,9 @@ func checkConsumerEnv(t *testing.T, d *appsv1.Deployment) {
 	if !equality.Semantic.DeepEqual(triggers, want) {
 		t.Errorf("triggers %+v\nwant %+v", triggers, want)
 	}
+	if got := env[wire.EnvRecordsURL].Value; got != "http://activator.test:9090" {
+		t.Errorf("%s = %q, want the activators' admin API", wire.EnvRecordsURL, got)
+	}
 	for urlEnv, secret := range map[string]string{"SLESS_AMQP_URL_NEW": "amqp", "SLESS_AMQP_URL_AUDIT": "amqp-audit"} {
 		ref := env[urlEnv].ValueFrom
 		if ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != secret || ref.SecretKeyRef.Key != "url" {

@@ -124,7 +124,9 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 		{Name: wire.EnvTimeout, Value: strconv.Itoa(int(fn.Spec.TimeoutSeconds))},
 		{Name: wire.EnvDrain, Value: strconv.FormatInt(drain, 10)},
 	}
-	env = append(env, rabbitMQEnv(fn)...)
+	if rabbit := rabbitMQEnv(fn); rabbit != nil {
+		env = append(append(env, rabbit...), corev1.EnvVar{Name: wire.EnvRecordsURL, Value: r.opts.RecordsURL})
+	}
 	return corev1.Container{
 		Name:  QueueProxyContainer,
 		Image: r.opts.Image,

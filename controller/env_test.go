@@ -43,6 +43,7 @@ var testOptions = controller.Options{
 	Image:             "ghcr.io/sless-dev/sless:test",
 	ActivatorHost:     "activator.test",
 	AutoscalerAddress: "autoscaler.test:9095",
+	RecordsURL:        "http://activator.test:9090",
 	KEDA:              true,
 	Workers:           4,
 }

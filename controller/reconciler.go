@@ -39,6 +39,7 @@ const Name = "sless-controller"
 const (
 	DefaultActivatorHost     = "sless-activator.sless-system.svc"
 	DefaultAutoscalerAddress = "sless-autoscaler.sless-system.svc:9095"
+	DefaultRecordsURL        = "http://sless-activator.sless-system.svc:9090"
 	DefaultWorkers           = 8
 )
 
@@ -58,6 +59,9 @@ type Options struct {
 	KEDA bool
 	// Workers is how many Functions are reconciled at once.
 	Workers int
+	// RecordsURL is the activators' admin API, where the queue-proxies of
+	// functions with RabbitMQ triggers send their records.
+	RecordsURL string
 	// Brokers checks RabbitMQ triggers' brokers and queues (an AMQP dial
 	// when nil).
 	Brokers BrokerChecker

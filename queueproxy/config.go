@@ -47,6 +47,10 @@ type Config struct {
 	RabbitMQ []RabbitMQ
 	// RetryBackoff is the wait before a failed message's first retry.
 	RetryBackoff time.Duration // SLESS_RETRY_BACKOFF_MS
+	// RecordsURL is the activators' admin API, where the records of the
+	// messages consumed are sent; empty, none are kept (but those of
+	// Server.Records).
+	RecordsURL string // SLESS_RECORDS_URL
 }
 
 // RabbitMQ is a trigger to consume and its broker's URL.
@@ -76,6 +80,7 @@ var Settings = []Setting{
 	{wire.EnvReadTimeout, "read-timeout-seconds", "10", "most a client may take to send a request head, or each part of its body (408 beyond)"},
 	{wire.EnvRabbitMQ, "rabbitmq-triggers", "", "RabbitMQ triggers to consume, a JSON array of {name, queue, urlEnv, prefetch, maxRetries, deadLetterQueue}"},
 	{wire.EnvRetryBackoff, "retry-backoff-ms", "1000", "wait before a failed message's first retry, doubled for each next one"},
+	{wire.EnvRecordsURL, "records-url", "", "the activators' admin API (http://host:port), where the records of consumed messages go"},
 }
 
 // ParseConfig builds a Config from the variables that lookup returns
@@ -98,6 +103,7 @@ func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
 	}
 	c.RetryBackoff = time.Duration(p.int(wire.EnvRetryBackoff, 1, 3600_000)) * time.Millisecond
 	c.RabbitMQ = p.rabbitMQ()
+	c.RecordsURL = p.str(wire.EnvRecordsURL)
 	c.QueueDepth = 10 * c.Concurrency
 	if _, set := p.value(wire.EnvQueueDepth); set {
 		c.QueueDepth = int(p.int(wire.EnvQueueDepth, 0, 1_000_000))

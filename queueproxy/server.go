@@ -64,6 +64,7 @@ type Server struct {
 	Records consumer.Sink
 
 	consumerMetrics *consumer.Metrics
+	sender          *recordSender // when cfg.RecordsURL is set
 	mu              sync.Mutex
 	consumers       []*consumer.Consumer
 }
@@ -95,6 +96,12 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if len(cfg.RabbitMQ) > 0 {
 		if s.consumerMetrics, err = consumer.NewMetrics(s.registry, cfg.Namespace, cfg.Function); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
+		}
+		if cfg.RecordsURL != "" {
+			labels := prometheus.Labels{"namespace": cfg.Namespace, "function": cfg.Function}
+			if s.sender, err = newRecordSender(cfg.RecordsURL, s.registry, labels, s.log); err != nil {
+				return nil, fmt.Errorf("register metrics: %w", err)
+			}
 		}
 	}
 	return s, nil
@@ -162,6 +169,13 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		inProcess := hangups.Listener(s.InProcess, s.cfg.ReadTimeout)
 		go func() { errc <- fs.Serve(inProcess) }()
 		defer s.InProcess.Close() // however Run ends, later dials are refused
+	}
+	if s.sender != nil && s.Records == nil {
+		s.Records = s.sender
+		sendCtx, stopSending := context.WithCancel(context.Background())
+		sent := make(chan struct{})
+		go func() { s.sender.run(sendCtx); close(sent) }()
+		defer func() { stopSending(); <-sent }() // what the drain left is sent
 	}
 	consumed := s.startConsumers(bgCtx, serving.Addr().String())
 	s.log.Info("queue-proxy serving", "serving", serving.Addr().String(), "admin", admin.Addr().String(),

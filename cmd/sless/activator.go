@@ -94,7 +94,7 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 				return fmt.Errorf("--admin: %w", err)
 			}
 			srv := &activator.Server{Activator: a, Registry: reg, Records: store,
-				Token: os.Getenv("SLESS_ADMIN_TOKEN"), DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
+				Token: os.Getenv("SLESS_ADMIN_TOKEN"), AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
 			return srv.Run(ctx, servingLn, adminLn)
 		},
 	}

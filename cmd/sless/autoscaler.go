@@ -260,14 +260,14 @@ func brokerURLs(kube client.Client, override string) func(context.Context, strin
 		}
 		var s corev1.Secret
 		if err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
-			return "", fmt.Errorf("Secret %s: %w", broker, err)
+			return "", fmt.Errorf("the Secret %s: %w", broker, err)
 		}
 		url := string(s.Data["url"])
 		if url == "" {
-			return "", fmt.Errorf("Secret %s has no key url", broker)
+			return "", fmt.Errorf("the Secret %s has no key url", broker)
 		}
 		if _, err := amqp.ParseURI(url); err != nil {
-			return "", fmt.Errorf("Secret %s: its url is not an AMQP URL", broker) // not quoted: it holds a password
+			return "", fmt.Errorf("the Secret %s: its url is not an AMQP URL", broker) // not quoted: it holds a password
 		}
 		return url, nil
 	}

@@ -59,6 +59,7 @@ leader reconciles. /healthz, /readyz and /metrics are on --admin.`,
 	f.StringVar(&o.reconciler.Image, "image", defaultImage(), "the sless image, run as the queue-proxy sidecar of every function")
 	f.StringVar(&o.reconciler.ActivatorHost, "activator-host", controller.DefaultActivatorHost, "host[:port] of the activator, for status.url")
 	f.StringVar(&o.reconciler.AutoscalerAddress, "autoscaler-address", controller.DefaultAutoscalerAddress, "host:port of the autoscaler's KEDA external scaler (gRPC)")
+	f.StringVar(&o.reconciler.RecordsURL, "records-url", controller.DefaultRecordsURL, "the activators' admin API, where queue-proxies send the records of the messages they consume")
 	f.IntVar(&o.reconciler.Workers, "workers", controller.DefaultWorkers, "Functions reconciled at once")
 	f.StringVar(&o.admin, "admin", ":9090", "address of the health and metrics port")
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run as one of several replicas, the leader reconciling")

@@ -98,3 +98,16 @@ const FirePattern = "POST /v1/namespaces/{namespace}/functions/{name}/triggers/{
 func FirePath(namespace, name, trigger string) string {
 	return "/v1/namespaces/" + namespace + "/functions/" + name + "/triggers/" + trigger + "/fire"
 }
+
+// RecordsPattern is the activator's admin route where queue-proxies send
+// the invocation records of the messages they consumed: a POST of a JSON
+// array of invocation.Record, from an address that is a ready instance of
+// the records' function (no token: the address vouches). 204 when kept.
+const RecordsPattern = "POST /v1/records"
+
+// RecordsPath is RecordsPattern's path.
+const RecordsPath = "/v1/records"
+
+// EnvRecordsURL is where the queue-proxy sends its records: the
+// activators' admin API (http://host:port); empty, none are kept.
+const EnvRecordsURL = "SLESS_RECORDS_URL"

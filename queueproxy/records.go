@@ -1,0 +1,132 @@
+package queueproxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/invocation"
+)
+
+const (
+	// maxPendingRecords bounds the records waiting to be sent; beyond,
+	// they are dropped and counted: the consumer never waits on them.
+	maxPendingRecords = 10_000
+	// recordBatch is the most records one POST carries.
+	recordBatch = 500
+	// recordFlush is the longest a record waits for its batch.
+	recordFlush = time.Second
+)
+
+// recordSender sends the consumer's invocation records to the activators'
+// admin API in batches (wire.RecordsPattern), where their store is, so
+// that database connections do not grow with instances.
+type recordSender struct {
+	url     string
+	client  *http.Client
+	log     *slog.Logger
+	in      chan invocation.Record
+	sent    prometheus.Counter
+	dropped prometheus.Counter
+}
+
+func newRecordSender(url string, reg prometheus.Registerer, labels prometheus.Labels, log *slog.Logger) (*recordSender, error) {
+	s := &recordSender{url: strings.TrimSuffix(url, "/") + wire.RecordsPath, client: &http.Client{Timeout: 10 * time.Second},
+		log: log, in: make(chan invocation.Record, maxPendingRecords),
+		sent: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_queueproxy_records_sent_total",
+			Help: "Invocation records of consumed messages sent to the activators.", ConstLabels: labels}),
+		dropped: prometheus.NewCounter(prometheus.CounterOpts{Name: "sless_queueproxy_records_dropped_total",
+			Help: "Invocation records of consumed messages dropped: too many waiting, or refused or lost by the activators.", ConstLabels: labels})}
+	for _, c := range []prometheus.Collector{s.sent, s.dropped} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Add queues a record to send; it never blocks.
+func (s *recordSender) Add(r invocation.Record) {
+	select {
+	case s.in <- r:
+	default:
+		s.dropped.Inc()
+	}
+}
+
+// run sends batches until ctx ends, then what is left.
+func (s *recordSender) run(ctx context.Context) {
+	batch := make([]invocation.Record, 0, recordBatch)
+	tick := time.NewTicker(recordFlush)
+	defer tick.Stop()
+	failing := false
+	flush := func() {
+		if len(batch) == 0 {
+			return
+		}
+		err := s.send(batch)
+		switch {
+		case err != nil && !failing:
+			s.log.Warn("invocation records not sent, dropped", "records", len(batch), "err", err)
+		case err == nil && failing:
+			s.log.Info("invocation records sent again")
+		}
+		failing = err != nil
+		if err != nil {
+			s.dropped.Add(float64(len(batch)))
+		} else {
+			s.sent.Add(float64(len(batch)))
+		}
+		batch = batch[:0]
+	}
+	for {
+		select {
+		case r := <-s.in:
+			if batch = append(batch, r); len(batch) == recordBatch {
+				flush()
+			}
+		case <-tick.C:
+			flush()
+		case <-ctx.Done():
+			for {
+				select {
+				case r := <-s.in:
+					if batch = append(batch, r); len(batch) == recordBatch {
+						flush()
+					}
+				default:
+					flush()
+					return
+				}
+			}
+		}
+	}
+}
+
+func (s *recordSender) send(batch []invocation.Record) error {
+	body, err := json.Marshal(batch)
+	if err != nil {
+		return err
+	}
+	resp, err := s.client.Post(s.url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		var answer struct {
+			Error string `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&answer)
+		return fmt.Errorf("%s: %s: %s", s.url, resp.Status, answer.Error)
+	}
+	return nil
+}
