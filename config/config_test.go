@@ -22,6 +22,7 @@ import (
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -217,7 +218,12 @@ func TestManifestsInstall(t *testing.T) {
 			{"coordination.k8s.io", "leases", "", "update", namespace, true},
 			{"apps", "deployments", "", "patch", "", false},
 			{"coordination.k8s.io", "leases", "", "update", "default", false},
-			{"", "secrets", "", "get", "", false},
+			// The url of a RabbitMQ trigger's Secret, by name; never a
+			// list of them, nor a write.
+			{"", "secrets", "", "get", "", true},
+			{"", "secrets", "", "list", "", false},
+			{"", "secrets", "", "update", "", false},
+			{"", "configmaps", "", "update", "default", false},
 		})
 	})
 }
@@ -282,7 +288,9 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 		}
 		return exists(&appsv1.Deployment{}, "orders") && exists(&corev1.Service{}, "orders") &&
 			exists(&kedav1alpha1.ScaledObject{}, "orders") && exists(&kedav1alpha1.TriggerAuthentication{}, "orders.new") &&
-			fn.Status.ObservedGeneration == fn.Generation && len(fn.Status.Conditions) == 3
+			fn.Status.ObservedGeneration == fn.Generation && len(fn.Status.Conditions) == 4 &&
+			// Read as the controller: a role without it says "forbidden".
+			strings.Contains(conditionMessage(fn, v1alpha1.ConditionTriggersReady), "the Secret amqp not found")
 	})
 	eventually.True(t, "an event about the Function", func() bool {
 		var events eventsv1.EventList
@@ -308,6 +316,13 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 }
 
 // access is one request a component makes, or must not be able to make.
+func conditionMessage(fn *v1alpha1.Function, typ string) string {
+	if c := meta.FindStatusCondition(fn.Status.Conditions, typ); c != nil {
+		return c.Message
+	}
+	return ""
+}
+
 type access struct {
 	group, resource, subresource, verb, namespace string
 	allowed                                       bool

@@ -19,19 +19,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/benchmarks/loadgen"
 	"sless.dev/sless/local"
 	"sless.dev/sless/runtimes"
@@ -107,8 +104,8 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 		if err != nil {
 			return err
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", rt, ms(pct(total, 50)), ms(pct(total, 95)),
-			ms(pct(inst, 50)), ms(pct(platform, 50)), ms(pct(platform, 95)), ms(pct(direct, 50)), ms(pct(direct, 95)))
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s |\n", rt, hops.Ms(hops.Pct(total, 50)), hops.Ms(hops.Pct(total, 95)),
+			hops.Ms(hops.Pct(inst, 50)), hops.Ms(hops.Pct(platform, 50)), hops.Ms(hops.Pct(platform, 95)), hops.Ms(hops.Pct(direct, 50)), hops.Ms(hops.Pct(direct, 95)))
 	}
 
 	fmt.Println()
@@ -130,7 +127,7 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 			return err
 		}
 		fmt.Printf("| %s | %.0f | %.0f | %.2f | %s | %s |\n", rt, direct.Throughput, viaSless.Throughput,
-			viaSless.Throughput/direct.Throughput, ms(direct.Latency.P50), ms(viaSless.Latency.P50))
+			viaSless.Throughput/direct.Throughput, hops.Ms(direct.Latency.P50), hops.Ms(viaSless.Latency.P50))
 	}
 	return nil
 }
@@ -219,23 +216,6 @@ func prepare(ctx context.Context, rt, samples, cacheDir string) (runtimes.Proces
 		runtimes.Options{CacheDir: cacheDir})
 }
 
-// start starts a prepared runtime process on a free port.
-func start(proc runtimes.Process) (*exec.Cmd, string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(proc.Path, proc.Args...)
-	cmd.Dir = proc.Dir
-	cmd.Env = append(append(os.Environ(), proc.Env...), "PORT="+strconv.Itoa(port))
-	if err := cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	return cmd, "127.0.0.1:" + strconv.Itoa(port), nil
-}
-
 // directStarts starts the runtime process alone runs times and measures
 // each start to its first healthy answer.
 func directStarts(ctx context.Context, rt, samples, cacheDir string, runs int) ([]time.Duration, error) {
@@ -246,7 +226,7 @@ func directStarts(ctx context.Context, rt, samples, cacheDir string, runs int) (
 	var out []time.Duration
 	for range runs {
 		begin := time.Now()
-		cmd, addr, err := start(proc)
+		cmd, addr, err := hops.StartRuntime(proc)
 		if err != nil {
 			return nil, err
 		}
@@ -284,29 +264,13 @@ func directLoad(ctx context.Context, rt, samples, cacheDir string, duration time
 	if err != nil {
 		return loadgen.Result{}, err
 	}
-	cmd, addr, err := start(proc)
+	cmd, addr, err := hops.StartRuntime(proc)
 	if err != nil {
 		return loadgen.Result{}, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	for start := time.Now(); ; time.Sleep(time.Millisecond) {
-		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
-			resp.Body.Close()
-			break
-		}
-		if time.Since(start) > time.Minute {
-			return loadgen.Result{}, fmt.Errorf("direct %s: not healthy within a minute", rt)
-		}
+	if err := hops.WaitHealthy(addr, time.Millisecond, time.Minute); err != nil {
+		return loadgen.Result{}, fmt.Errorf("direct %s: %w", rt, err)
 	}
 	return load(ctx, "http://"+addr+"/", duration)
-}
-
-func pct(d []time.Duration, p int) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
-}
-
-func ms(d time.Duration) string {
-	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64)
 }

@@ -3,47 +3,18 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local"
-	"sless.dev/sless/runtimes"
 )
-
-// startProcess starts a prepared runtime process on a free port and waits
-// until it is healthy.
-func startProcess(proc runtimes.Process) (*exec.Cmd, int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, 0, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	cmd := exec.Command(proc.Path, proc.Args...)
-	cmd.Dir = proc.Dir
-	cmd.Env = append(append(os.Environ(), proc.Env...), "PORT="+strconv.Itoa(port))
-	if err := cmd.Start(); err != nil {
-		return nil, 0, err
-	}
-	for start := time.Now(); ; time.Sleep(time.Millisecond) {
-		if resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz"); err == nil {
-			resp.Body.Close()
-			return cmd, port, nil
-		}
-		if time.Since(start) > time.Minute {
-			_ = cmd.Process.Kill()
-			return nil, 0, fmt.Errorf("runtime not healthy within a minute")
-		}
-	}
-}
 
 // platform runs sless dev on the manifests until stop.
 type platform struct {
@@ -103,8 +74,8 @@ func wakeUps(ctx context.Context, conn *amqp.Connection, runs int, samples, cach
 		if err != nil {
 			return fmt.Errorf("%s: %w", mode.name, err)
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", mode.name, ms(pct(msgs, 50)), ms(pct(msgs, 95)),
-			ms(pct(colds, 50)), ms(pct(colds, 95)), ms(pct(msgs, 50)-pct(colds, 50)))
+		fmt.Printf("| %s | %s | %s | %s | %s | %s |\n", mode.name, hops.Ms(hops.Pct(msgs, 50)), hops.Ms(hops.Pct(msgs, 95)),
+			hops.Ms(hops.Pct(colds, 50)), hops.Ms(hops.Pct(colds, 95)), hops.Ms(hops.Pct(msgs, 50)-hops.Pct(colds, 50)))
 	}
 	fmt.Println()
 	return nil
@@ -240,21 +211,8 @@ func cronLag(ctx context.Context, fires int, samples, cacheDir string) error {
 	fmt.Printf("### Cron fires pre-warmed 3s ahead, functions at zero between fires (%d fires, %d functions @every %s)\n\n", len(lags), functions, every)
 	fmt.Println("| scheduled → left the activator p50 ms | p99 | max | fires that found an instance warm |")
 	fmt.Println("|---|---|---|---|")
-	fmt.Printf("| %s | %s | %s | %d of %d |\n\n", ms(pct(lags, 50)), ms(pct(lags, 99)), ms(pct(lags, 100)), warm, len(lags))
+	fmt.Printf("| %s | %s | %s | %d of %d |\n\n", hops.Ms(hops.Pct(lags, 50)), hops.Ms(hops.Pct(lags, 99)), hops.Ms(hops.Pct(lags, 100)), warm, len(lags))
 	return nil
-}
-
-// cpuTime reads the user and system CPU time a process has used so far.
-func cpuTime(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// The command, field 2, is in parentheses and may hold spaces.
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
-	utime, _ := strconv.ParseInt(f[11], 10, 64)
-	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * 10 * time.Millisecond // USER_HZ is 100 on Linux
 }
 
 // brokerPID finds the RabbitMQ server's Erlang VM.
@@ -282,7 +240,7 @@ type cpuMeter struct {
 func newCPUMeter(fnPID int) *cpuMeter {
 	m := &cpuMeter{pids: [3]int{brokerPID(), fnPID, os.Getpid()}}
 	for i, p := range m.pids {
-		m.start[i] = cpuTime(p)
+		m.start[i], _ = hops.CPUTime(p)
 	}
 	return m
 }
@@ -292,7 +250,8 @@ func newCPUMeter(fnPID int) *cpuMeter {
 func (m *cpuMeter) perMessage(n int) string {
 	var parts [3]string
 	for i, p := range m.pids {
-		parts[i] = strconv.FormatFloat(float64((cpuTime(p)-m.start[i]).Microseconds())/float64(n), 'f', 0, 64)
+		now, _ := hops.CPUTime(p)
+		parts[i] = strconv.FormatFloat(float64((now-m.start[i]).Microseconds())/float64(n), 'f', 0, 64)
 	}
 	return strings.Join(parts[:], " / ")
 }

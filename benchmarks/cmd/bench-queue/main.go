@@ -40,6 +40,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/queueproxy"
 	"sless.dev/sless/runtimes"
@@ -109,11 +110,16 @@ func throughput(ctx context.Context, conn *amqp.Connection, n int, samples, cach
 	if err != nil {
 		return err
 	}
-	fn, port, err := startProcess(proc)
+	fn, addr, err := hops.StartRuntime(proc)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = fn.Process.Kill(); _ = fn.Wait() }()
+	if err := hops.WaitHealthy(addr, time.Millisecond, time.Minute); err != nil {
+		return err
+	}
+	_, p, _ := net.SplitHostPort(addr)
+	port, _ := strconv.Atoi(p)
 	fmt.Printf("### Messages per second through one instance of the Go hello (%d messages a run)\n\n", n)
 	fmt.Println("Rates in messages/s; CPU in µs per message of the broker / the function process / the client or queue-proxy.")
 	fmt.Println("Both floors use the whole machine: the composed floor, 1/(1/bare + 1/direct), is the rate of doing both one after the other.")
@@ -302,16 +308,6 @@ func acked(srv *queueproxy.Server) int {
 		}
 	}
 	return 0
-}
-
-func pct(d []time.Duration, p int) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*p/100)]
-}
-
-func ms(d time.Duration) string {
-	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64)
 }
 
 // manifest is a Function of the Go hello with extra spec lines.

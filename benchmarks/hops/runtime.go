@@ -1,0 +1,57 @@
+package hops
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"time"
+
+	"sless.dev/sless/runtimes"
+)
+
+// StartRuntime starts a prepared runtime process alone, with no platform,
+// on a free loopback port, and returns it with its address; it may not
+// answer yet (see WaitHealthy).
+func StartRuntime(proc runtimes.Process) (*exec.Cmd, string, error) {
+	ports, err := FreePorts(1)
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(proc.Path, proc.Args...)
+	cmd.Dir = proc.Dir
+	cmd.Env = append(append(os.Environ(), proc.Env...), "PORT="+strconv.Itoa(ports[0]))
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	return cmd, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), nil
+}
+
+// WaitHealthy polls addr's /healthz every poll until it answers 200, for
+// at most within.
+func WaitHealthy(addr string, poll, within time.Duration) error {
+	for start := time.Now(); time.Since(start) < within; time.Sleep(poll) {
+		if resp, err := http.Get("http://" + addr + "/healthz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("%s: not healthy within %v", addr, within)
+}
+
+// Pct is the p-th percentile of d, the nearest rank.
+func Pct(d []time.Duration, p int) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
+}
+
+// Ms formats d in milliseconds, to a tenth.
+func Ms(d time.Duration) string {
+	return strconv.FormatFloat(float64(d.Microseconds())/1000, 'f', 1, 64)
+}
