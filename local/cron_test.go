@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,8 @@ import (
 )
 
 // A cron trigger fires through the activator, warmed first: its records
-// say cron, name the trigger, and found an instance ready.
+// say cron, name the trigger, and found an instance ready. Disabled, it
+// stops, and the function goes back to zero.
 func TestCronFiresWarm(t *testing.T) {
 	const spec = `  scale: {initial: 0, window: 6s, scaleToZeroGracePeriod: 0s}
   triggers:
@@ -31,6 +33,11 @@ func TestCronFiresWarm(t *testing.T) {
 	if code, _, _ := p.invoke("cronfn", ""); code != 404 {
 		t.Errorf("HTTP to a function with only a cron trigger: %d, want 404", code)
 	}
+	write(t, filepath.Join(p.dir, "functions.yaml"), manifest("cronfn", strings.Replace(spec, "{name: tick,", "{name: tick, enabled: false,", 1)))
+	p.waitFor("back to zero once the trigger is disabled", 30*time.Second, func() bool {
+		st := p.status("cronfn")
+		return len(st.Triggers) == 1 && st.Triggers[0].State == "disabled" && st.Desired == 0 && st.Ready == 0 && st.Starting == 0
+	})
 }
 
 // Triggers with enabled: false stay in the manifest but stop: HTTP answers

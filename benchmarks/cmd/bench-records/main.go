@@ -87,13 +87,15 @@ func run(ctx context.Context, server string, n, rounds int, rate float64, durati
 		}
 		ring, pg = append(ring, r), append(pg, p)
 	}
-	fmt.Printf("| activator at %.0f req/s (median of %d) | p50 | p99 | errors |\n|---|---|---|---|\n", rate, rounds)
+	fmt.Printf("| activator at %.0f req/s (median of %d; range: lowest–highest round, the run-to-run noise) | p50 | range | p99 | range | errors |\n|---|---|---|---|---|---|\n", rate, rounds)
+	p50 := func(l loadgen.Latency) time.Duration { return l.P50 }
+	p99 := func(l loadgen.Latency) time.Duration { return l.P99 }
 	for _, row := range []struct {
 		name string
 		rs   []loadgen.Result
 	}{{"records in the ring", ring}, {"records in PostgreSQL", pg}} {
-		fmt.Printf("| %s | %s | %s | %d |\n", row.name, medianLatency(row.rs, func(l loadgen.Latency) time.Duration { return l.P50 }),
-			medianLatency(row.rs, func(l loadgen.Latency) time.Duration { return l.P99 }), sumErrors(row.rs))
+		fmt.Printf("| %s | %s | %s | %s | %s | %d |\n", row.name, medianLatency(row.rs, p50), latencyRange(row.rs, p50),
+			medianLatency(row.rs, p99), latencyRange(row.rs, p99), sumErrors(row.rs))
 	}
 	fmt.Println()
 	if summaryN > 0 {
@@ -319,6 +321,15 @@ func medianLatency(rs []loadgen.Result, f func(loadgen.Latency) time.Duration) t
 	}
 	slices.Sort(ds)
 	return ds[len(ds)/2].Round(time.Microsecond)
+}
+
+// latencyRange is the lowest and the highest of the rounds.
+func latencyRange(rs []loadgen.Result, f func(loadgen.Latency) time.Duration) string {
+	ds := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		ds[i] = f(r.Latency)
+	}
+	return fmt.Sprintf("%v–%v", slices.Min(ds).Round(time.Microsecond), slices.Max(ds).Round(time.Microsecond))
 }
 
 func sumErrors(rs []loadgen.Result) int64 {
