@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,7 +27,8 @@ import (
 
 // TestQueueProxyRecords: a queue-proxy sends the records of the messages
 // it consumes to the activator's admin API, which keeps them for a ready
-// instance of their function only, and for rabbitmq records only.
+// instance of their function only, and for rabbitmq records only. A batch
+// sent before the activator knows the instance is sent again.
 func TestQueueProxyRecords(t *testing.T) {
 	ch := amqptest.Channel(t)
 	queue := amqptest.Queue(t, ch, "records")
@@ -44,15 +49,25 @@ func TestQueueProxyRecords(t *testing.T) {
 	go func() { done <- srv.Run(ctx, serving, admin) }()
 	t.Cleanup(func() { cancel(); <-done })
 	adminURL := "http://" + admin.Addr().String()
+	// What the queue-proxy sends is counted on its way to the activator.
+	target, _ := url.Parse(adminURL)
+	var posts atomic.Int64
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	counting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		posts.Add(1)
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(counting.Close)
 
 	in := testinstance.Start(t, func(c *queueproxy.Config) {
 		c.RabbitMQ = []queueproxy.RabbitMQ{{URL: amqptest.URL(), RabbitMQTrigger: wire.RabbitMQTrigger{
 			Name: "orders", Queue: queue, URLEnv: "X", Prefetch: 1}}}
-		c.RecordsURL = adminURL
+		c.RecordsURL = counting.URL
 	})
-	a.SetEndpoints("test", "fn", []string{in.Addr})
 	body, _ := json.Marshal(testfn.Message{ID: "m1"})
 	amqptest.Publish(t, ch, queue, body)
+	eventually.True(t, "a batch refused: the activator does not know the instance yet", func() bool { return posts.Load() >= 1 })
+	a.SetEndpoints("test", "fn", []string{in.Addr})
 	var page invocation.Page
 	eventually.True(t, "the message's record kept", func() bool {
 		page, _ = ring.List(context.Background(), invocation.Query{Namespace: "test", Function: "fn", Trigger: "rabbitmq"})

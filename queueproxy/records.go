@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -24,6 +25,11 @@ const (
 	recordBatch = 500
 	// recordFlush is the longest a record waits for its batch.
 	recordFlush = time.Second
+	// recordAttempts bounds the sends of a batch the activators refused
+	// because they did not know this instance yet: a new instance is
+	// ready here before the activators learn of it from its
+	// EndpointSlice. Other failures are not retried.
+	recordAttempts = 10
 )
 
 // recordSender sends the consumer's invocation records to the activators'
@@ -67,12 +73,16 @@ func (s *recordSender) run(ctx context.Context) {
 	batch := make([]invocation.Record, 0, recordBatch)
 	tick := time.NewTicker(recordFlush)
 	defer tick.Stop()
-	failing := false
+	failing, attempts := false, 0
 	flush := func() {
 		if len(batch) == 0 {
 			return
 		}
 		err := s.send(batch)
+		if errors.Is(err, errNotKnown) && attempts < recordAttempts-1 {
+			attempts++ // kept: sent again, with what joins it, at the next flush
+			return
+		}
 		switch {
 		case err != nil && !failing:
 			s.log.Warn("invocation records not sent, dropped", "records", len(batch), "err", err)
@@ -85,22 +95,35 @@ func (s *recordSender) run(ctx context.Context) {
 		} else {
 			s.sent.Add(float64(len(batch)))
 		}
-		batch = batch[:0]
+		batch, attempts = batch[:0], 0
 	}
 	for {
+		if len(batch) >= recordBatch { // a kept batch is full: wait for the tick
+			select {
+			case <-tick.C:
+				flush()
+			case <-ctx.Done():
+				attempts = recordAttempts
+				flush()
+				return
+			}
+			continue
+		}
 		select {
 		case r := <-s.in:
-			if batch = append(batch, r); len(batch) == recordBatch {
+			if batch = append(batch, r); len(batch) == recordBatch && attempts == 0 {
 				flush()
 			}
 		case <-tick.C:
 			flush()
 		case <-ctx.Done():
+			attempts = recordAttempts // a last try each
 			for {
 				select {
 				case r := <-s.in:
 					if batch = append(batch, r); len(batch) == recordBatch {
 						flush()
+						attempts = recordAttempts
 					}
 				default:
 					flush()
@@ -110,6 +133,10 @@ func (s *recordSender) run(ctx context.Context) {
 		}
 	}
 }
+
+// errNotKnown is the activators' refusal of records from an instance they
+// do not know (yet).
+var errNotKnown = errors.New("the activators do not know this instance yet")
 
 func (s *recordSender) send(batch []invocation.Record) error {
 	body, err := json.Marshal(batch)
@@ -126,7 +153,11 @@ func (s *recordSender) send(batch []invocation.Record) error {
 			Error string `json:"error"`
 		}
 		_ = json.NewDecoder(resp.Body).Decode(&answer)
-		return fmt.Errorf("%s: %s: %s", s.url, resp.Status, answer.Error)
+		err := fmt.Errorf("%s: %s: %s", s.url, resp.Status, answer.Error)
+		if resp.StatusCode == http.StatusForbidden {
+			err = fmt.Errorf("%w: %w", errNotKnown, err)
+		}
+		return err
 	}
 	return nil
 }
