@@ -413,6 +413,9 @@ func checkConsumerEnv(t *testing.T, d *appsv1.Deployment) {
 	if got := env[wire.EnvRecordsURL].Value; got != "http://activator.test:9090" {
 		t.Errorf("%s = %q, want the activators' admin API", wire.EnvRecordsURL, got)
 	}
+	if ref := env[wire.EnvPodIP].ValueFrom; ref == nil || ref.FieldRef == nil || ref.FieldRef.FieldPath != "status.podIP" {
+		t.Errorf("%s = %+v, want the pod's IP", wire.EnvPodIP, env[wire.EnvPodIP])
+	}
 	for urlEnv, secret := range map[string]string{"SLESS_AMQP_URL_NEW": "amqp", "SLESS_AMQP_URL_AUDIT": "amqp-audit"} {
 		ref := env[urlEnv].ValueFrom
 		if ref == nil || ref.SecretKeyRef == nil || ref.SecretKeyRef.Name != secret || ref.SecretKeyRef.Key != "url" {

@@ -125,7 +125,9 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 		{Name: wire.EnvDrain, Value: strconv.FormatInt(drain, 10)},
 	}
 	if rabbit := rabbitMQEnv(fn); rabbit != nil {
-		env = append(append(env, rabbit...), corev1.EnvVar{Name: wire.EnvRecordsURL, Value: r.opts.RecordsURL})
+		env = append(append(env, rabbit...), corev1.EnvVar{Name: wire.EnvRecordsURL, Value: r.opts.RecordsURL},
+			corev1.EnvVar{Name: wire.EnvPodIP, ValueFrom: &corev1.EnvVarSource{
+				FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "status.podIP"}}})
 	}
 	return corev1.Container{
 		Name:  QueueProxyContainer,

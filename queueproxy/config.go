@@ -51,6 +51,9 @@ type Config struct {
 	// messages consumed are sent; empty, none are kept (but those of
 	// Server.Records).
 	RecordsURL string // SLESS_RECORDS_URL
+	// PodIP names the instance in records, with ServingPort; the serving
+	// listener's address names it without.
+	PodIP string // SLESS_POD_IP
 }
 
 // RabbitMQ is a trigger to consume and its broker's URL.
@@ -81,6 +84,7 @@ var Settings = []Setting{
 	{wire.EnvRabbitMQ, "rabbitmq-triggers", "", "RabbitMQ triggers to consume, a JSON array of {name, queue, urlEnv, prefetch, maxRetries, deadLetterQueue}"},
 	{wire.EnvRetryBackoff, "retry-backoff-ms", "1000", "wait before a failed message's first retry, doubled for each next one"},
 	{wire.EnvRecordsURL, "records-url", "", "the activators' admin API (http://host:port), where the records of consumed messages go"},
+	{wire.EnvPodIP, "pod-ip", "", "the pod's IP, which with the serving port names the instance in records"},
 }
 
 // ParseConfig builds a Config from the variables that lookup returns
@@ -104,6 +108,7 @@ func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
 	c.RetryBackoff = time.Duration(p.int(wire.EnvRetryBackoff, 1, 3600_000)) * time.Millisecond
 	c.RabbitMQ = p.rabbitMQ()
 	c.RecordsURL = p.str(wire.EnvRecordsURL)
+	c.PodIP = p.str(wire.EnvPodIP)
 	c.QueueDepth = 10 * c.Concurrency
 	if _, set := p.value(wire.EnvQueueDepth); set {
 		c.QueueDepth = int(p.int(wire.EnvQueueDepth, 0, 1_000_000))

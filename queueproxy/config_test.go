@@ -40,11 +40,12 @@ func TestParseConfig(t *testing.T) {
 			errs: []string{`SLESS_READ_TIMEOUT_SECONDS="0": must be between 1 and 3600`, `SLESS_CONCURRENCY="-1": must be between 0 and 100000`, `SLESS_TIMEOUT_SECONDS="soon": not a whole number`,
 				`SLESS_USER_PORT="70000"`, `SLESS_MAX_BODY_BYTES="0"`, `SLESS_FUNCTION="": must name the function`}},
 		{name: "rabbitmq triggers", env: map[string]string{"SLESS_FUNCTION": "f", "AMQP_0": "amqp://u:p@broker:5672/v", "SLESS_RETRY_BACKOFF_MS": "50",
+			"SLESS_POD_IP": "10.0.0.7", "SLESS_RECORDS_URL": "http://activator:9090",
 			"SLESS_RABBITMQ_TRIGGERS": `[{"name":"orders","queue":"orders","urlEnv":"AMQP_0","prefetch":5,"maxRetries":2,"deadLetterQueue":"orders.dlq"}]`},
 			want: func(c Config) bool {
 				return reflect.DeepEqual(c.RabbitMQ, []RabbitMQ{{URL: "amqp://u:p@broker:5672/v", RabbitMQTrigger: wire.RabbitMQTrigger{
 					Name: "orders", Queue: "orders", URLEnv: "AMQP_0", Prefetch: 5, MaxRetries: 2, DeadLetterQueue: "orders.dlq"}}}) &&
-					c.RetryBackoff == 50*time.Millisecond
+					c.RetryBackoff == 50*time.Millisecond && c.PodIP == "10.0.0.7" && c.RecordsURL == "http://activator:9090"
 			}},
 		{name: "rabbitmq errors, URLs not quoted", env: map[string]string{"SLESS_FUNCTION": "f", "BAD": "http://u:secret@x",
 			"SLESS_RABBITMQ_TRIGGERS": `[{"name":"a","queue":"q","urlEnv":"BAD","prefetch":1},{"name":"b","queue":"q","urlEnv":"NONE","prefetch":1},{"name":"c","queue":"","urlEnv":"X","prefetch":1},{"name":"d","queue":"q","urlEnv":"BAD","prefetch":0}]`},

@@ -177,7 +177,12 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		go func() { s.sender.run(sendCtx); close(sent) }()
 		defer func() { stopSending(); <-sent }() // what the drain left is sent
 	}
-	consumed := s.startConsumers(bgCtx, serving.Addr().String())
+	instance := serving.Addr().String()
+	if s.cfg.PodIP != "" {
+		_, port, _ := net.SplitHostPort(instance)
+		instance = net.JoinHostPort(s.cfg.PodIP, port)
+	}
+	consumed := s.startConsumers(bgCtx, instance)
 	s.log.Info("queue-proxy serving", "serving", serving.Addr().String(), "admin", admin.Addr().String(),
 		"user", s.proxy.client.Addr(), "concurrency", s.cfg.Concurrency, "queueDepth", s.cfg.QueueDepth)
 

@@ -43,6 +43,9 @@ const (
 	EnvReadTimeout = "SLESS_READ_TIMEOUT_SECONDS"
 	// EnvRetryBackoff is the wait before a failed message's first retry.
 	EnvRetryBackoff = "SLESS_RETRY_BACKOFF_MS"
+	// EnvPodIP is the pod's IP: with the serving port, the instance's
+	// address, as the activator knows it, in the records of messages.
+	EnvPodIP = "SLESS_POD_IP"
 )
 
 // Metadata of the external-push trigger in the ScaledObjects the
