@@ -290,34 +290,19 @@ func (c *memConn) unwatchPeer() {
 func (c *memConn) LocalAddr() net.Addr  { return c.local }
 func (c *memConn) RemoteAddr() net.Addr { return c.remote }
 
-func (c *memConn) SetDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return c.opError("set deadline", net.ErrClosed)
-	}
-	c.rd.set(t)
-	c.wd.set(t)
-	return nil
-}
+func (c *memConn) SetDeadline(t time.Time) error      { return c.setDeadlines(t, &c.rd, &c.wd) }
+func (c *memConn) SetReadDeadline(t time.Time) error  { return c.setDeadlines(t, &c.rd) }
+func (c *memConn) SetWriteDeadline(t time.Time) error { return c.setDeadlines(t, &c.wd) }
 
-func (c *memConn) SetReadDeadline(t time.Time) error {
+func (c *memConn) setDeadlines(t time.Time, ds ...*memDeadline) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
 		return c.opError("set deadline", net.ErrClosed)
 	}
-	c.rd.set(t)
-	return nil
-}
-
-func (c *memConn) SetWriteDeadline(t time.Time) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return c.opError("set deadline", net.ErrClosed)
+	for _, d := range ds {
+		d.set(t)
 	}
-	c.wd.set(t)
 	return nil
 }
 
