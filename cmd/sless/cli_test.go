@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,6 +35,23 @@ func sless(t *testing.T, admin string, args ...string) (string, error) {
 	defer cancel()
 	err := root.ExecuteContext(ctx)
 	return out.String(), err
+}
+
+// runDev runs a platform on the manifests in dir, behind token when it is
+// set, until stop or the end of the test, and returns its admin API's URL.
+func runDev(t *testing.T, dir, token string) (admin string, stop func()) {
+	t.Helper()
+	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
+		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second, AdminToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- p.Run(ctx) }()
+	stop = sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return "http://" + p.AdminAddr(), stop
 }
 
 // lines splits output into its lines.
@@ -240,16 +258,7 @@ func TestCLI(t *testing.T) {
 
 // The CLI's errors, against a real platform behind a token, and none.
 func TestCLIErrors(t *testing.T) {
-	p, err := local.New(local.Options{Dir: t.TempDir(), Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
-		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second, AdminToken: "s3cret"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	admin := "http://" + p.AdminAddr()
+	admin, _ := runDev(t, t.TempDir(), "s3cret")
 
 	t.Setenv("SLESS_ADMIN_TOKEN", "")
 	for _, args := range [][]string{{"functions"}, {"describe", "hi"}, {"logs", "hi"}, {"logs", "hi", "-f"}, {"invoke", "hi"}} {
@@ -308,16 +317,7 @@ func TestCLILogsFollowEndsWithPlatform(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
-		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	admin := "http://" + p.AdminAddr()
+	admin, stop := runDev(t, dir, "")
 	eventually.True(t, "idle known", func() bool { _, err := sless(t, admin, "describe", "idle"); return err == nil })
 
 	var followed syncbuf.Buffer
@@ -332,7 +332,7 @@ func TestCLILogsFollowEndsWithPlatform(t *testing.T) {
 		_, _ = sless(t, admin, "invoke", "idle")
 		return strings.Contains(followed.String(), "default/idle#1 | idle served")
 	})
-	cancel()
+	stop()
 	select {
 	case err := <-ended:
 		if err == nil || !strings.Contains(err.Error(), "ended the log stream") {
