@@ -171,7 +171,7 @@ func rabbitMQEnv(fn *v1alpha1.Function) []corev1.EnvVar {
 	for _, t := range fn.Spec.Triggers {
 		if r := t.RabbitMQ; r != nil && t.IsEnabled() {
 			env = append(env, corev1.EnvVar{Name: queueproxy.URLEnv(t.Name), ValueFrom: &corev1.EnvVarSource{
-				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.ConnectionSecret}, Key: "url"},
+				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.ConnectionSecret}, Key: wire.AMQPURLKey},
 			}})
 		}
 	}

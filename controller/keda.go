@@ -149,7 +149,7 @@ func triggerAuthentications(fn *v1alpha1.Function) []*kedav1alpha1.TriggerAuthen
 			ObjectMeta: objectMeta(fn, triggerAuthName(fn, t.Name)),
 			Spec: kedav1alpha1.TriggerAuthenticationSpec{
 				SecretTargetRef: []kedav1alpha1.AuthSecretTargetRef{
-					{Parameter: "host", Name: t.RabbitMQ.ConnectionSecret, Key: "url"},
+					{Parameter: "host", Name: t.RabbitMQ.ConnectionSecret, Key: wire.AMQPURLKey},
 				},
 			},
 		})

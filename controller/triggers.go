@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/wire"
 )
 
 // Reasons of the TriggersReady condition.
@@ -63,21 +64,32 @@ func (r *FunctionReconciler) checkTriggers(ctx context.Context, fn *v1alpha1.Fun
 }
 
 func (r *FunctionReconciler) checkTrigger(ctx context.Context, namespace string, t *v1alpha1.RabbitMQTrigger) error {
-	var s corev1.Secret
-	if err := r.apiReader.Get(ctx, client.ObjectKey{Namespace: namespace, Name: t.ConnectionSecret}, &s); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("the Secret %s not found", t.ConnectionSecret)
-		}
-		return fmt.Errorf("the Secret %s: %w", t.ConnectionSecret, err)
-	}
-	u := string(s.Data["url"])
-	if u == "" {
-		return fmt.Errorf("the Secret %s has no key url", t.ConnectionSecret)
-	}
-	if _, err := amqp.ParseURI(u); err != nil {
-		return fmt.Errorf("the Secret %s: url is not an AMQP URL", t.ConnectionSecret) // not quoted: it holds a password
+	u, err := BrokerURL(ctx, r.apiReader, namespace, t.ConnectionSecret)
+	if err != nil {
+		return err
 	}
 	return r.opts.Brokers.Check(ctx, u, t.Queue)
+}
+
+// BrokerURL reads the broker URL of a RabbitMQ trigger from its
+// connectionSecret (wire.AMQPURLKey), and checks that it is an AMQP URL;
+// its errors never quote it, as it holds a password.
+func BrokerURL(ctx context.Context, r client.Reader, namespace, secret string) (string, error) {
+	var s corev1.Secret
+	if err := r.Get(ctx, client.ObjectKey{Namespace: namespace, Name: secret}, &s); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "", fmt.Errorf("the Secret %s not found", secret)
+		}
+		return "", fmt.Errorf("the Secret %s: %w", secret, err)
+	}
+	u := string(s.Data[wire.AMQPURLKey])
+	if u == "" {
+		return "", fmt.Errorf("the Secret %s has no key %s", secret, wire.AMQPURLKey)
+	}
+	if _, err := amqp.ParseURI(u); err != nil {
+		return "", fmt.Errorf("the Secret %s: %s is not an AMQP URL", secret, wire.AMQPURLKey)
+	}
+	return u, nil
 }
 
 // AMQPChecker dials the broker and declares the queue passively, keeping

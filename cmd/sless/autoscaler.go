@@ -25,7 +25,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -40,6 +39,7 @@ import (
 	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/autoscaler/scheduler/kubeledger"
+	"sless.dev/sless/controller"
 )
 
 // autoscalerOptions are the flags of `sless autoscaler`.
@@ -258,18 +258,7 @@ func brokerURLs(kube client.Client, override string) func(context.Context, strin
 		if !ok {
 			return "", errors.New("the trigger has no connectionSecret")
 		}
-		var s corev1.Secret
-		if err := kube.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, &s); err != nil {
-			return "", fmt.Errorf("the Secret %s: %w", broker, err)
-		}
-		url := string(s.Data["url"])
-		if url == "" {
-			return "", fmt.Errorf("the Secret %s has no key url", broker)
-		}
-		if _, err := amqp.ParseURI(url); err != nil {
-			return "", fmt.Errorf("the Secret %s: its url is not an AMQP URL", broker) // not quoted: it holds a password
-		}
-		return url, nil
+		return controller.BrokerURL(ctx, kube, namespace, name)
 	}
 }
 

@@ -74,6 +74,11 @@ const (
 	DeliveryCountHeader = "Sless-Delivery-Count"
 )
 
+// AMQPURLKey is the key of a RabbitMQ trigger's connectionSecret that
+// holds the broker's URL, which the queue-proxy, KEDA and the autoscaler
+// read.
+const AMQPURLKey = "url"
+
 // EnvRabbitMQ holds the function's RabbitMQ triggers, a JSON array of
 // RabbitMQTrigger; the queue-proxy consumes each.
 const EnvRabbitMQ = "SLESS_RABBITMQ_TRIGGERS"
