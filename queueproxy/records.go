@@ -70,68 +70,70 @@ func (s *recordSender) Add(r invocation.Record) {
 
 // run sends batches until ctx ends, then what is left.
 func (s *recordSender) run(ctx context.Context) {
-	batch := make([]invocation.Record, 0, recordBatch)
 	tick := time.NewTicker(recordFlush)
 	defer tick.Stop()
-	failing, attempts := false, 0
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		err := s.send(batch)
-		if errors.Is(err, errNotKnown) && attempts < recordAttempts-1 {
-			attempts++ // kept: sent again, with what joins it, at the next flush
-			return
-		}
-		switch {
-		case err != nil && !failing:
-			s.log.Warn("invocation records not sent, dropped", "records", len(batch), "err", err)
-		case err == nil && failing:
-			s.log.Info("invocation records sent again")
-		}
-		failing = err != nil
-		if err != nil {
-			s.dropped.Add(float64(len(batch)))
-		} else {
-			s.sent.Add(float64(len(batch)))
-		}
-		batch, attempts = batch[:0], 0
-	}
+	b := &batcher{s: s, records: make([]invocation.Record, 0, recordBatch)}
 	for {
-		if len(batch) >= recordBatch { // a kept batch is full: wait for the tick
-			select {
-			case <-tick.C:
-				flush()
-			case <-ctx.Done():
-				attempts = recordAttempts
-				flush()
-				return
-			}
-			continue
+		in := s.in
+		if len(b.records) >= recordBatch {
+			in = nil // a kept batch is full: the tick sends it again
 		}
 		select {
-		case r := <-s.in:
-			if batch = append(batch, r); len(batch) == recordBatch && attempts == 0 {
-				flush()
+		case r := <-in:
+			if b.records = append(b.records, r); len(b.records) == recordBatch && b.attempts == 0 {
+				b.flush(true)
 			}
 		case <-tick.C:
-			flush()
+			b.flush(true)
 		case <-ctx.Done():
-			attempts = recordAttempts // a last try each
 			for {
 				select {
 				case r := <-s.in:
-					if batch = append(batch, r); len(batch) == recordBatch {
-						flush()
-						attempts = recordAttempts
+					if b.records = append(b.records, r); len(b.records) == recordBatch {
+						b.flush(false)
 					}
 				default:
-					flush()
+					b.flush(false)
 					return
 				}
 			}
 		}
 	}
+}
+
+// batcher is the batch run is filling, and how its sends went.
+type batcher struct {
+	s        *recordSender
+	records  []invocation.Record
+	attempts int  // refusals of this batch, errNotKnown
+	failing  bool // the last send failed: logged once, not for each batch
+}
+
+// flush sends the batch. A batch the activators refused as not knowing the
+// instance is kept to send again, when retry allows and attempts remain;
+// otherwise it is counted sent or dropped.
+func (b *batcher) flush(retry bool) {
+	if len(b.records) == 0 {
+		return
+	}
+	err := b.s.send(b.records)
+	if retry && errors.Is(err, errNotKnown) && b.attempts < recordAttempts-1 {
+		b.attempts++ // sent again, with what joins it, at the next flush
+		return
+	}
+	switch {
+	case err != nil && !b.failing:
+		b.s.log.Warn("invocation records not sent, dropped", "records", len(b.records), "err", err)
+	case err == nil && b.failing:
+		b.s.log.Info("invocation records sent again")
+	}
+	b.failing = err != nil
+	if err != nil {
+		b.s.dropped.Add(float64(len(b.records)))
+	} else {
+		b.s.sent.Add(float64(len(b.records)))
+	}
+	b.records, b.attempts = b.records[:0], 0
 }
 
 // errNotKnown is the activators' refusal of records from an instance they
