@@ -43,9 +43,9 @@ func OneBroker(url string) func(context.Context, string) (string, error) {
 // reader returns the Reader of broker.
 func (b *Brokers) reader(ctx context.Context, broker string) (*Reader, error) {
 	b.mu.Lock()
-	r, fresh := b.urls[broker]
+	r, known := b.urls[broker]
 	b.mu.Unlock()
-	if !fresh || time.Since(r.at) > urlTTL {
+	if !known || time.Since(r.at) > urlTTL {
 		url, err := b.resolve(ctx, broker)
 		if err != nil {
 			return nil, fmt.Errorf("broker %s: %w", broker, err)
