@@ -64,13 +64,16 @@ bench-knative: build bin/knative/queue
 bin/knative/queue: hack/knative/go.mod
 	cd hack/knative && $(GO) build -o $(CURDIR)/$@ knative.dev/serving/cmd/queue
 
-## generate: deepcopy functions and the CRD, from the markers in apis/, and
-## the controller's ClusterRole, from the markers in controller/
+## generate: deepcopy functions and the CRD, from the markers in apis/, the
+## controller's ClusterRole, from the markers in controller/, the metrics
+## page, from the components' registries, and the Grafana dashboard
 generate: $(TOOLS)/controller-gen
 	$(TOOLS)/controller-gen object:headerFile=hack/boilerplate.go.txt paths=./apis/... \
 		crd output:crd:artifacts:config=config/crd/bases
 	$(TOOLS)/controller-gen rbac:roleName=sless-controller paths=./controller/... \
 		output:rbac:artifacts:config=config/rbac
+	$(GO) run ./hack/gen-metricsdoc docs/metrics.md
+	$(GO) run ./hack/gen-dashboard config/grafana/sless.json
 
 ## verify: fail when generated files are stale (changes nothing)
 verify: $(TOOLS)/controller-gen

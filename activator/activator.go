@@ -374,12 +374,15 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 		res.cold = res.cold || cold
 		switch {
 		case errors.Is(err, ErrBufferFull):
+			rt.metrics.reject(reasonBufferFull)
 			a.failed(ctx, rt, &res, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function")
 			return res
 		case errors.Is(err, ErrUnavailable):
+			rt.metrics.reject(reasonUnavailable)
 			a.failed(ctx, rt, &res, fasthttp.StatusServiceUnavailable, err.Error())
 			return res
 		case errors.Is(err, ErrTimeout):
+			rt.metrics.reject(reasonTimeout)
 			a.failed(ctx, rt, &res, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance")
 			return res
 		case err != nil: // the client left

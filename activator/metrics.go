@@ -15,7 +15,16 @@ type metrics struct {
 	coldStarts   *prometheus.CounterVec
 	coldDuration *prometheus.HistogramVec
 	coldRequests *prometheus.CounterVec
+	rejected     *prometheus.CounterVec
 }
+
+// Reasons the activator answers an invocation itself, with 503 or 504
+// (sless_activator_rejected_requests_total).
+const (
+	reasonBufferFull  = "buffer_full"
+	reasonUnavailable = "unavailable"
+	reasonTimeout     = "timeout"
+)
 
 func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 	fn := []string{"namespace", "function"}
@@ -36,14 +45,18 @@ func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 		coldDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sless_cold_start_duration_seconds",
 			Help:    "Per cold start, the time from the first invocation waiting at zero to the first instance ready.",
-			Buckets: httpmetrics.DurationBuckets,
+			Buckets: httpmetrics.StartBuckets,
 		}, fn),
 		coldRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sless_cold_start_requests_total",
 			Help: "Invocations that waited for a function with no instance to start one.",
 		}, fn),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_activator_rejected_requests_total",
+			Help: "Invocations the activator answered itself, by reason: buffer_full (503, too many waiting), unavailable (503, the function cannot start) or timeout (504, no instance within the timeout).",
+		}, append(fn, "reason")),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.coldStarts, m.coldDuration, m.coldRequests, bufferedCollector{a}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.coldStarts, m.coldDuration, m.coldRequests, m.rejected, bufferedCollector{a}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -59,6 +72,10 @@ type routeMetrics struct {
 	coldStarts   prometheus.Counter
 	coldDuration prometheus.Observer
 	coldRequests prometheus.Counter
+	// rejected is curried with the function; its series are made on the
+	// first rejection, off the fast path, so a function that never
+	// refuses carries none.
+	rejected *prometheus.CounterVec
 }
 
 func (m *metrics) forFunction(namespace, name string) *routeMetrics {
@@ -69,7 +86,13 @@ func (m *metrics) forFunction(namespace, name string) *routeMetrics {
 		coldStarts:   m.coldStarts.With(labels),
 		coldDuration: m.coldDuration.With(labels),
 		coldRequests: m.coldRequests.With(labels),
+		rejected:     m.rejected.MustCurryWith(labels),
 	}
+}
+
+// reject counts an invocation the activator answered itself.
+func (r *routeMetrics) reject(reason string) {
+	r.rejected.WithLabelValues(reason).Inc()
 }
 
 func (r *routeMetrics) observe(code int, d time.Duration, cold bool) {

@@ -31,7 +31,8 @@ const stepWorkers = 1024
 
 // ReplicaWriter makes a function's replicas so: the Deployment's scale
 // subresource on Kubernetes, the supervisor locally. It returns the
-// replicas there were. A writer that goes over the network bounds its own
+// instances there were, starting or ready (sless_autoscaler_actual_replicas);
+// KEDA's side, which has none, the replicas last reported. A writer that goes over the network bounds its own
 // calls (the autoscaler writes every function's replicas each tick, and a
 // deadline per write would cost allocations for the in-memory writers).
 type ReplicaWriter interface {
@@ -131,6 +132,7 @@ type state struct {
 	// writing is set while a write of replicas is in flight; unwritten
 	// while a decision waits for it.
 	writing, unwritten bool
+	written            int32 // the replicas last written (-1: none yet), logged when they change
 	mu                 sync.Mutex
 }
 
@@ -173,7 +175,7 @@ func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
 	a.mu.Lock()
 	st := a.fns[key(fn.Namespace, fn.Name)]
 	if st == nil {
-		st = &state{}
+		st = &state{written: -1}
 		a.fns[key(fn.Namespace, fn.Name)] = st
 		a.fresh = append(a.fresh, st)
 		select {
@@ -401,6 +403,7 @@ func (a *Autoscaler) Step(ctx context.Context, now time.Time) {
 		states = append(states, st)
 	}
 	a.steps++
+	a.metrics.steps.Inc()
 	decide := a.steps%int(DecideEvery/time.Second) == 1
 	if decide {
 		a.fresh = nil // decided on now with the others
@@ -543,7 +546,7 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	if st.series == nil {
 		st.series = a.metrics.series(st.fn.Namespace, st.fn.Name)
 	}
-	st.series.decided(desired, ready, d.Panic)
+	st.series.decided(desired, ready, st.fn.Spec.Max, d.Panic)
 	a.writeLocked(ctx, st, ready, d)
 }
 
@@ -561,17 +564,26 @@ func (a *Autoscaler) writeLocked(ctx context.Context, st *state, ready int32, d 
 	st.writing = true
 	for st.unwritten {
 		st.unwritten = false
-		fn, desired, queue := st.fn, st.desired, st.queue
+		fn, desired, queue, series := st.fn, st.desired, st.queue, st.series
 		st.mu.Unlock()
 		had, err := a.writer.Scale(ctx, fn.Namespace, fn.Name, desired)
-		switch {
-		case err != nil:
+		if err != nil {
 			a.log.Error("scale", "namespace", fn.Namespace, "function", fn.Name, "desired", desired, "err", err)
-		case had != desired:
-			a.log.Info("scaled", "namespace", fn.Namespace, "function", fn.Name, "from", had, "to", desired,
-				"ready", ready, "queue", queue, "panic", d.Panic, "stable", d.Stable)
+		} else {
+			series.actual.Set(float64(had))
 		}
 		st.mu.Lock()
+		if err == nil && st.written != desired {
+			from := st.written
+			if from < 0 {
+				from = had // the first write
+			}
+			if from != desired {
+				a.log.Info("scaled", "namespace", fn.Namespace, "function", fn.Name, "from", from, "to", desired,
+					"had", had, "ready", ready, "queue", queue, "panic", d.Panic, "stable", d.Stable)
+			}
+			st.written = desired
+		}
 	}
 	st.writing = false
 	st.mu.Unlock()

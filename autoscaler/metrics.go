@@ -3,11 +3,14 @@ package autoscaler
 import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the autoscaler's series per function: what it asked for,
-// what was ready, and whether it was panicking, at the last decision.
+// what there was and what was ready, its ceiling, and whether it was
+// panicking, at the last decision; and its ticks, whose stop means no
+// function is scaled any more.
 type metrics struct {
-	desired, actual, panic *prometheus.GaugeVec
-	noData                 *prometheus.CounterVec
-	queueDepth             *prometheus.GaugeVec
+	desired, actual, ready, max, panic *prometheus.GaugeVec
+	noData                             *prometheus.CounterVec
+	queueDepth                         *prometheus.GaugeVec
+	steps                              prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -17,7 +20,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sless_autoscaler_desired_replicas", Help: "Instances the autoscaler last asked for.",
 		}, labels),
 		actual: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sless_autoscaler_actual_replicas", Help: "Instances ready at the last decision.",
+			Name: "sless_autoscaler_actual_replicas",
+			Help: "Instances the function had at the last decision, starting or ready: its Deployment's pods on Kubernetes, its processes in sless dev.",
+		}, labels),
+		ready: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sless_autoscaler_ready_replicas", Help: "Instances ready at the last decision.",
+		}, labels),
+		max: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sless_autoscaler_max_replicas", Help: "The function's scale.max, the most instances the autoscaler asks for.",
 		}, labels),
 		panic: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sless_autoscaler_panic_mode", Help: "1 while the function is in panic mode.",
@@ -29,8 +39,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sless_queue_depth", Help: "Ready messages in a queue the function consumes, at the last good read.",
 		}, []string{"namespace", "function", "queue"}),
+		steps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sless_autoscaler_steps_total",
+			Help: "Seconds of work done: each observes every function and, every DecideEvery, decides. Flat while an autoscaler is not the leader.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.desired, m.actual, m.panic, m.noData, m.queueDepth} {
+	for _, c := range []prometheus.Collector{m.desired, m.actual, m.ready, m.max, m.panic, m.noData, m.queueDepth, m.steps} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -42,20 +56,23 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 // its label values hashes and validates them, which was half of a tick's
 // CPU over 10,000 functions (BenchmarkStep10k).
 type series struct {
-	desired, actual, panic prometheus.Gauge
+	desired, actual, ready, max, panic prometheus.Gauge
 }
 
 func (m *metrics) series(namespace, name string) *series {
 	return &series{
 		desired: m.desired.WithLabelValues(namespace, name),
 		actual:  m.actual.WithLabelValues(namespace, name),
+		ready:   m.ready.WithLabelValues(namespace, name),
+		max:     m.max.WithLabelValues(namespace, name),
 		panic:   m.panic.WithLabelValues(namespace, name),
 	}
 }
 
-func (s *series) decided(desired, ready int32, panicking bool) {
+func (s *series) decided(desired, ready, max int32, panicking bool) {
 	s.desired.Set(float64(desired))
-	s.actual.Set(float64(ready))
+	s.ready.Set(float64(ready))
+	s.max.Set(float64(max))
 	p := 0.0
 	if panicking {
 		p = 1
@@ -64,7 +81,7 @@ func (s *series) decided(desired, ready int32, panicking bool) {
 }
 
 func (m *metrics) forget(namespace, name string) {
-	for _, g := range []*prometheus.GaugeVec{m.desired, m.actual, m.panic} {
+	for _, g := range []*prometheus.GaugeVec{m.desired, m.actual, m.ready, m.max, m.panic} {
 		g.DeleteLabelValues(namespace, name)
 	}
 	m.noData.DeleteLabelValues(namespace, name)

@@ -2,6 +2,7 @@ package local
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
 	"strings"
 
@@ -11,6 +12,39 @@ import (
 
 	"sless.dev/sless/local/supervisor"
 )
+
+// metrics are the series of what only the local platform sees: the
+// processes it runs and the builds it makes. On Kubernetes the kubelet
+// and the image build are where to look (docs/metrics.md).
+type metrics struct {
+	crashes, prepareFailures *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	labels := []string{"namespace", "function"}
+	m := &metrics{
+		crashes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_instance_crashes_total",
+			Help: "Instance processes that exited unasked; each is restarted, after a backoff that grows while they crash before ready.",
+		}, labels),
+		prepareFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_function_prepare_failures_total",
+			Help: "Builds or dependency installs of a function's source that failed.",
+		}, labels),
+	}
+	for _, c := range []prometheus.Collector{m.crashes, m.prepareFailures} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("local platform metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// forget drops a removed function's series.
+func (m *metrics) forget(namespace, name string) {
+	m.crashes.DeleteLabelValues(namespace, name)
+	m.prepareFailures.DeleteLabelValues(namespace, name)
+}
 
 // gatherer is the platform's one /metrics page: its own registry (the
 // activator, the autoscaler, the Go runtime) and every ready instance's

@@ -100,6 +100,7 @@ type Platform struct {
 	opts           Options
 	serving, admin net.Listener
 	reg            *prometheus.Registry
+	metrics        *metrics
 	records        RecordStore
 	act            *activator.Activator
 	scaler         *autoscaler.Autoscaler
@@ -163,9 +164,13 @@ func New(opts Options) (*Platform, error) {
 		p.records = invocation.NewRing(10_000)
 	}
 	p.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog,
-		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: p.records})
 	var err error
+	if p.metrics, err = newMetrics(p.reg); err != nil {
+		return nil, err
+	}
+	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog,
+		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: p.records,
+		Crashed: func(namespace, name string) { p.metrics.crashes.WithLabelValues(namespace, name).Inc() }})
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
 		return nil, err
 	}
@@ -375,6 +380,7 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 	}
 	e.fn, e.fingerprint, e.retryAt = fn, fp, time.Time{}
 	if err != nil {
+		p.metrics.prepareFailures.WithLabelValues(fn.Namespace, fn.Name).Inc()
 		e.err = err.Error()
 		retry := ""
 		if _, ok := errors.AsType[*runtimes.InstallError](err); ok {
@@ -462,6 +468,7 @@ func (p *Platform) remove(e *entry) {
 	p.scaler.RemoveFunction(fn.Namespace, fn.Name)
 	p.sup.Remove(fn.Namespace, fn.Name)
 	p.logs.forget(fn.Namespace, fn.Name)
+	p.metrics.forget(fn.Namespace, fn.Name)
 	fmt.Fprintf(p.opts.Out, "removed %s (its manifest is gone)\n", fn.Key())
 }
 

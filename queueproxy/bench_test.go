@@ -84,7 +84,7 @@ func benchProxy(b *testing.B, concurrency int) *proxy {
 	b.Cleanup(func() { _ = user.Shutdown() })
 	cfg := Config{Namespace: "ns", Function: "fn", UserPort: 1, Concurrency: concurrency,
 		QueueDepth: 10 * concurrency, Timeout: time.Minute}
-	m, err := newMetrics(prometheus.NewRegistry(), "ns", "fn", func() float64 { return 0 }, func() float64 { return 0 })
+	m, err := newMetrics(prometheus.NewRegistry(), "ns", "fn", 0, func() float64 { return 0 }, func() float64 { return 0 })
 	if err != nil {
 		b.Fatal(err)
 	}

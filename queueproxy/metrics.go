@@ -17,8 +17,10 @@ type metrics struct {
 }
 
 // newMetrics registers the series with reg, labelled with the function.
-// inFlight and queued are read when Prometheus scrapes.
-func newMetrics(reg prometheus.Registerer, namespace, function string, inFlight, queued func() float64) (*metrics, error) {
+// inFlight and queued are read when Prometheus scrapes; limit is the
+// concurrency limit, exported so that a dashboard shows in-flight
+// requests against it.
+func newMetrics(reg prometheus.Registerer, namespace, function string, limit int, inFlight, queued func() float64) (*metrics, error) {
 	labels := prometheus.Labels{"namespace": namespace, "function": function}
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -45,6 +47,11 @@ func newMetrics(reg prometheus.Registerer, namespace, function string, inFlight,
 			Help:        "Requests waiting for a concurrency slot now.",
 			ConstLabels: labels,
 		}, queued),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "sless_queueproxy_concurrency_limit",
+			Help:        "Requests the instance takes at once (the function's concurrency; 0 is unlimited).",
+			ConstLabels: labels,
+		}, func() float64 { return float64(limit) }),
 	}
 	for _, c := range collectors {
 		if err := reg.Register(c); err != nil {

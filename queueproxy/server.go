@@ -85,7 +85,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err := s.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, err
 	}
-	m, err := newMetrics(s.registry, cfg.Namespace, cfg.Function,
+	m, err := newMetrics(s.registry, cfg.Namespace, cfg.Function, cfg.Concurrency,
 		func() float64 { return float64(s.inFlight()) },
 		func() float64 { return float64(s.queued()) })
 	if err != nil {

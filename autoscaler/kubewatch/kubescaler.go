@@ -32,7 +32,8 @@ type KubernetesScaler struct {
 }
 
 // Scale sets the replicas of the Deployment namespace/name, writing only
-// when they differ, and returns the replicas the Deployment had.
+// when they differ, and returns the pods the Deployment had (its status),
+// started or not.
 func (s *KubernetesScaler) Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error) {
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.Timeout, WriteTimeout))
 	defer cancel()
@@ -44,8 +45,8 @@ func (s *KubernetesScaler) Scale(ctx context.Context, namespace, name string, re
 	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &dep); err != nil {
 		return 0, fmt.Errorf("get deployment %s/%s: %w", namespace, name, err)
 	}
-	had := ptr.Deref(dep.Spec.Replicas, 1)
-	if had == replicas {
+	had := dep.Status.Replicas
+	if ptr.Deref(dep.Spec.Replicas, 1) == replicas {
 		return had, nil
 	}
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, replicas))

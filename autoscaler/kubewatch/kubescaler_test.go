@@ -13,19 +13,27 @@ import (
 )
 
 // TestKubernetesScaler changes a Deployment's replicas through the scale
-// subresource of a real API server, and writes nothing when they match.
+// subresource of a real API server, writes nothing when they match, and
+// reports the pods the Deployment has by its status.
 func TestKubernetesScaler(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	ctx := context.Background()
 	controlplane.CreateDeployment(t, c, "fn", 1)
 	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "fn", Namespace: "default"}}
+	var got appsv1.Deployment
+	if err := c.Get(ctx, client.ObjectKeyFromObject(dep), &got); err != nil {
+		t.Fatal(err)
+	}
+	got.Status.Replicas = 2 // the pods a deployment controller would have made
+	if err := c.Status().Update(ctx, &got); err != nil {
+		t.Fatal(err)
+	}
 	s := &kubewatch.KubernetesScaler{Client: c}
 	had, err := s.Scale(ctx, "default", "fn", 5)
-	if err != nil || had != 1 {
-		t.Fatalf("Scale to 5 = %d, %v; want it to report 1 before", had, err)
+	if err != nil || had != 2 {
+		t.Fatalf("Scale to 5 = %d, %v; want it to report the 2 pods of its status", had, err)
 	}
-	var got appsv1.Deployment
 	if err := c.Get(ctx, client.ObjectKeyFromObject(dep), &got); err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +41,7 @@ func TestKubernetesScaler(t *testing.T) {
 		t.Errorf("spec.replicas = %d, want 5", *got.Spec.Replicas)
 	}
 	version := got.ResourceVersion
-	if had, err := s.Scale(ctx, "default", "fn", 5); err != nil || had != 5 {
+	if had, err := s.Scale(ctx, "default", "fn", 5); err != nil || had != 2 {
 		t.Fatalf("Scale to 5 again = %d, %v", had, err)
 	}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(dep), &got); err != nil {

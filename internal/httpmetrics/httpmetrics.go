@@ -10,11 +10,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// DurationBuckets span a fast function behind a fast proxy (0.5 ms) to a
-// cold start and the longest timeout.
+// DurationBuckets span a fast function behind a fast proxy (0.5 ms) to the
+// default timeout (300 s). They are fine below a second, where proxies and
+// fast functions live, and coarse above it: every bucket is a series per
+// function and instance, and the page is scraped every few seconds
+// (docs/metrics.md keeps the count per function under 60).
 var DurationBuckets = []float64{
-	.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300, 3600,
+	.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60, 300,
 }
+
+// StartBuckets span a cold start: a Go binary on a warm cache (25 ms) to
+// a runtime that loads for seconds; what takes longer is a build or an
+// install, counted apart.
+var StartBuckets = []float64{.025, .05, .1, .25, .5, 1, 2.5, 10}
 
 // commonCodes are the status codes whose counters are cached; codeSlot maps
 // a code to its cache slot (0: not cached). The table is shared, so a set

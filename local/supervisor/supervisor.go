@@ -71,6 +71,9 @@ type Options struct {
 	// failing, empty once an instance of it became ready or the function
 	// changed; serving counts the ready instances of earlier versions.
 	Failing func(namespace, name, cause string, serving int)
+	// Crashed, when set, is called, like Changed, for every instance
+	// that exits unasked.
+	Crashed func(namespace, name string)
 	// Lines, when set, receives every line of every instance's output
 	// (instance names it), including the lines a retry keeps off Output.
 	// It is called from the output copiers and must not block.
@@ -199,9 +202,10 @@ func (s *Supervisor) Remove(namespace, name string) {
 	}
 }
 
-// Scale sets the number of instances of a function and returns the number
-// there were. It is the autoscaler's writer of replicas in local mode:
-// instances start and stop in the background.
+// Scale sets the number of instances of a function and returns the
+// instances it had, starting or ready (not those stopping). It is the
+// autoscaler's writer of replicas in local mode: instances start and stop
+// in the background.
 func (s *Supervisor) Scale(_ context.Context, namespace, name string, replicas int32) (int32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,7 +213,12 @@ func (s *Supervisor) Scale(_ context.Context, namespace, name string, replicas i
 	if f == nil || f.removed {
 		return 0, fmt.Errorf("scale %s/%s: no such function", namespace, name)
 	}
-	had := f.desired
+	had := 0
+	for _, in := range f.insts {
+		if !in.stopping {
+			had++
+		}
+	}
 	f.desired = int(replicas)
 	s.reconcile(f)
 	return int32(had), nil
@@ -337,6 +346,9 @@ func (s *Supervisor) exited(namespace, name string, in *instance, err error) {
 func (s *Supervisor) crashed(f *function, in *instance, err error) {
 	f.crashes++
 	f.lastError = err.Error()
+	if s.opts.Crashed != nil {
+		s.opts.Crashed(f.spec.Namespace, f.spec.Name)
+	}
 	if in.gen != f.gen {
 		return // an old version's: its replacement is starting
 	}
