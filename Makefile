@@ -21,9 +21,10 @@ all: build
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/sless ./cmd/sless
 
-## run: the local platform (sless dev) on the samples in config/samples/functions
+## run: the local platform (sless dev) on the samples in config/samples/functions;
+## ARGS adds flags (ARGS=--prometheus runs Prometheus beside it)
 run: build
-	bin/sless dev --functions config/samples/functions
+	bin/sless dev --functions config/samples/functions $(ARGS)
 
 ## test: everything CI runs: generated files up to date, then all tests
 ## against a real kube-apiserver and etcd (built on first use)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -20,8 +21,10 @@ import (
 
 func newDevCommand() *cobra.Command {
 	var (
-		opts local.Options
-		db   databaseFlags
+		opts       local.Options
+		db         databaseFlags
+		prom       bool
+		promListen string
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -59,7 +62,16 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 				return err
 			}
 			fmt.Fprintf(out, "sless dev: functions from %s, invocations on %s, admin on %s\n", opts.Dir, p.Addr(), p.AdminAddr())
-			return p.Run(cmd.Context())
+			if !prom {
+				return p.Run(cmd.Context())
+			}
+			pr, err := startPrometheus(promListen, p.AdminAddr(), opts.CacheDir)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "prometheus on %s (rules and alerts of config/prometheus; its log: %s)\n", pr.url, pr.log)
+			go pr.watch(cmd.Context(), cmd.ErrOrStderr())
+			return errors.Join(p.Run(cmd.Context()), pr.stop())
 		},
 	}
 	f := cmd.Flags()
@@ -70,6 +82,8 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 	db.register(f)
 	f.StringVar(&opts.AMQPURL, "amqp-url", cmp.Or(os.Getenv("SLESS_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
 		"RabbitMQ broker of every rabbitmq trigger (default $SLESS_AMQP_URL, else the local broker; empty: none consumed)")
+	f.BoolVar(&prom, "prometheus", false, "also run Prometheus (the prometheus binary on PATH) on the platform, with sless's rules and alerts")
+	f.StringVar(&promListen, "prometheus-listen", "127.0.0.1:9092", "address of Prometheus's web UI and API, with --prometheus")
 	f.BoolVar(&opts.AllowExternalSources, "allow-external-sources", false,
 		"serve manifests whose spec.source is outside the --functions directory")
 	f.DurationVar(&opts.Drain, "drain", 30*time.Second, "longest drain of requests and instances at exit")
@@ -85,6 +99,11 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 		}
 		if opts.Drain <= 0 {
 			return fmt.Errorf("--drain must be positive")
+		}
+		if prom {
+			if _, err := findPrometheus(); err != nil {
+				return err
+			}
 		}
 		if info, err := os.Stat(opts.Dir); err != nil || !info.IsDir() {
 			return fmt.Errorf("--functions %s: not a directory of Function manifests", opts.Dir)

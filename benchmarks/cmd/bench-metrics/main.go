@@ -1,0 +1,783 @@
+// Command bench-metrics measures what a scrape of `sless dev`'s /metrics
+// costs with many functions, each in the state of a busy one: it had one
+// cold start (its first request waited at zero), has one ready instance,
+// and has served HTTP requests (200) through the activator. It runs the
+// real `sless dev` binary on a directory of -functions manifests of the
+// Python hello sample, starts each function with one request, then reads
+// the page once to count its series (per function, by family, and the Go
+// runtime's and the process's apart) and takes -scrapes scrapes back to
+// back, in plain text and gzipped, as Prometheus asks, timing each and
+// reading the process's CPU time from /proc. sless dev works in the
+// background too (the autoscaler reads every instance each second), so an
+// idle interval measured just before each batch is subtracted at its
+// rate.
+//
+// The floor, measured in the same run and the same way, is a bare
+// promhttp handler over a plain registry in a process of its own: the
+// same sless_ series (same names, types, labels, buckets and label
+// values) registered directly as counter, gauge and histogram vectors,
+// beside the same Go and process collectors.
+//
+//	go run ./benchmarks/cmd/bench-metrics -sless bin/sless [-functions 1000] [-scrapes 50] [-rounds 3] [-perf perf.data]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"cmp"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"sless.dev/sless/benchmarks/hops"
+	"sless.dev/sless/local"
+)
+
+func main() {
+	if spec := os.Getenv(floorEnv); spec != "" {
+		serveFloor(spec) // never returns
+	}
+	var (
+		slessBin  = flag.String("sless", "bin/sless", "the sless binary whose `sless dev` is measured")
+		functions = flag.Int("functions", 1000, "functions, each with one ready instance")
+		scrapes   = flag.Int("scrapes", 50, "scrapes per batch (one batch per page, encoding and round)")
+		rounds    = flag.Int("rounds", 3, "measurements of each page and encoding, taken in turn")
+		idle      = flag.Duration("idle", 5*time.Second, "the idle interval measured before each batch, whose CPU rate is subtracted")
+		parallel  = flag.Int("parallel", 8, "cold starts at once")
+		samples   = flag.String("samples", "config/samples/functions", "the directory holding hello-python")
+		perfOut   = flag.String("perf", "", "when set, record a perf profile (call graphs) of sless dev over one more batch of gzipped scrapes into this file")
+	)
+	flag.Parse()
+	if *functions < 1 || *scrapes < 1 || *rounds < 1 || *parallel < 1 || *idle <= 0 {
+		fmt.Fprintln(os.Stderr, "bench-metrics: -functions, -scrapes, -rounds, -parallel and -idle must be positive")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c := config{sless: *slessBin, functions: *functions, scrapes: *scrapes, rounds: *rounds, idle: *idle,
+		parallel: *parallel, samples: *samples, perf: *perfOut}
+	if err := run(ctx, c); err != nil {
+		fmt.Fprintln(os.Stderr, "bench-metrics:", err)
+		os.Exit(1)
+	}
+}
+
+type config struct {
+	sless                                string
+	functions, scrapes, rounds, parallel int
+	idle                                 time.Duration
+	samples, perf                        string
+}
+
+// acceptText is the Accept header of Prometheus 3's scrapes with its
+// default scrape_protocols: OpenMetrics first, then the Prometheus text
+// format. sless serves the text format (promhttp without OpenMetrics).
+const acceptText = "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6," +
+	"application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;escaping=allow-utf-8;q=0.4," +
+	"text/plain;version=0.0.4;q=0.3,*/*;q=0.2"
+
+// acceptProto asks for the delimited protobuf format, which the benchmark
+// reads to build the floor's registry.
+const acceptProto = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited"
+
+func run(ctx context.Context, c config) error {
+	samples, err := filepath.Abs(c.samples)
+	if err != nil {
+		return err
+	}
+	slessBin, err := filepath.Abs(c.sless)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "bench-metrics")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	fnDir, cacheDir := filepath.Join(dir, "functions"), filepath.Join(dir, "cache")
+	if err := os.MkdirAll(fnDir, 0o755); err != nil {
+		return err
+	}
+	names := make([]string, c.functions)
+	for i := range names {
+		names[i] = fmt.Sprintf("m-%04d", i+1)
+	}
+	if err := writeManifests(fnDir, filepath.Join(samples, "hello-python"), names); err != nil {
+		return err
+	}
+	ports, err := hops.FreePorts(3)
+	if err != nil {
+		return err
+	}
+	listen, admin := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	floorAddr := fmt.Sprintf("127.0.0.1:%d", ports[2])
+
+	// sless dev, with its own cache under dir: every instance's command
+	// line names dir, which is how leftovers are found at the end.
+	logFile, err := os.Create(filepath.Join(dir, "sless-dev.log"))
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	dev := exec.Command(slessBin, "dev", "--functions", fnDir, "--cache-dir", cacheDir, "--allow-external-sources",
+		"--listen", listen, "--admin", admin, "--drain", "10s", "--amqp-url", "", "--database-url", "")
+	dev.Stdout, dev.Stderr = logFile, logFile
+	if err := dev.Start(); err != nil {
+		return fmt.Errorf("start sless dev: %w", err)
+	}
+	defer stopDev(dev, dir)
+	fail := func(err error) error {
+		return fmt.Errorf("%w (sless dev's output: %s)", err, filepath.Join(dir, "sless-dev.log"))
+	}
+
+	fmt.Fprintf(os.Stderr, "waiting for %d functions to be prepared...\n", c.functions)
+	if err := waitFunctions(ctx, admin, c.functions, 5*time.Minute, func(st local.FunctionStatus) bool {
+		return st.State == "idle"
+	}); err != nil {
+		return fail(err)
+	}
+	fmt.Fprintf(os.Stderr, "cold-starting %d functions, %d at once...\n", c.functions, c.parallel)
+	start := time.Now()
+	if err := coldStarts(ctx, listen, names, c.parallel); err != nil {
+		return fail(err)
+	}
+	coldTook := time.Since(start)
+	if err := waitFunctions(ctx, admin, c.functions, time.Minute, func(st local.FunctionStatus) bool {
+		return st.State == "ready" && st.Ready == 1
+	}); err != nil {
+		return fail(err)
+	}
+	metricsURL := "http://" + admin + "/metrics"
+	page, err := settle(ctx, metricsURL, 30*time.Second)
+	if err != nil {
+		return fail(err)
+	}
+	comp := analyse(page, names)
+	if err := checkBusy(page, names[0]); err != nil {
+		return err
+	}
+
+	// The floor, from the same page's families.
+	famFile := filepath.Join(dir, "families.pb")
+	if err := saveFamilies(ctx, metricsURL, famFile); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	floor := exec.Command(self)
+	floor.Env = append(os.Environ(), floorEnv+"="+floorAddr+","+famFile)
+	floor.Stdout, floor.Stderr = os.Stderr, os.Stderr
+	if err := floor.Start(); err != nil {
+		return err
+	}
+	defer func() { _ = floor.Process.Kill(); _ = floor.Wait() }()
+	floorURL := "http://" + floorAddr + "/metrics"
+	floorPage, err := waitPage(ctx, floorURL, time.Minute)
+	if err != nil {
+		return fmt.Errorf("floor: %w", err)
+	}
+	floorComp := analyse(floorPage, names)
+
+	targets := []target{
+		{name: "sless dev", url: metricsURL, pid: dev.Process.Pid},
+		{name: "floor", url: floorURL, pid: floor.Process.Pid},
+	}
+	encodings := []bool{false, true} // plain, gzip
+	results := map[string][]batch{}
+	for r := range c.rounds {
+		fmt.Fprintf(os.Stderr, "round %d of %d...\n", r+1, c.rounds)
+		for _, t := range targets {
+			for _, gz := range encodings {
+				b, err := measure(ctx, t, gz, c.scrapes, c.idle)
+				if err != nil {
+					return fmt.Errorf("%s: %w", t.name, err)
+				}
+				key := batchKey(t.name, gz)
+				results[key] = append(results[key], b)
+			}
+		}
+	}
+	if c.perf != "" {
+		if err := profile(ctx, targets[0], c.scrapes, c.perf); err != nil {
+			return fmt.Errorf("perf: %w", err)
+		}
+	}
+
+	report(c, comp, floorComp, results, coldTook, rss(dev.Process.Pid))
+	return nil
+}
+
+// writeManifests writes one Function per name, each the Python hello at
+// zero instances until its first request, with a window long enough that
+// it keeps its one instance through the run.
+func writeManifests(dir, source string, names []string) error {
+	var b strings.Builder
+	for _, name := range names {
+		fmt.Fprintf(&b, `apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: %s}
+spec:
+  runtime: python
+  source: %s
+  handler: main.handle
+  scale: {min: 0, initial: 0, max: 1, window: 1h}
+---
+`, name, source)
+	}
+	return os.WriteFile(filepath.Join(dir, "functions.yaml"), []byte(b.String()), 0o644)
+}
+
+// stopDev stops sless dev (it drains, then stops its instances), kills it
+// if it has not exited within a minute, then kills any instance process
+// left behind: those whose command line names dir.
+func stopDev(dev *exec.Cmd, dir string) {
+	_ = dev.Process.Signal(syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() { _ = dev.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		_ = dev.Process.Kill()
+		<-done
+	}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(cmdline, []byte(dir)) {
+			fmt.Fprintf(os.Stderr, "killing left-over process %d\n", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+}
+
+var client = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}
+
+// waitFunctions polls the admin API until n functions satisfy ok, for at
+// most within; a failed or crashing function ends the wait.
+func waitFunctions(ctx context.Context, admin string, n int, within time.Duration, ok func(local.FunctionStatus) bool) error {
+	deadline := time.Now().Add(within)
+	have := 0
+	for {
+		var list struct {
+			Functions []local.FunctionStatus `json:"functions"`
+		}
+		body, err := get(ctx, "http://"+admin+"/v1/functions", "", false)
+		if err == nil {
+			if err := json.Unmarshal(body, &list); err != nil {
+				return err
+			}
+			have = 0
+			for _, st := range list.Functions {
+				if st.State == "failed" || st.State == "crashing" {
+					return fmt.Errorf("%s/%s: %s: %s", st.Namespace, st.Name, st.State, st.Error)
+				}
+				if ok(st) {
+					have++
+				}
+			}
+			if have == n {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d functions as wanted after %v", have, n, within)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// coldStarts sends one request to each function, parallel at once; each
+// finds its function at zero and waits for its first instance.
+func coldStarts(ctx context.Context, listen string, names []string, parallel int) error {
+	var (
+		next atomic.Int64
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for range parallel {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(names) || ctx.Err() != nil {
+					return
+				}
+				body, err := get(ctx, "http://"+listen+"/fn/default/"+names[i]+"?name=metrics", "", false)
+				if err == nil && !json.Valid(body) {
+					err = fmt.Errorf("not JSON: %q", body)
+				}
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, fmt.Errorf("%s: %w", names[i], err))
+					mu.Unlock()
+					return
+				}
+				if (i+1)%100 == 0 {
+					fmt.Fprintf(os.Stderr, "  %d started\n", i+1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return cmp.Or(errors.Join(errs...), ctx.Err())
+}
+
+// get fetches url and returns its body, which must come with a 200.
+func get(ctx context.Context, url, accept string, gz bool) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	if gz {
+		req.Header.Set("Accept-Encoding", "gzip")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %d %.200s", url, resp.StatusCode, body)
+	}
+	return body, nil
+}
+
+// settle reads the page every 2 s until its series stop changing in
+// number (the autoscaler's gauges come with its next decision), for at
+// most within, and returns the last one.
+func settle(ctx context.Context, url string, within time.Duration) ([]byte, error) {
+	deadline := time.Now().Add(within)
+	last := -1
+	for {
+		page, err := get(ctx, url, acceptText, false)
+		if err != nil {
+			return nil, err
+		}
+		n := bytes.Count(page, []byte("\nsless_"))
+		if n == last || time.Now().After(deadline) {
+			return page, nil
+		}
+		last = n
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// waitPage polls url until it serves the page, for at most within.
+func waitPage(ctx context.Context, url string, within time.Duration) ([]byte, error) {
+	deadline := time.Now().Add(within)
+	for {
+		page, err := get(ctx, url, acceptText, false)
+		if err == nil {
+			return page, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// checkBusy checks that fn's series say what the benchmark meant: one
+// cold start, one ready instance, its requests answered 200.
+func checkBusy(page []byte, fn string) error {
+	want := []string{
+		`sless_cold_starts_total{function="` + fn + `",namespace="default"} 1`,
+		`sless_activator_requests_total{code="200",function="` + fn + `",namespace="default"} 1`,
+		`sless_autoscaler_ready_replicas{function="` + fn + `",namespace="default"} 1`,
+	}
+	for _, w := range want {
+		if !bytes.Contains(page, []byte("\n"+w+"\n")) {
+			return fmt.Errorf("the page has no %s", w)
+		}
+	}
+	return nil
+}
+
+// composition is what a page is made of, in series (sample lines, as
+// Prometheus counts them: a histogram's buckets, sum and count each).
+type composition struct {
+	total, sless, slessNoFunction, other int
+	bytes                                int
+	// perFunction counts each function's sless_ series; families, the
+	// first function's by family.
+	perFunction   map[string]int
+	families      map[string]int
+	familyTypes   map[string]string
+	otherFamilies map[string]int
+}
+
+func analyse(page []byte, names []string) composition {
+	c := composition{bytes: len(page), perFunction: map[string]int{}, families: map[string]int{},
+		familyTypes: map[string]string{}, otherFamilies: map[string]int{}}
+	first := `function="` + names[0] + `"`
+	sc := bufio.NewScanner(bytes.NewReader(page))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "# TYPE ") {
+			f := strings.Fields(line)
+			if len(f) == 4 {
+				c.familyTypes[f[2]] = f[3]
+			}
+			continue
+		}
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		c.total++
+		name := line[:strings.IndexAny(line, "{ ")]
+		family := name
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base, ok := strings.CutSuffix(name, suffix); ok && c.familyTypes[base] == "histogram" {
+				family = base
+			}
+		}
+		if !strings.HasPrefix(name, "sless_") {
+			c.other++
+			c.otherFamilies[strings.SplitN(family, "_", 2)[0]]++
+			continue
+		}
+		c.sless++
+		labels := ""
+		if i, j := strings.IndexByte(line, '{'), strings.LastIndexByte(line, '}'); i >= 0 && j > i {
+			labels = line[i+1 : j]
+		}
+		fn := labelValue(labels, "function")
+		if fn == "" {
+			c.slessNoFunction++
+			continue
+		}
+		c.perFunction[fn]++
+		if strings.Contains(labels, first) {
+			c.families[family]++
+		}
+	}
+	return c
+}
+
+// labelValue finds name's value in a sample line's labels.
+func labelValue(labels, name string) string {
+	for _, prefix := range []string{name + `="`, `,` + name + `="`} {
+		if i := strings.Index(labels, prefix); i >= 0 && (i == 0 || prefix[0] == ',') {
+			rest := labels[i+len(prefix):]
+			if j := strings.IndexByte(rest, '"'); j >= 0 {
+				return rest[:j]
+			}
+		}
+	}
+	return ""
+}
+
+// saveFamilies writes the page's families, in the delimited protobuf
+// format, to file: what the floor mirrors.
+func saveFamilies(ctx context.Context, url, file string) error {
+	body, err := get(ctx, url, acceptProto, false)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(file, body, 0o644)
+}
+
+// target is a page to scrape and the process serving it.
+type target struct {
+	name, url string
+	pid       int
+}
+
+// batch is one measurement: scrapes back to back after an idle interval.
+type batch struct {
+	scrapes            int
+	wall               time.Duration // the batch's
+	cpu, idleCPU       time.Duration // during the batch; during the idle interval
+	idle               time.Duration // the idle interval's length
+	bytes              int           // of the last scrape's body, as sent
+	encoding, contType string
+	took               []time.Duration // each scrape's
+}
+
+// netCPU is the batch's CPU per scrape with the idle rate's share of the
+// batch subtracted; rawCPU without.
+func (b batch) netCPU() time.Duration {
+	background := time.Duration(float64(b.idleCPU) * float64(b.wall) / float64(b.idle))
+	return (b.cpu - background) / time.Duration(b.scrapes)
+}
+func (b batch) rawCPU() time.Duration    { return b.cpu / time.Duration(b.scrapes) }
+func (b batch) perScrape() time.Duration { return b.wall / time.Duration(b.scrapes) }
+
+func batchKey(name string, gz bool) string {
+	if gz {
+		return name + "/gzip"
+	}
+	return name + "/plain"
+}
+
+// measure takes the process's CPU over an idle interval, then over n
+// scrapes back to back on one connection.
+func measure(ctx context.Context, t target, gz bool, n int, idle time.Duration) (batch, error) {
+	b := batch{scrapes: n}
+	// One scrape first, so that the connection is open and the batch
+	// starts warm.
+	if _, err := get(ctx, t.url, acceptText, gz); err != nil {
+		return b, err
+	}
+	cpu0, err := hops.CPUTime(t.pid)
+	if err != nil {
+		return b, err
+	}
+	start := time.Now()
+	select {
+	case <-ctx.Done():
+		return b, ctx.Err()
+	case <-time.After(idle):
+	}
+	cpu1, err := hops.CPUTime(t.pid)
+	if err != nil {
+		return b, err
+	}
+	b.idle, b.idleCPU = time.Since(start), cpu1-cpu0
+	start = time.Now()
+	for range n {
+		begin := time.Now()
+		size, enc, ct, err := scrape(ctx, t.url, gz)
+		if err != nil {
+			return b, err
+		}
+		b.took = append(b.took, time.Since(begin))
+		b.bytes, b.encoding, b.contType = size, enc, ct
+	}
+	b.wall = time.Since(start)
+	cpu2, err := hops.CPUTime(t.pid)
+	if err != nil {
+		return b, err
+	}
+	b.cpu = cpu2 - cpu1
+	return b, nil
+}
+
+// scrape reads the page as Prometheus does and returns its size as sent,
+// its Content-Encoding and Content-Type; a gzipped body is decompressed
+// and checked.
+func scrape(ctx context.Context, url string, gz bool) (int, string, string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, "", "", err
+	}
+	req.Header.Set("Accept", acceptText)
+	if gz {
+		req.Header.Set("Accept-Encoding", "gzip")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, "", "", err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, "", "", fmt.Errorf("%s: %d", url, resp.StatusCode)
+	}
+	enc := resp.Header.Get("Content-Encoding")
+	if enc == "gzip" {
+		zr, err := gzip.NewReader(bytes.NewReader(body))
+		if err != nil {
+			return 0, "", "", err
+		}
+		if _, err := io.Copy(io.Discard, zr); err != nil {
+			return 0, "", "", fmt.Errorf("gzipped page: %w", err)
+		}
+	}
+	return len(body), cmp.Or(enc, "identity"), resp.Header.Get("Content-Type"), nil
+}
+
+// profile records sless dev with perf (call graphs, 999 Hz) over one more
+// batch of gzipped scrapes.
+func profile(ctx context.Context, t target, n int, out string) error {
+	perf := exec.CommandContext(ctx, "perf", "record", "-F", "999", "-g", "-p", strconv.Itoa(t.pid), "-o", out)
+	perf.Stdout, perf.Stderr = io.Discard, os.Stderr
+	if err := perf.Start(); err != nil {
+		return err
+	}
+	time.Sleep(time.Second) // perf attaches
+	for range n {
+		if _, _, _, err := scrape(ctx, t.url, true); err != nil {
+			_ = perf.Process.Kill()
+			_ = perf.Wait()
+			return err
+		}
+	}
+	_ = perf.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- perf.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Minute):
+		_ = perf.Process.Kill()
+		return errors.New("perf did not stop within a minute")
+	}
+}
+
+// rss is a process's resident memory, from /proc.
+func rss(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return "?"
+	}
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
+}
+
+func report(c config, comp, floorComp composition, results map[string][]batch, coldTook time.Duration, devRSS string) {
+	n := c.functions
+	fmt.Printf("sless dev with %d functions (Python hello, one ready instance each, one cold start and one 200 each; cold starts took %v, %d at once; sless dev's RSS %s): %s, %d scrapes per batch, %d rounds, idle interval %v, %d CPUs, %s\n\n",
+		n, coldTook.Round(time.Second), c.parallel, devRSS, time.Now().UTC().Format(time.DateOnly), c.scrapes, c.rounds, c.idle, runtime.NumCPU(), c.sless)
+
+	lo, hi := -1, -1
+	for _, v := range comp.perFunction {
+		if lo < 0 || v < lo {
+			lo = v
+		}
+		hi = max(hi, v)
+	}
+	fmt.Println("| series on the page | sless dev | per function | floor |")
+	fmt.Println("|---|---|---|---|")
+	fmt.Printf("| sless_, all | %d | %.1f | %d |\n", comp.sless, float64(comp.sless)/float64(n), floorComp.sless)
+	fmt.Printf("| sless_ of one function (min–max over the %d functions) | | %d–%d | |\n", len(comp.perFunction), lo, hi)
+	fmt.Printf("| sless_ with no function label | %d | | %d |\n", comp.slessNoFunction, floorComp.slessNoFunction)
+	var other []string
+	for _, k := range slices.Sorted(mapKeys(comp.otherFamilies)) {
+		other = append(other, fmt.Sprintf("%s_ %d", k, comp.otherFamilies[k]))
+	}
+	fmt.Printf("| not sless_ (%s) | %d | | %d |\n", strings.Join(other, ", "), comp.other, floorComp.other)
+	fmt.Printf("| all | %d | | %d |\n\n", comp.total, floorComp.total)
+
+	fmt.Println("| family (one function's series) | type | series |")
+	fmt.Println("|---|---|---|")
+	fams := slices.SortedFunc(mapKeys(comp.families), func(a, b string) int {
+		return cmp.Or(cmp.Compare(comp.families[b], comp.families[a]), cmp.Compare(a, b))
+	})
+	sum := 0
+	for _, f := range fams {
+		fmt.Printf("| `%s` | %s | %d |\n", f, comp.familyTypes[f], comp.families[f])
+		sum += comp.families[f]
+	}
+	fmt.Printf("| all | | %d |\n\n", sum)
+
+	fmt.Println("| scrape | body | CPU per scrape (idle subtracted) | raw | wall per scrape (mean) | p50 | floor's body | floor's CPU per scrape | floor's wall (mean) | CPU / floor's | wall / floor's |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, gz := range []bool{false, true} {
+		s, f := results[batchKey("sless dev", gz)], results[batchKey("floor", gz)]
+		label := "plain text"
+		if gz {
+			label = "gzip (Prometheus's default)"
+		}
+		label += fmt.Sprintf(" (%s; %s)", s[0].encoding, s[0].contType)
+		var took []time.Duration
+		for _, b := range s {
+			took = append(took, b.took...)
+		}
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label,
+			kib(s[len(s)-1].bytes), spread(s, batch.netCPU), spread(s, batch.rawCPU), spread(s, batch.perScrape),
+			hops.Ms(hops.Pct(took, 50))+" ms", kib(f[len(f)-1].bytes), spread(f, batch.netCPU), spread(f, batch.perScrape),
+			ratio(s, f, batch.netCPU), ratio(s, f, batch.perScrape))
+	}
+	fmt.Println()
+	for _, name := range []string{"sless dev", "floor"} {
+		b := results[batchKey(name, false)]
+		var rates []string
+		for _, x := range append(b, results[batchKey(name, true)]...) {
+			rates = append(rates, fmt.Sprintf("%.0f%%", 100*float64(x.idleCPU)/float64(x.idle)))
+		}
+		fmt.Printf("- %s's CPU while idle, before each batch: %s of a core\n", name, strings.Join(rates, ", "))
+	}
+}
+
+func mapKeys[V any](m map[string]V) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+func kib(n int) string { return fmt.Sprintf("%.1f KiB", float64(n)/1024) }
+
+// spread is the median over the rounds of f, in ms, with the range.
+func spread(bs []batch, f func(batch) time.Duration) string {
+	vals := make([]time.Duration, len(bs))
+	for i, b := range bs {
+		vals[i] = f(b)
+	}
+	slices.Sort(vals)
+	s := msf(vals[len(vals)/2])
+	if len(vals) > 1 {
+		s += fmt.Sprintf(" (%s–%s)", msf(vals[0]), msf(vals[len(vals)-1]))
+	}
+	return s
+}
+
+// ratio is the median over the rounds of f(a) / f(b) of the same round.
+func ratio(a, b []batch, f func(batch) time.Duration) string {
+	vals := make([]float64, len(a))
+	for i := range a {
+		vals[i] = float64(f(a[i])) / float64(f(b[i]))
+	}
+	slices.Sort(vals)
+	s := fmt.Sprintf("%.1f×", vals[len(vals)/2])
+	if len(vals) > 1 {
+		s += fmt.Sprintf(" (%.1f–%.1f)", vals[0], vals[len(vals)-1])
+	}
+	return s
+}
+
+func msf(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/1e6) }
