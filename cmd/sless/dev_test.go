@@ -41,6 +41,7 @@ type devProcess struct {
 	exited   <-chan error
 	cacheDir string
 	url      string // of its function, hi (?sleep=seconds holds a request)
+	invoke   string // the invocation port's base URL
 	admin    string // the admin API's base URL
 	out      *syncbuf.Buffer
 }
@@ -57,13 +58,8 @@ func startDev(t *testing.T) (cmd *exec.Cmd, exited <-chan error, cacheDir string
 // say) and extra flags.
 func startDevWith(t *testing.T, prefix []string, extra ...string) *devProcess {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("python3 is required in CI")
-		}
-		t.Skip("python3 not found: sless dev runs a Python function here")
-	}
-	dir, cacheDir := t.TempDir(), t.TempDir()
+	requirePython3(t)
+	dir := t.TempDir()
 	if err := os.MkdirAll(filepath.Join(dir, "hi"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -73,6 +69,20 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) *devProcess {
 	if err := os.WriteFile(filepath.Join(dir, "hi.yaml"), []byte(devManifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	d := startDevIn(t, dir, prefix, extra...)
+	eventually.True(t, "two instances", func() bool { return len(processesUsing(d.cacheDir)) == 2 })
+	d.url = d.invoke + "/fn/default/hi"
+	if code, body := fetch(t, d.url, ""); code != 200 || body != "hi" {
+		t.Fatalf("GET %s = %d %q, want 200 hi", d.url, code, body)
+	}
+	return d
+}
+
+// startDevIn runs `sless dev` as a real process on the manifests in dir,
+// with a cache directory of its own, and returns at once.
+func startDevIn(t *testing.T, dir string, prefix []string, extra ...string) *devProcess {
+	t.Helper()
+	cacheDir := t.TempDir()
 	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
 	args := append(append(prefix, os.Args[0], "dev", "--functions", dir, "--cache-dir", cacheDir, "--drain", "5s",
 		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin)), extra...)
@@ -91,13 +101,8 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) *devProcess {
 			t.Logf("sless dev output:\n%s", out.String())
 		}
 	})
-	eventually.True(t, "two instances", func() bool { return len(processesUsing(cacheDir)) == 2 })
-	url := "http://127.0.0.1:" + strconv.Itoa(serving) + "/fn/default/hi"
-	if code, body := fetch(t, url, ""); code != 200 || body != "hi" {
-		t.Fatalf("GET %s = %d %q, want 200 hi", url, code, body)
-	}
-	return &devProcess{cmd: cmd, exited: done, cacheDir: cacheDir, url: url,
-		admin: "http://127.0.0.1:" + strconv.Itoa(admin), out: out}
+	return &devProcess{cmd: cmd, exited: done, cacheDir: cacheDir, out: out,
+		invoke: "http://127.0.0.1:" + strconv.Itoa(serving), admin: "http://127.0.0.1:" + strconv.Itoa(admin)}
 }
 
 // processesUsing lists the processes whose command line names dir: the
