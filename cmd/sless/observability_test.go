@@ -310,3 +310,13 @@ func checkDocumented(t *testing.T, page string) {
 		t.Errorf("%d sless series families on %s, want the page of a busy platform", n, page)
 	}
 }
+
+// --prometheus without prometheus on PATH is a usage error that names
+// the package to install, and starts nothing.
+func TestDevPrometheusMissing(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := run("dev", "--prometheus", "--functions", t.TempDir())
+	if _, ok := err.(usageError); !ok || !strings.Contains(err.Error(), "apt-get install prometheus") {
+		t.Errorf("sless dev --prometheus without prometheus: %T %v, want a usage error naming the package", err, err)
+	}
+}
