@@ -31,10 +31,11 @@ const stepWorkers = 1024
 
 // ReplicaWriter makes a function's replicas so: the Deployment's scale
 // subresource on Kubernetes, the supervisor locally. It returns the
-// instances there were, starting or ready (sless_autoscaler_actual_replicas);
-// KEDA's side, which has none, the replicas last reported. A writer that goes over the network bounds its own
-// calls (the autoscaler writes every function's replicas each tick, and a
-// deadline per write would cost allocations for the in-memory writers).
+// instances there were, starting or ready (sless_autoscaler_actual_replicas;
+// KEDA's side, which has none, the replicas last reported). A writer that
+// goes over the network bounds its own calls (the autoscaler writes every
+// function's replicas each tick, and a deadline per write would cost
+// allocations for the in-memory writers).
 type ReplicaWriter interface {
 	Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error)
 }

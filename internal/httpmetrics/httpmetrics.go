@@ -14,7 +14,7 @@ import (
 // default timeout (300 s). They are fine below a second, where proxies and
 // fast functions live, and coarse above it: every bucket is a series per
 // function and instance, and the page is scraped every few seconds
-// (docs/metrics.md keeps the count per function under 60).
+// (a function's series, within 60: benchmarks/RESULTS.md, bench-metrics).
 var DurationBuckets = []float64{
 	.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10, 60, 300,
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"slices"
@@ -19,13 +20,13 @@ import (
 	"google.golang.org/protobuf/encoding/protodelim"
 )
 
-// floorEnv makes the benchmark's process the floor: "addr,file" serves
-// on addr the sless_ families saved in file, as plain vectors.
+// floorEnv makes the benchmark's process the floor: it serves, on the
+// listener it is given as fd 3, the sless_ families saved in the file
+// the variable names, as plain vectors.
 const floorEnv = "BENCH_METRICS_FLOOR"
 
 // serveFloor serves the floor's page and never returns.
-func serveFloor(spec string) {
-	addr, file, _ := strings.Cut(spec, ",")
+func serveFloor(file string) {
 	reg := prometheus.NewRegistry()
 	// The same collectors sless dev registers beside its own series.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -39,8 +40,13 @@ func serveFloor(spec string) {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-	fmt.Fprintln(os.Stderr, "floor:", srv.ListenAndServe())
+	ln, err := net.FileListener(os.NewFile(3, "floor listener"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "floor:", err)
+		os.Exit(1)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	fmt.Fprintln(os.Stderr, "floor:", srv.Serve(ln))
 	os.Exit(1)
 }
 

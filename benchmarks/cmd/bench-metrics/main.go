@@ -32,6 +32,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -60,18 +61,19 @@ func main() {
 		scrapes   = flag.Int("scrapes", 50, "scrapes per batch (one batch per page, encoding and round)")
 		rounds    = flag.Int("rounds", 3, "measurements of each page and encoding, taken in turn")
 		idle      = flag.Duration("idle", 5*time.Second, "the idle interval measured before each batch, whose CPU rate is subtracted")
+		maxBatch  = flag.Duration("max-batch", 20*time.Second, "a batch ends after -scrapes scrapes or this long, whichever comes first (at least one scrape)")
 		parallel  = flag.Int("parallel", 8, "cold starts at once")
 		samples   = flag.String("samples", "config/samples/functions", "the directory holding hello-python")
 		perfOut   = flag.String("perf", "", "when set, record a perf profile (call graphs) of sless dev over one more batch of gzipped scrapes into this file")
 	)
 	flag.Parse()
-	if *functions < 1 || *scrapes < 1 || *rounds < 1 || *parallel < 1 || *idle <= 0 {
-		fmt.Fprintln(os.Stderr, "bench-metrics: -functions, -scrapes, -rounds, -parallel and -idle must be positive")
+	if *functions < 1 || *scrapes < 1 || *rounds < 1 || *parallel < 1 || *idle <= 0 || *maxBatch <= 0 {
+		fmt.Fprintln(os.Stderr, "bench-metrics: -functions, -scrapes, -rounds, -parallel, -idle and -max-batch must be positive")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c := config{sless: *slessBin, functions: *functions, scrapes: *scrapes, rounds: *rounds, idle: *idle,
+	c := config{sless: *slessBin, functions: *functions, scrapes: *scrapes, rounds: *rounds, idle: *idle, maxBatch: *maxBatch,
 		parallel: *parallel, samples: *samples, perf: *perfOut}
 	if err := run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-metrics:", err)
@@ -82,7 +84,7 @@ func main() {
 type config struct {
 	sless                                string
 	functions, scrapes, rounds, parallel int
-	idle                                 time.Duration
+	idle, maxBatch                       time.Duration
 	samples, perf                        string
 }
 
@@ -122,12 +124,11 @@ func run(ctx context.Context, c config) error {
 	if err := writeManifests(fnDir, filepath.Join(samples, "hello-python"), names); err != nil {
 		return err
 	}
-	ports, err := hops.FreePorts(3)
+	ports, err := hops.FreePorts(2)
 	if err != nil {
 		return err
 	}
 	listen, admin := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
-	floorAddr := fmt.Sprintf("127.0.0.1:%d", ports[2])
 
 	// sless dev, with its own cache under dir: every instance's command
 	// line names dir, which is how leftovers are found at the end.
@@ -144,7 +145,7 @@ func run(ctx context.Context, c config) error {
 	}
 	defer stopDev(dev, dir)
 	fail := func(err error) error {
-		return fmt.Errorf("%w (sless dev's output: %s)", err, filepath.Join(dir, "sless-dev.log"))
+		return fmt.Errorf("%w\nthe end of sless dev's output:\n%s", err, tail(filepath.Join(dir, "sless-dev.log"), 40))
 	}
 
 	fmt.Fprintf(os.Stderr, "waiting for %d functions to be prepared...\n", c.functions)
@@ -155,10 +156,15 @@ func run(ctx context.Context, c config) error {
 	}
 	fmt.Fprintf(os.Stderr, "cold-starting %d functions, %d at once...\n", c.functions, c.parallel)
 	start := time.Now()
-	if err := coldStarts(ctx, listen, names, c.parallel); err != nil {
+	retried, err := coldStarts(ctx, listen, names, c.parallel)
+	if err != nil {
 		return fail(err)
 	}
 	coldTook := time.Since(start)
+	if len(retried) > 0 {
+		fmt.Fprintf(os.Stderr, "%d functions needed their first request sent again; sless dev said:\n%s\n",
+			len(retried), grep(filepath.Join(dir, "sless-dev.log"), []string{"crash", "in use", "error"}, 20))
+	}
 	if err := waitFunctions(ctx, admin, c.functions, time.Minute, func(st local.FunctionStatus) bool {
 		return st.State == "ready" && st.Ready == 1
 	}); err != nil {
@@ -183,19 +189,37 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return err
 	}
+	// The floor's listener is made here and handed over, since sless dev
+	// takes free ports for its instances all along.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	lnFile, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return err
+	}
 	floor := exec.Command(self)
-	floor.Env = append(os.Environ(), floorEnv+"="+floorAddr+","+famFile)
+	floor.Env = append(os.Environ(), floorEnv+"="+famFile)
+	floor.ExtraFiles = []*os.File{lnFile} // fd 3
 	floor.Stdout, floor.Stderr = os.Stderr, os.Stderr
-	if err := floor.Start(); err != nil {
+	err = floor.Start()
+	lnFile.Close()
+	ln.Close()
+	if err != nil {
 		return err
 	}
 	defer func() { _ = floor.Process.Kill(); _ = floor.Wait() }()
-	floorURL := "http://" + floorAddr + "/metrics"
+	floorURL := "http://" + ln.Addr().String() + "/metrics"
 	floorPage, err := waitPage(ctx, floorURL, time.Minute)
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
 	floorComp := analyse(floorPage, names)
+	if floorComp.sless != comp.sless || floorComp.other != comp.other {
+		return fmt.Errorf("the floor's page has %d sless_ and %d other series, sless dev's %d and %d",
+			floorComp.sless, floorComp.other, comp.sless, comp.other)
+	}
 
 	targets := []target{
 		{name: "sless dev", url: metricsURL, pid: dev.Process.Pid},
@@ -207,7 +231,7 @@ func run(ctx context.Context, c config) error {
 		fmt.Fprintf(os.Stderr, "round %d of %d...\n", r+1, c.rounds)
 		for _, t := range targets {
 			for _, gz := range encodings {
-				b, err := measure(ctx, t, gz, c.scrapes, c.idle)
+				b, err := measure(ctx, t, gz, c.scrapes, c.maxBatch, c.idle)
 				if err != nil {
 					return fmt.Errorf("%s: %w", t.name, err)
 				}
@@ -217,12 +241,12 @@ func run(ctx context.Context, c config) error {
 		}
 	}
 	if c.perf != "" {
-		if err := profile(ctx, targets[0], c.scrapes, c.perf); err != nil {
+		if err := profile(ctx, targets[0], c.scrapes, c.maxBatch, c.perf); err != nil {
 			return fmt.Errorf("perf: %w", err)
 		}
 	}
 
-	report(c, comp, floorComp, results, coldTook, rss(dev.Process.Pid))
+	report(c, comp, floorComp, results, coldTook, rss(dev.Process.Pid), retried)
 	return nil
 }
 
@@ -314,13 +338,17 @@ func waitFunctions(ctx context.Context, admin string, n int, within time.Duratio
 }
 
 // coldStarts sends one request to each function, parallel at once; each
-// finds its function at zero and waits for its first instance.
-func coldStarts(ctx context.Context, listen string, names []string, parallel int) error {
+// finds its function at zero and waits for its first instance. A request
+// that fails is sent again, every 2 s, up to maxTries in all: the
+// functions that needed it are returned, with their first failure.
+func coldStarts(ctx context.Context, listen string, names []string, parallel int) ([]string, error) {
+	const maxTries = 15
 	var (
-		next atomic.Int64
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
+		next    atomic.Int64
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		errs    []error
+		retried []string
 	)
 	for range parallel {
 		wg.Go(func() {
@@ -329,11 +357,26 @@ func coldStarts(ctx context.Context, listen string, names []string, parallel int
 				if i >= len(names) || ctx.Err() != nil {
 					return
 				}
-				body, err := get(ctx, "http://"+listen+"/fn/default/"+names[i]+"?name=metrics", "", false)
-				if err == nil && !json.Valid(body) {
-					err = fmt.Errorf("not JSON: %q", body)
+				var first, last error
+				try := 1
+				for ; ; try++ {
+					body, err := get(ctx, "http://"+listen+"/fn/default/"+names[i]+"?name=metrics", "", false)
+					if err == nil && !json.Valid(body) {
+						err = fmt.Errorf("not JSON: %q", body)
+					}
+					first, last = cmp.Or(first, err), err
+					if err == nil || try == maxTries || ctx.Err() != nil {
+						break
+					}
+					time.Sleep(2 * time.Second)
 				}
-				if err != nil {
+				if first != nil && last == nil {
+					mu.Lock()
+					retried = append(retried, fmt.Sprintf("%s (%d tries; first: %v)", names[i], try, first))
+					mu.Unlock()
+				}
+				if err := last; err != nil {
+					err = fmt.Errorf("%d tries: %w", try, err)
 					mu.Lock()
 					errs = append(errs, fmt.Errorf("%s: %w", names[i], err))
 					mu.Unlock()
@@ -346,7 +389,33 @@ func coldStarts(ctx context.Context, listen string, names []string, parallel int
 		})
 	}
 	wg.Wait()
-	return cmp.Or(errors.Join(errs...), ctx.Err())
+	slices.Sort(retried)
+	return retried, cmp.Or(errors.Join(errs...), ctx.Err())
+}
+
+// grep is the first n lines of a file that contain one of words.
+func grep(file string, words []string, n int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err.Error()
+	}
+	var out []string
+	for line := range strings.Lines(string(b)) {
+		if len(out) < n && slices.ContainsFunc(words, func(w string) bool { return strings.Contains(line, w) }) {
+			out = append(out, strings.TrimRight(line, "\n"))
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// tail is the last n lines of a file.
+func tail(file string, n int) string {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // get fetches url and returns its body, which must come with a 200.
@@ -554,9 +623,10 @@ func batchKey(name string, gz bool) string {
 }
 
 // measure takes the process's CPU over an idle interval, then over n
-// scrapes back to back on one connection.
-func measure(ctx context.Context, t target, gz bool, n int, idle time.Duration) (batch, error) {
-	b := batch{scrapes: n}
+// scrapes back to back on one connection, or fewer when they take longer
+// than maxBatch.
+func measure(ctx context.Context, t target, gz bool, n int, maxBatch, idle time.Duration) (batch, error) {
+	var b batch
 	// One scrape first, so that the connection is open and the batch
 	// starts warm.
 	if _, err := get(ctx, t.url, acceptText, gz); err != nil {
@@ -578,7 +648,7 @@ func measure(ctx context.Context, t target, gz bool, n int, idle time.Duration) 
 	}
 	b.idle, b.idleCPU = time.Since(start), cpu1-cpu0
 	start = time.Now()
-	for range n {
+	for ; b.scrapes < n && (b.scrapes == 0 || time.Since(start) < maxBatch); b.scrapes++ {
 		begin := time.Now()
 		size, enc, ct, err := scrape(ctx, t.url, gz)
 		if err != nil {
@@ -635,14 +705,14 @@ func scrape(ctx context.Context, url string, gz bool) (int, string, string, erro
 
 // profile records sless dev with perf (call graphs, 999 Hz) over one more
 // batch of gzipped scrapes.
-func profile(ctx context.Context, t target, n int, out string) error {
+func profile(ctx context.Context, t target, n int, maxBatch time.Duration, out string) error {
 	perf := exec.CommandContext(ctx, "perf", "record", "-F", "999", "-g", "-p", strconv.Itoa(t.pid), "-o", out)
 	perf.Stdout, perf.Stderr = io.Discard, os.Stderr
 	if err := perf.Start(); err != nil {
 		return err
 	}
 	time.Sleep(time.Second) // perf attaches
-	for range n {
+	for start, i := time.Now(), 0; i < n && (i == 0 || time.Since(start) < maxBatch); i++ {
 		if _, _, _, err := scrape(ctx, t.url, true); err != nil {
 			_ = perf.Process.Kill()
 			_ = perf.Wait()
@@ -675,11 +745,14 @@ func rss(pid int) string {
 	return "?"
 }
 
-func report(c config, comp, floorComp composition, results map[string][]batch, coldTook time.Duration, devRSS string) {
+func report(c config, comp, floorComp composition, results map[string][]batch, coldTook time.Duration, devRSS string, retried []string) {
 	n := c.functions
-	fmt.Printf("sless dev with %d functions (Python hello, one ready instance each, one cold start and one 200 each; cold starts took %v, %d at once; sless dev's RSS %s): %s, %d scrapes per batch, %d rounds, idle interval %v, %d CPUs, %s\n\n",
-		n, coldTook.Round(time.Second), c.parallel, devRSS, time.Now().UTC().Format(time.DateOnly), c.scrapes, c.rounds, c.idle, runtime.NumCPU(), c.sless)
+	fmt.Printf("sless dev with %d functions (Python hello, one ready instance each, one cold start and one 200 each; cold starts took %v, %d at once; sless dev's RSS %s): %s, batches of %d scrapes or %v, %d rounds, idle interval %v, %d CPUs, %s\n\n",
+		n, coldTook.Round(time.Second), c.parallel, devRSS, time.Now().UTC().Format(time.DateOnly), c.scrapes, c.maxBatch, c.rounds, c.idle, runtime.NumCPU(), c.sless)
 
+	if len(retried) > 0 {
+		fmt.Printf("Functions whose first request failed and were sent it again: %s\n\n", strings.Join(retried, "; "))
+	}
 	lo, hi := -1, -1
 	for _, v := range comp.perFunction {
 		if lo < 0 || v < lo {
@@ -711,8 +784,8 @@ func report(c config, comp, floorComp composition, results map[string][]batch, c
 	}
 	fmt.Printf("| all | | %d |\n\n", sum)
 
-	fmt.Println("| scrape | body | CPU per scrape (idle subtracted) | raw | wall per scrape (mean) | p50 | floor's body | floor's CPU per scrape | floor's wall (mean) | CPU / floor's | wall / floor's |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| scrape | scrapes a batch | body | CPU per scrape (idle subtracted) | raw | wall per scrape (mean) | p50 | floor's body | floor's CPU per scrape | floor's wall (mean) | CPU / floor's | wall / floor's |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, gz := range []bool{false, true} {
 		s, f := results[batchKey("sless dev", gz)], results[batchKey("floor", gz)]
 		label := "plain text"
@@ -724,7 +797,12 @@ func report(c config, comp, floorComp composition, results map[string][]batch, c
 		for _, b := range s {
 			took = append(took, b.took...)
 		}
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label,
+		counts := ""
+		for _, b := range s {
+			counts += fmt.Sprintf("%d / ", b.scrapes)
+		}
+		counts += fmt.Sprint(f[0].scrapes)
+		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, counts,
 			kib(s[len(s)-1].bytes), spread(s, batch.netCPU), spread(s, batch.rawCPU), spread(s, batch.perScrape),
 			hops.Ms(hops.Pct(took, 50))+" ms", kib(f[len(f)-1].bytes), spread(f, batch.netCPU), spread(f, batch.perScrape),
 			ratio(s, f, batch.netCPU), ratio(s, f, batch.perScrape))
