@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -55,11 +54,6 @@ type gatherer struct {
 	instances func() []supervisor.InstanceMetrics
 }
 
-// instancePrefixes select an instance's own series, its queue-proxy's and
-// its consumers'; its Go runtime series are the platform's, already on
-// the page.
-var instancePrefixes = []string{"sless_queueproxy_", "sless_queue_"}
-
 func (g gatherer) Gather() ([]*dto.MetricFamily, error) {
 	fams, err := g.platform.Gather()
 	if err != nil {
@@ -75,9 +69,6 @@ func (g gatherer) Gather() ([]*dto.MetricFamily, error) {
 			continue // one instance's trouble must not cost the whole page
 		}
 		for _, f := range ifams {
-			if !slices.ContainsFunc(instancePrefixes, func(p string) bool { return strings.HasPrefix(f.GetName(), p) }) {
-				continue
-			}
 			for _, m := range f.Metric {
 				m.Label = append(m.Label, &dto.LabelPair{Name: proto.String("instance"), Value: proto.String(im.Instance)})
 				slices.SortFunc(m.Label, func(a, b *dto.LabelPair) int { return cmp.Compare(a.GetName(), b.GetName()) })

@@ -272,6 +272,10 @@ func TestConcurrencyOneHolds(t *testing.T) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
+	// The process's runtime series once: not again per instance.
+	if n := strings.Count(string(page), "\ngo_goroutines "); n != 1 {
+		t.Errorf("/metrics has go_goroutines %d times, want once", n)
+	}
 }
 
 // A crashed process is replaced and counted.

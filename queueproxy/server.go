@@ -43,7 +43,8 @@ type Server struct {
 	log      *slog.Logger
 	proxy    *proxy
 	stats    *Stats
-	registry *prometheus.Registry
+	registry *prometheus.Registry // the instance's series
+	runtime  *prometheus.Registry // the Go runtime's and the process's
 	prober   *prober
 	draining atomic.Bool
 
@@ -70,19 +71,21 @@ type Server struct {
 }
 
 // New builds a queue-proxy for cfg, with a Prometheus registry of its own
-// holding the queue-proxy series and the Go runtime collectors.
+// holding the queue-proxy series, and one of the Go runtime and process
+// collectors, both served on /metrics.
 func New(cfg Config, log *slog.Logger) (*Server, error) {
 	s := &Server{
 		cfg:         cfg,
 		log:         log.With("namespace", cfg.Namespace, "function", cfg.Function),
 		stats:       NewStats(time.Now()),
 		registry:    prometheus.NewRegistry(),
+		runtime:     prometheus.NewRegistry(),
 		QuietPeriod: DefaultQuietPeriod,
 	}
-	if err := s.registry.Register(collectors.NewGoCollector()); err != nil {
+	if err := s.runtime.Register(collectors.NewGoCollector()); err != nil {
 		return nil, err
 	}
-	if err := s.registry.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+	if err := s.runtime.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
 		return nil, err
 	}
 	m, err := newMetrics(s.registry, cfg.Namespace, cfg.Function, cfg.Concurrency,
@@ -127,8 +130,11 @@ func (s *Server) Ready() bool {
 	return s.prober.ready.Load() && !s.draining.Load()
 }
 
-// Gatherer is the queue-proxy's Prometheus registry, served on /metrics:
-// the local platform gathers its instances' series from it into one page.
+// Gatherer holds the instance's own series: the local platform gathers its
+// instances' into one page. The Go runtime's and the process's are apart:
+// in-process instances share the platform's process, which reports them
+// once; gathering them per instance cost 82% of a scrape of 1,000
+// functions (benchmarks/RESULTS.md, bench-metrics).
 func (s *Server) Gatherer() prometheus.Gatherer { return s.registry }
 
 // FirstReady is closed when the user process first answers its health
@@ -280,7 +286,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, s.stats.Report(time.Now(), s.inFlight(), s.queued()))
 	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.registry, s.runtime}, promhttp.HandlerOpts{}))
 	return mux
 }
 

@@ -393,7 +393,9 @@ func TestStatsAndMetricsEndpoints(t *testing.T) {
 		`sless_queueproxy_request_duration_seconds_count{function="fn",namespace="ns"} 4`,
 		`sless_queueproxy_inflight_requests{function="fn",namespace="ns"} 0`,
 		`sless_queueproxy_queued_requests{function="fn",namespace="ns"} 0`,
+		`sless_queueproxy_concurrency_limit{function="fn",namespace="ns"} `,
 		`go_goroutines `,
+		`process_cpu_seconds_total `,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
