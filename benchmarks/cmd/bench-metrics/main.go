@@ -3,22 +3,35 @@
 // cold start (its first request waited at zero), has one ready instance,
 // and has served HTTP requests (200) through the activator. It runs the
 // real `sless dev` binary on a directory of -functions manifests of the
-// Python hello sample, starts each function with one request, then reads
-// the page once to count its series (per function, by family, and the Go
-// runtime's and the process's apart) and takes -scrapes scrapes back to
-// back, in plain text and gzipped, as Prometheus asks, timing each and
-// reading the process's CPU time from /proc. sless dev works in the
-// background too (the autoscaler reads every instance each second), so an
-// idle interval measured just before each batch is subtracted at its
-// rate.
+// Python hello sample (the lightest runtime to start a thousand of:
+// Go builds a binary per function), starts each function with one
+// request, then reads the page once to count its series (per function,
+// by family, and the Go runtime's and the process's apart), and scrapes
+// it back to back, in plain text and gzipped, with Prometheus's Accept
+// header: -scrapes scrapes a batch, or fewer when they take longer than
+// -max-batch.
 //
-// The floor, measured in the same run and the same way, is a bare
+// CPU per scrape is measured three ways. The process's CPU over the batch
+// (/proc) includes sless dev's background work (the queue-proxies' probes,
+// the autoscaler's reads of every instance each second, the manifests'
+// polling); less the idle rate measured just before, it is the scrape's
+// share only when the machine has CPU to spare, since on a busy one the
+// scrape delays the background work instead of adding to it. So perf
+// records each batch, and the samples whose call stack is a scrape's (the
+// /metrics handler, the gatherers and the collectors they run, the
+// encoding) give the scrape's own CPU: the batch's CPU times their share.
+//
+// The floor, measured in the same run and the same ways, is a bare
 // promhttp handler over a plain registry in a process of its own: the
 // same sless_ series (same names, types, labels, buckets and label
 // values) registered directly as counter, gauge and histogram vectors,
 // beside the same Go and process collectors.
 //
-//	go run ./benchmarks/cmd/bench-metrics -sless bin/sless [-functions 1000] [-scrapes 50] [-rounds 3] [-perf perf.data]
+// Build it with go build: go run strips the binary, and perf could not
+// name the floor's functions.
+//
+//	go build -o bin/bench-metrics ./benchmarks/cmd/bench-metrics
+//	bin/bench-metrics -sless bin/sless [-functions 1000] [-scrapes 50] [-rounds 2] [-perf perf.data]
 package main
 
 import (
@@ -59,12 +72,13 @@ func main() {
 		slessBin  = flag.String("sless", "bin/sless", "the sless binary whose `sless dev` is measured")
 		functions = flag.Int("functions", 1000, "functions, each with one ready instance")
 		scrapes   = flag.Int("scrapes", 50, "scrapes per batch (one batch per page, encoding and round)")
-		rounds    = flag.Int("rounds", 3, "measurements of each page and encoding, taken in turn")
-		idle      = flag.Duration("idle", 5*time.Second, "the idle interval measured before each batch, whose CPU rate is subtracted")
-		maxBatch  = flag.Duration("max-batch", 20*time.Second, "a batch ends after -scrapes scrapes or this long, whichever comes first (at least one scrape)")
+		rounds    = flag.Int("rounds", 2, "measurements of each page and encoding, taken in turn")
+		idle      = flag.Duration("idle", 3*time.Second, "the idle interval measured before each batch, whose CPU rate is subtracted")
+		maxBatch  = flag.Duration("max-batch", 10*time.Second, "a batch ends after -scrapes scrapes or this long, whichever comes first (at least one scrape)")
 		parallel  = flag.Int("parallel", 8, "cold starts at once")
 		samples   = flag.String("samples", "config/samples/functions", "the directory holding hello-python")
-		perfOut   = flag.String("perf", "", "when set, record a perf profile (call graphs) of sless dev over one more batch of gzipped scrapes into this file")
+		noPerf    = flag.Bool("no-perf", false, "do not record the batches with perf (then only the process's CPU over each batch is shown)")
+		perfOut   = flag.String("perf", "", "when set, keep the perf recording of sless dev's last gzip batch in this file (perf report -i FILE)")
 	)
 	flag.Parse()
 	if *functions < 1 || *scrapes < 1 || *rounds < 1 || *parallel < 1 || *idle <= 0 || *maxBatch <= 0 {
@@ -74,7 +88,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	c := config{sless: *slessBin, functions: *functions, scrapes: *scrapes, rounds: *rounds, idle: *idle, maxBatch: *maxBatch,
-		parallel: *parallel, samples: *samples, perf: *perfOut}
+		parallel: *parallel, samples: *samples, perf: *perfOut, usePerf: !*noPerf}
+	if c.usePerf && !perfAvailable() {
+		fmt.Fprintln(os.Stderr, "bench-metrics: no perf on PATH: the scrapes' own CPU is not measured (-no-perf to go on without)")
+		os.Exit(2)
+	}
 	if err := run(ctx, c); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-metrics:", err)
 		os.Exit(1)
@@ -86,6 +104,7 @@ type config struct {
 	functions, scrapes, rounds, parallel int
 	idle, maxBatch                       time.Duration
 	samples, perf                        string
+	usePerf                              bool
 }
 
 // acceptText is the Accept header of Prometheus 3's scrapes with its
@@ -145,7 +164,9 @@ func run(ctx context.Context, c config) error {
 	}
 	defer stopDev(dev, dir)
 	fail := func(err error) error {
-		return fmt.Errorf("%w\nthe end of sless dev's output:\n%s", err, tail(filepath.Join(dir, "sless-dev.log"), 40))
+		log := filepath.Join(dir, "sless-dev.log")
+		return fmt.Errorf("%w\nthe end of sless dev's output:\n%s\nits port clashes and running out of files, if any:\n%s",
+			err, tail(log, 20), grep(log, []string{"Address already in use", "too many open files"}, 10))
 	}
 
 	fmt.Fprintf(os.Stderr, "waiting for %d functions to be prepared...\n", c.functions)
@@ -156,7 +177,11 @@ func run(ctx context.Context, c config) error {
 	}
 	fmt.Fprintf(os.Stderr, "cold-starting %d functions, %d at once...\n", c.functions, c.parallel)
 	start := time.Now()
-	retried, err := coldStarts(ctx, listen, names, c.parallel)
+	wctx, cancel := context.WithCancelCause(ctx)
+	go watchFiles(wctx, cancel, dev.Process.Pid)
+	retried, err := coldStarts(wctx, listen, names, c.parallel)
+	err = cmp.Or(context.Cause(wctx), err)
+	cancel(nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -227,25 +252,43 @@ func run(ctx context.Context, c config) error {
 	}
 	encodings := []bool{false, true} // plain, gzip
 	results := map[string][]batch{}
+	take := func(t target, gz bool, key, perfFile string) error {
+		b, err := measure(ctx, t, gz, c.scrapes, c.maxBatch, c.idle, perfFile)
+		if err != nil {
+			return fmt.Errorf("%s: %w", t.name, err)
+		}
+		results[key] = append(results[key], b)
+		fmt.Fprintf(os.Stderr, "  %s: %d scrapes in %v, %v of CPU (%v while idle for %v); perf: %d samples, %d in the scrapes' stacks\n",
+			key, b.scrapes, b.wall.Round(time.Millisecond), b.cpu, b.idleCPU, b.idle.Round(time.Millisecond), b.attr.samples, b.attr.scrape)
+		return nil
+	}
 	for r := range c.rounds {
 		fmt.Fprintf(os.Stderr, "round %d of %d...\n", r+1, c.rounds)
 		for _, t := range targets {
 			for _, gz := range encodings {
-				b, err := measure(ctx, t, gz, c.scrapes, c.maxBatch, c.idle)
-				if err != nil {
-					return fmt.Errorf("%s: %w", t.name, err)
+				if err := take(t, gz, batchKey(t.name, gz), ""); err != nil {
+					return err
 				}
-				key := batchKey(t.name, gz)
-				results[key] = append(results[key], b)
 			}
 		}
 	}
-	if c.perf != "" {
-		if err := profile(ctx, targets[0], c.scrapes, c.maxBatch, c.perf); err != nil {
-			return fmt.Errorf("perf: %w", err)
+	// perf slows a busy sless dev down (its thousands of threads), so it
+	// records batches of its own, after the rounds: gzip, as Prometheus
+	// scrapes.
+	if c.usePerf {
+		fmt.Fprintln(os.Stderr, "recording gzip batches with perf...")
+		for _, t := range targets {
+			perfFile := filepath.Join(dir, "perf.data")
+			if err := take(t, true, perfKey(t.name), perfFile); err != nil {
+				return err
+			}
+			if c.perf != "" && t.pid == dev.Process.Pid {
+				if err := os.Rename(perfFile, c.perf); err != nil {
+					return err
+				}
+			}
 		}
 	}
-
 	report(c, comp, floorComp, results, coldTook, rss(dev.Process.Pid), retried)
 	return nil
 }
@@ -339,10 +382,14 @@ func waitFunctions(ctx context.Context, admin string, n int, within time.Duratio
 
 // coldStarts sends one request to each function, parallel at once; each
 // finds its function at zero and waits for its first instance. A request
-// that fails is sent again, every 2 s, up to maxTries in all: the
-// functions that needed it are returned, with their first failure.
+// that fails, or takes longer than tryTimeout, is sent again 2 s later,
+// up to maxTries in all: the functions that needed it are returned, with
+// their first failure.
 func coldStarts(ctx context.Context, listen string, names []string, parallel int) ([]string, error) {
-	const maxTries = 15
+	const (
+		maxTries   = 4
+		tryTimeout = 45 * time.Second
+	)
 	var (
 		next    atomic.Int64
 		wg      sync.WaitGroup
@@ -360,7 +407,9 @@ func coldStarts(ctx context.Context, listen string, names []string, parallel int
 				var first, last error
 				try := 1
 				for ; ; try++ {
-					body, err := get(ctx, "http://"+listen+"/fn/default/"+names[i]+"?name=metrics", "", false)
+					tctx, cancel := context.WithTimeout(ctx, tryTimeout)
+					body, err := get(tctx, "http://"+listen+"/fn/default/"+names[i]+"?name=metrics", "", false)
+					cancel()
 					if err == nil && !json.Valid(body) {
 						err = fmt.Errorf("not JSON: %q", body)
 					}
@@ -406,6 +455,37 @@ func grep(file string, words []string, n int) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// watchFiles cancels ctx when the process holds more than 3/4 of the
+// files it may open: an instance whose runtime lost its port to its own
+// queue-proxy (both ask the kernel for a free port, and the runtime binds
+// later) has its queue-proxy probe itself, each hop a new connection,
+// until the whole platform is out of files. Better to stop then than to
+// wait for every request to time out.
+func watchFiles(ctx context.Context, cancel context.CancelCauseFunc, pid int) {
+	limit := 0
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid)); err == nil {
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) >= 5 && strings.HasPrefix(line, "Max open files") {
+				limit, _ = strconv.Atoi(f[3])
+			}
+		}
+	}
+	if limit <= 0 {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		if fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil && len(fds) > limit*3/4 {
+			cancel(fmt.Errorf("sless dev holds %d files of the %d it may open: running out (look for a port clash below)", len(fds), limit))
+			return
+		}
+	}
 }
 
 // tail is the last n lines of a file.
@@ -597,13 +677,13 @@ type target struct {
 
 // batch is one measurement: scrapes back to back after an idle interval.
 type batch struct {
+	attr               attribution // perf's, when recorded
 	scrapes            int
 	wall               time.Duration // the batch's
 	cpu, idleCPU       time.Duration // during the batch; during the idle interval
 	idle               time.Duration // the idle interval's length
 	bytes              int           // of the last scrape's body, as sent
 	encoding, contType string
-	took               []time.Duration // each scrape's
 }
 
 // netCPU is the batch's CPU per scrape with the idle rate's share of the
@@ -612,8 +692,20 @@ func (b batch) netCPU() time.Duration {
 	background := time.Duration(float64(b.idleCPU) * float64(b.wall) / float64(b.idle))
 	return (b.cpu - background) / time.Duration(b.scrapes)
 }
-func (b batch) rawCPU() time.Duration    { return b.cpu / time.Duration(b.scrapes) }
+func (b batch) rawCPU() time.Duration { return b.cpu / time.Duration(b.scrapes) }
+
+// ownCPU is the CPU per scrape in the scrapes' own stacks: the batch's
+// CPU times the share of perf's samples in them.
+func (b batch) ownCPU() time.Duration {
+	if b.attr.samples == 0 {
+		return 0
+	}
+	return time.Duration(float64(b.cpu) * float64(b.attr.scrape) / float64(b.attr.samples) / float64(b.scrapes))
+}
 func (b batch) perScrape() time.Duration { return b.wall / time.Duration(b.scrapes) }
+
+// perfKey names the batch perf recorded.
+func perfKey(name string) string { return name + "/gzip/perf" }
 
 func batchKey(name string, gz bool) string {
 	if gz {
@@ -623,15 +715,11 @@ func batchKey(name string, gz bool) string {
 }
 
 // measure takes the process's CPU over an idle interval, then over n
-// scrapes back to back on one connection, or fewer when they take longer
-// than maxBatch.
-func measure(ctx context.Context, t target, gz bool, n int, maxBatch, idle time.Duration) (batch, error) {
+// scrapes back to back on one connection (open since the page was first
+// read), or fewer when they take longer than maxBatch. With a perfFile,
+// perf records the scrapes.
+func measure(ctx context.Context, t target, gz bool, n int, maxBatch, idle time.Duration, perfFile string) (batch, error) {
 	var b batch
-	// One scrape first, so that the connection is open and the batch
-	// starts warm.
-	if _, err := get(ctx, t.url, acceptText, gz); err != nil {
-		return b, err
-	}
 	cpu0, err := hops.CPUTime(t.pid)
 	if err != nil {
 		return b, err
@@ -647,14 +735,26 @@ func measure(ctx context.Context, t target, gz bool, n int, maxBatch, idle time.
 		return b, err
 	}
 	b.idle, b.idleCPU = time.Since(start), cpu1-cpu0
+	var rec *recording
+	if perfFile != "" {
+		if rec, err = startPerf(ctx, t.pid, perfFile); err != nil {
+			return b, err
+		}
+		defer func() {
+			if rec != nil {
+				_ = rec.stop()
+			}
+		}()
+		if cpu1, err = hops.CPUTime(t.pid); err != nil {
+			return b, err
+		}
+	}
 	start = time.Now()
 	for ; b.scrapes < n && (b.scrapes == 0 || time.Since(start) < maxBatch); b.scrapes++ {
-		begin := time.Now()
 		size, enc, ct, err := scrape(ctx, t.url, gz)
 		if err != nil {
 			return b, err
 		}
-		b.took = append(b.took, time.Since(begin))
 		b.bytes, b.encoding, b.contType = size, enc, ct
 	}
 	b.wall = time.Since(start)
@@ -663,6 +763,16 @@ func measure(ctx context.Context, t target, gz bool, n int, maxBatch, idle time.
 		return b, err
 	}
 	b.cpu = cpu2 - cpu1
+	if rec != nil {
+		err := rec.stop()
+		rec = nil
+		if err != nil {
+			return b, err
+		}
+		if b.attr, err = attribute(ctx, perfFile); err != nil {
+			return b, err
+		}
+	}
 	return b, nil
 }
 
@@ -701,34 +811,6 @@ func scrape(ctx context.Context, url string, gz bool) (int, string, string, erro
 		}
 	}
 	return len(body), cmp.Or(enc, "identity"), resp.Header.Get("Content-Type"), nil
-}
-
-// profile records sless dev with perf (call graphs, 999 Hz) over one more
-// batch of gzipped scrapes.
-func profile(ctx context.Context, t target, n int, maxBatch time.Duration, out string) error {
-	perf := exec.CommandContext(ctx, "perf", "record", "-F", "999", "-g", "-p", strconv.Itoa(t.pid), "-o", out)
-	perf.Stdout, perf.Stderr = io.Discard, os.Stderr
-	if err := perf.Start(); err != nil {
-		return err
-	}
-	time.Sleep(time.Second) // perf attaches
-	for start, i := time.Now(), 0; i < n && (i == 0 || time.Since(start) < maxBatch); i++ {
-		if _, _, _, err := scrape(ctx, t.url, true); err != nil {
-			_ = perf.Process.Kill()
-			_ = perf.Wait()
-			return err
-		}
-	}
-	_ = perf.Process.Signal(os.Interrupt)
-	done := make(chan error, 1)
-	go func() { done <- perf.Wait() }()
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(time.Minute):
-		_ = perf.Process.Kill()
-		return errors.New("perf did not stop within a minute")
-	}
 }
 
 // rss is a process's resident memory, from /proc.
@@ -784,38 +866,68 @@ func report(c config, comp, floorComp composition, results map[string][]batch, c
 	}
 	fmt.Printf("| all | | %d |\n\n", sum)
 
-	fmt.Println("| scrape | scrapes a batch | body | CPU per scrape (idle subtracted) | raw | wall per scrape (mean) | p50 | floor's body | floor's CPU per scrape | floor's wall (mean) | CPU / floor's | wall / floor's |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("Per scrape; medians of the rounds (lowest–highest). Process CPU: all of the process's CPU over the batch, divided by its scrapes; idle subtracted: less the process's idle rate measured just before, over the batch's length.")
+	fmt.Println()
+	fmt.Println("| page, encoding | scrapes a batch | body | process CPU | idle subtracted | wall (mean) | floor: body | floor: process CPU | floor: wall | process CPU / floor's | wall / floor's |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, gz := range []bool{false, true} {
 		s, f := results[batchKey("sless dev", gz)], results[batchKey("floor", gz)]
-		label := "plain text"
+		label := "plain"
 		if gz {
-			label = "gzip (Prometheus's default)"
+			label = "gzip"
 		}
 		label += fmt.Sprintf(" (%s; %s)", s[0].encoding, s[0].contType)
-		var took []time.Duration
+		var counts []string
 		for _, b := range s {
-			took = append(took, b.took...)
+			counts = append(counts, strconv.Itoa(b.scrapes))
 		}
-		counts := ""
-		for _, b := range s {
-			counts += fmt.Sprintf("%d / ", b.scrapes)
-		}
-		counts += fmt.Sprint(f[0].scrapes)
-		fmt.Printf("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, counts,
-			kib(s[len(s)-1].bytes), spread(s, batch.netCPU), spread(s, batch.rawCPU), spread(s, batch.perScrape),
-			hops.Ms(hops.Pct(took, 50))+" ms", kib(f[len(f)-1].bytes), spread(f, batch.netCPU), spread(f, batch.perScrape),
-			ratio(s, f, batch.netCPU), ratio(s, f, batch.perScrape))
+		fmt.Printf("| %s | %s (floor %d) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", label, strings.Join(counts, ", "), f[0].scrapes,
+			kib(s[len(s)-1].bytes), spread(s, batch.rawCPU), spread(s, batch.netCPU), spread(s, batch.perScrape),
+			kib(f[len(f)-1].bytes), spread(f, batch.rawCPU), spread(f, batch.perScrape),
+			ratio(s, f, batch.rawCPU), ratio(s, f, batch.perScrape))
 	}
 	fmt.Println()
 	for _, name := range []string{"sless dev", "floor"} {
-		b := results[batchKey(name, false)]
 		var rates []string
-		for _, x := range append(b, results[batchKey(name, true)]...) {
+		for _, x := range append(results[batchKey(name, false)], results[batchKey(name, true)]...) {
 			rates = append(rates, fmt.Sprintf("%.0f%%", 100*float64(x.idleCPU)/float64(x.idle)))
 		}
 		fmt.Printf("- %s's CPU while idle, before each batch: %s of a core\n", name, strings.Join(rates, ", "))
 	}
+	if !c.usePerf {
+		return
+	}
+
+	s, f := results[perfKey("sless dev")][0], results[perfKey("floor")][0]
+	fmt.Println()
+	fmt.Printf("A gzipped scrape's own CPU, from a batch perf recorded (at %d Hz, with call stacks): the process's CPU over the batch times the share of the samples whose stack is a scrape's. (perf slows a busy sless dev down: its wall times here are not the scrape's.)\n", perfRate)
+	fmt.Println()
+	fmt.Println("| | sless dev | floor | ratio |")
+	fmt.Println("|---|---|---|---|")
+	fmt.Printf("| scrapes in the batch | %d | %d | |\n", s.scrapes, f.scrapes)
+	fmt.Printf("| samples in the scrapes' stacks / all | %d / %d | %d / %d | |\n", s.attr.scrape, s.attr.samples, f.attr.scrape, f.attr.samples)
+	fmt.Printf("| own CPU per scrape | %s | %s | %.1f× |\n", msf(s.ownCPU()), msf(f.ownCPU()), float64(s.ownCPU())/float64(f.ownCPU()))
+	fmt.Printf("| process CPU per scrape | %s | %s | |\n", msf(s.rawCPU()), msf(f.rawCPU()))
+	fmt.Printf("| wall per scrape, under perf | %s | %s | |\n", msf(s.perScrape()), msf(f.perScrape()))
+
+	fmt.Println()
+	fmt.Println("Where a gzipped scrape's own CPU goes, ms per scrape (a sample counts in the first part found on its stack, in this order):")
+	fmt.Println()
+	fmt.Println("| part | sless dev | floor |")
+	fmt.Println("|---|---|---|")
+	share := func(b batch, n int) string {
+		if b.attr.samples == 0 {
+			return "n/a"
+		}
+		return msf(time.Duration(float64(b.cpu) * float64(n) / float64(b.attr.samples) / float64(b.scrapes)))
+	}
+	for _, p := range parts {
+		fmt.Printf("| %s | %s | %s |\n", p.name, share(s, s.attr.parts[p.name]), share(f, f.attr.parts[p.name]))
+	}
+	fmt.Printf("| all of the scrapes' stacks | %s | %s |\n", share(s, s.attr.scrape), share(f, f.attr.scrape))
+	fmt.Printf("| of which assisting the GC | %s | %s |\n", share(s, s.attr.gcAssist), share(f, f.attr.gcAssist))
+	fmt.Printf("| not counted above: the background GC workers over the batch (the scrapes' garbage and the rest) | %s | %s |\n",
+		share(s, s.attr.gcMark), share(f, f.attr.gcMark))
 }
 
 func mapKeys[V any](m map[string]V) func(func(string) bool) {
