@@ -30,10 +30,11 @@ const (
 // holds its output back until it is ready.
 func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet bool) error {
 	name := instanceName(spec.Namespace, spec.Name, in.id)
-	port, err := freePort()
+	port, err := s.ports.take()
 	if err != nil {
 		return err
 	}
+	defer s.ports.release(port) // every way out has ended the process
 	out := newOutput(s.opts.Output, name, quiet, func(line string) { s.opts.Lines(spec.Namespace, spec.Name, name, line) })
 	start := time.Now()
 	proc, err := startProcess(spec, port, out)
@@ -81,16 +82,6 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet
 		proc.terminate(s.opts.StopTimeout)
 		return nil
 	}
-}
-
-// freePort finds a loopback port for the runtime process to listen on.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // process is a running runtime process; exited is closed when it exits,

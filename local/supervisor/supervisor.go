@@ -102,8 +102,9 @@ const CrashLoopAfter = 3
 
 // Supervisor keeps each function's instances at the number asked for.
 type Supervisor struct {
-	opts Options
-	wg   sync.WaitGroup
+	opts  Options
+	wg    sync.WaitGroup
+	ports *ports
 
 	mu     sync.Mutex
 	fns    map[string]*function
@@ -160,7 +161,7 @@ func New(opts Options) *Supervisor {
 	if opts.Lines == nil {
 		opts.Lines = func(string, string, string, string) {}
 	}
-	return &Supervisor{opts: opts, fns: map[string]*function{}}
+	return &Supervisor{opts: opts, fns: map[string]*function{}, ports: newPorts()}
 }
 
 func key(namespace, name string) string { return namespace + "/" + name }
