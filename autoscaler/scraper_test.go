@@ -3,6 +3,7 @@ package autoscaler_test
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -106,5 +107,45 @@ func TestScraperSamplesAndExtrapolates(t *testing.T) {
 	}
 	if obs.Concurrency != 60 || obs.RPS != 150 {
 		t.Errorf("observation %+v, want concurrency 60 and 150 rps extrapolated to 30 instances", obs)
+	}
+}
+
+// One scraper reading many instances each second keeps one connection to
+// each: at 1,000 instances a redial per read was a dial a millisecond.
+func TestScraperKeepsConnections(t *testing.T) {
+	const instances = 150 // more than the default transport keeps idle
+	var dials sync.Map    // addr → *atomic count of new connections
+	admins := make([]string, instances)
+	for i := range admins {
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write([]byte(`{"averageConcurrency":1,"requests":2,"intervalSeconds":1}` + "\n"))
+		}))
+		var n int64
+		var mu sync.Mutex
+		srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				mu.Lock()
+				n++
+				mu.Unlock()
+			}
+		}
+		srv.Start()
+		t.Cleanup(srv.Close)
+		admins[i] = strings.TrimPrefix(srv.URL, "http://")
+		dials.Store(admins[i], func() int64 { mu.Lock(); defer mu.Unlock(); return n })
+	}
+	s := autoscaler.NewScraper(time.Second)
+	for range 3 {
+		for _, a := range admins {
+			if obs, err := s.Scrape(t.Context(), []string{a}); err != nil || obs.Scraped != 1 {
+				t.Fatalf("Scrape %s = %+v, %v", a, obs, err)
+			}
+		}
+	}
+	for _, a := range admins {
+		count, _ := dials.Load(a)
+		if n := count.(func() int64)(); n != 1 {
+			t.Errorf("%s: %d connections over three reads, want one", a, n)
+		}
 	}
 }
