@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-unit bench bench-coldstart bench-records bench-queue bench-knative generate verify lint controlplane tools clean
+.PHONY: all build run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-knative generate verify lint controlplane tools clean
 
 all: build
 
@@ -57,6 +57,13 @@ bench-records:
 ## HTTP, wake-up from zero, cron lag (needs RabbitMQ on 127.0.0.1:5672)
 bench-queue:
 	$(GO) run ./benchmarks/cmd/bench-queue
+
+## bench-metrics: the cost of a scrape of sless dev's /metrics with 1,000
+## functions (1,000 Python instances: about 13 GB and 6 minutes) against a
+## bare promhttp page of the same series
+bench-metrics: build
+	$(GO) build -o bin/bench-metrics ./benchmarks/cmd/bench-metrics
+	bin/bench-metrics -sless bin/sless
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue
