@@ -306,17 +306,10 @@ func TestCLIErrors(t *testing.T) {
 func TestCLILogsFollowEndsWithPlatform(t *testing.T) {
 	requirePython3(t)
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "idle"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for name, content := range map[string]string{
+	writeFiles(t, dir, map[string]string{
 		"idle.yaml":    "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: idle}\nspec: {runtime: python, source: ./idle, scale: {initial: 0}}\n",
 		"idle/main.py": "def handle(e):\n    print('idle served', flush=True)\n    return 'idle'\n",
-	} {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	})
 	admin, stop := runDev(t, dir, "")
 	eventually.True(t, "idle known", func() bool { _, err := sless(t, admin, "describe", "idle"); return err == nil })
 

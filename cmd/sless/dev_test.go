@@ -60,15 +60,7 @@ func startDevWith(t *testing.T, prefix []string, extra ...string) *devProcess {
 	t.Helper()
 	requirePython3(t)
 	dir := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(dir, "hi"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hi", "main.py"), []byte(devHandler), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "hi.yaml"), []byte(devManifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeFiles(t, dir, map[string]string{"hi/main.py": devHandler, "hi.yaml": devManifest})
 	d := startDevIn(t, dir, prefix, extra...)
 	eventually.True(t, "two instances", func() bool { return len(processesUsing(d.cacheDir)) == 2 })
 	d.url = d.invoke + "/fn/default/hi"
@@ -103,6 +95,20 @@ func startDevIn(t *testing.T, dir string, prefix []string, extra ...string) *dev
 	})
 	return &devProcess{cmd: cmd, exited: done, cacheDir: cacheDir, out: out,
 		invoke: "http://127.0.0.1:" + strconv.Itoa(serving), admin: "http://127.0.0.1:" + strconv.Itoa(admin)}
+}
+
+// writeFiles writes each file (path: content) under dir.
+func writeFiles(t *testing.T, dir string, files map[string]string) {
+	t.Helper()
+	for name, content := range files {
+		path := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // processesUsing lists the processes whose command line names dir: the

@@ -3,10 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -100,7 +97,10 @@ func TestObservability(t *testing.T) {
 	d := startDevIn(t, dir, nil, "--prometheus", "--prometheus-listen", "127.0.0.1:"+strconv.Itoa(promPort),
 		"--database-url", dbURL, "--amqp-url", amqptest.URL())
 	prom := "http://127.0.0.1:" + strconv.Itoa(promPort)
-	eventually.True(t, "Prometheus ready", func() bool { code, _ := get(prom + "/-/ready"); return code == 200 })
+	eventually.True(t, "Prometheus answering queries", func() bool {
+		_, err := promtest.Query(t.Context(), prom, "vector(1)")
+		return err == nil
+	})
 
 	drive(t, d, ch, queue, 30*time.Second)
 	ctx := t.Context()
@@ -119,32 +119,6 @@ func TestObservability(t *testing.T) {
 	checkDocumented(t, d.admin+"/metrics")
 }
 
-// writeFiles writes each file (path: content) under dir.
-func writeFiles(t *testing.T, dir string, files map[string]string) {
-	t.Helper()
-	for name, content := range files {
-		path := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// get fetches url, returning 0 when it could not.
-func get(url string) (int, string) {
-	c := http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get(url)
-	if err != nil {
-		return 0, err.Error()
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(b)
-}
-
 // drive sends the platform its load for the given time: web about 20
 // requests a second (one in 20 failing, and one crash after 10 s), broken
 // and a message to orders each second.
@@ -161,10 +135,10 @@ func drive(t *testing.T, d *devProcess, ch *amqp.Channel, queue string, length t
 		case i%20 == 19:
 			query = "?fail=1"
 		}
-		code, _ := get(d.invoke + "/fn/default/web" + query)
+		code, _ := fetch(t, d.invoke+"/fn/default/web"+query, "")
 		codes["web"][code]++
 		if i%20 == 0 {
-			code, _ := get(d.invoke + "/fn/default/broken")
+			code, _ := fetch(t, d.invoke+"/fn/default/broken", "")
 			codes["broken"][code]++
 			amqptest.Publish(t, ch, queue, []byte(strconv.Itoa(i)))
 		}
@@ -248,7 +222,7 @@ func dashboardQueries(t *testing.T) []panelQuery {
 // checkRuleHealth fails for every rule Prometheus could not evaluate.
 func checkRuleHealth(t *testing.T, prom string) {
 	t.Helper()
-	code, body := get(prom + "/api/v1/rules")
+	code, body := fetch(t, prom+"/api/v1/rules", "")
 	var rules struct {
 		Data struct {
 			Groups []struct {
@@ -291,7 +265,7 @@ func checkDocumented(t *testing.T, page string) {
 			documented[m[1]] = m[2]
 		}
 	}
-	code, body := get(page)
+	code, body := fetch(t, page, "")
 	if code != 200 {
 		t.Fatalf("GET %s: %d", page, code)
 	}
