@@ -500,9 +500,15 @@ func tail(file string, n int) string {
 
 // get fetches url and returns its body, which must come with a 200.
 func get(ctx context.Context, url, accept string, gz bool) ([]byte, error) {
+	body, _, err := getWithHeader(ctx, url, accept, gz)
+	return body, err
+}
+
+// getWithHeader is get that also returns the answer's header.
+func getWithHeader(ctx context.Context, url, accept string, gz bool) ([]byte, http.Header, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
@@ -512,17 +518,17 @@ func get(ctx context.Context, url, accept string, gz bool) ([]byte, error) {
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %d %.200s", url, resp.StatusCode, body)
+		return nil, nil, fmt.Errorf("%s: %d %.200s", url, resp.StatusCode, body)
 	}
-	return body, nil
+	return body, resp.Header, nil
 }
 
 // settle reads the page every 2 s until its series stop changing in
@@ -780,27 +786,11 @@ func measure(ctx context.Context, t target, gz bool, n int, maxBatch, idle time.
 // its Content-Encoding and Content-Type; a gzipped body is decompressed
 // and checked.
 func scrape(ctx context.Context, url string, gz bool) (int, string, string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	body, header, err := getWithHeader(ctx, url, acceptText, gz)
 	if err != nil {
 		return 0, "", "", err
 	}
-	req.Header.Set("Accept", acceptText)
-	if gz {
-		req.Header.Set("Accept-Encoding", "gzip")
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0, "", "", err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, "", "", err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return 0, "", "", fmt.Errorf("%s: %d", url, resp.StatusCode)
-	}
-	enc := resp.Header.Get("Content-Encoding")
+	enc := header.Get("Content-Encoding")
 	if enc == "gzip" {
 		zr, err := gzip.NewReader(bytes.NewReader(body))
 		if err != nil {
@@ -810,7 +800,7 @@ func scrape(ctx context.Context, url string, gz bool) (int, string, string, erro
 			return 0, "", "", fmt.Errorf("gzipped page: %w", err)
 		}
 	}
-	return len(body), cmp.Or(enc, "identity"), resp.Header.Get("Content-Type"), nil
+	return len(body), cmp.Or(enc, "identity"), header.Get("Content-Type"), nil
 }
 
 // rss is a process's resident memory, from /proc.
