@@ -24,6 +24,7 @@ import (
 	"sless.dev/sless/activator"
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/scheduler"
+	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/invocation/postgres"
@@ -76,7 +77,7 @@ func components() ([]component, error) {
 		build       func(reg *prometheus.Registry) error
 	}{
 		{"activator", "`sless activator` (admin port `:9090`) and `sless dev`", func(reg *prometheus.Registry) error {
-			_, err := activator.New(activator.Config{}, nopPoker{}, invocation.NewRing(1), reg, log)
+			_, err := activator.New(activator.Config{}, hops.NopPoker{}, invocation.NewRing(1), reg, log)
 			return err
 		}},
 		{"queue-proxy", fmt.Sprintf("every instance's `sless queue-proxy` (admin port `:%d`); in `sless dev` on the platform's page, with the label `instance`", wire.AdminPort), func(reg *prometheus.Registry) error {
@@ -130,10 +131,6 @@ func components() ([]component, error) {
 	}
 	return out, nil
 }
-
-type nopPoker struct{}
-
-func (nopPoker) Poke(string, string) {}
 
 // descRE reads a prometheus.Desc's String, the only form in which the
 // library shows a description's labels.
