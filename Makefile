@@ -13,12 +13,12 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-knative generate verify lint controlplane tools clean
+.PHONY: all build console run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-knative generate verify lint controlplane tools clean
 
 all: build
 
-## build: the sless binary, to bin/sless
-build:
+## build: the sless binary, to bin/sless, with the console's chart library
+build: console
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/sless ./cmd/sless
 
 ## run: the local platform (sless dev) on the samples in config/samples/functions;
@@ -28,7 +28,7 @@ run: build
 
 ## test: everything CI runs: generated files up to date, then all tests
 ## against a real kube-apiserver and etcd (built on first use)
-test: verify controlplane
+test: verify controlplane console
 	KUBEBUILDER_ASSETS=$(K8S_ASSETS) $(GO) test -race -count=1 ./...
 
 ## test-unit: the tests that need no control plane (the others skip)
@@ -98,6 +98,15 @@ lint: $(TOOLS)/staticcheck
 		(cd $$(dirname $$mod) && $(GO) vet ./... && $(TOOLS)/staticcheck ./...) || exit 1; \
 	done
 
+## console: uPlot, the console's chart library, copied from npm into the
+## embedded assets (the pinned version of console/web/package-lock.json)
+CONSOLE_VENDOR := console/assets/vendor/uPlot.iife.min.js console/assets/vendor/uPlot.min.css
+console: $(CONSOLE_VENDOR)
+
+$(CONSOLE_VENDOR) &: console/web/package.json console/web/package-lock.json
+	cd console/web && npm ci --no-audit --no-fund --loglevel=error
+	cp console/web/node_modules/uplot/dist/uPlot.iife.min.js console/web/node_modules/uplot/dist/uPlot.min.css console/assets/vendor/
+
 ## controlplane: kube-apiserver and etcd for envtest, built from Go modules
 controlplane: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/etcd
 
@@ -115,4 +124,4 @@ $(TOOLS)/%: hack/tools/go.mod
 	cd hack/tools && $(GO) build -o $@ $$($(GO) list -f '{{.ImportPath}}' tool | grep '/$*$$')
 
 clean:
-	rm -rf bin
+	rm -rf bin console/web/node_modules $(CONSOLE_VENDOR)

@@ -3,7 +3,6 @@ package activator
 import (
 	"cmp"
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 
+	"sless.dev/sless/internal/adminauth"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
@@ -50,6 +50,9 @@ type Server struct {
 	// the token, in place of the activator's own list of functions: the
 	// local platform adds builds, instances and logs to it.
 	API http.Handler
+	// Console, when set, serves the web console on every path the
+	// other routes leave: it guards its own pages and login.
+	Console http.Handler
 	// DrainTimeout bounds the drain at shutdown.
 	DrainTimeout time.Duration
 	// PropagationDelay is how long the activator keeps taking new
@@ -145,6 +148,9 @@ func (s *Server) adminHandler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
+	if s.Console != nil {
+		mux.Handle("/", s.Console)
+	}
 	if s.API != nil {
 		mux.Handle("/v1/", s.authorized(s.API.ServeHTTP))
 	} else {
@@ -266,19 +272,19 @@ func (s *Server) summarizeInvocations(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sum)
 }
 
-// authorized requires the bearer token, when one is configured.
+// authorized requires the admin token, when one is configured: as a
+// bearer token, or the console's session cookie.
 func (s *Server) authorized(h http.HandlerFunc) http.Handler {
-	if s.Token == "" {
-		return h
-	}
-	want := []byte("Bearer " + s.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
+		switch adminauth.Check(r, s.Token) {
+		case adminauth.Missing:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sless"`)
 			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a bearer token is required"})
-			return
+		case adminauth.Forged:
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "a change made with the session cookie must send a JSON body"})
+		default:
+			h(w, r)
 		}
-		h(w, r)
 	})
 }
 

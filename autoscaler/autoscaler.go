@@ -141,6 +141,7 @@ type state struct {
 // reads fail.
 type queueRead struct {
 	desired int32
+	depth   int64  // messages ready at the last good read
 	failing bool   // the last read failed: logged once, not every second
 	err     string // why it failed
 }
@@ -387,6 +388,22 @@ func (a *Autoscaler) QueueErrors(namespace, name string) map[string]string {
 	return out
 }
 
+// QueueDepth reports the messages ready on all of a function's queues at
+// their last good reads.
+func (a *Autoscaler) QueueDepth(namespace, name string) int64 {
+	st := a.get(namespace, name)
+	if st == nil {
+		return 0
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var n int64
+	for _, r := range st.reads {
+		n += r.depth
+	}
+	return n
+}
+
 // SetQueueReader makes the autoscaler read the depth of functions' queues
 // with r; without one, queues ask for nothing.
 func (a *Autoscaler) SetQueueReader(r QueueReader) {
@@ -512,7 +529,7 @@ func (a *Autoscaler) readQueues(ctx context.Context, st *state, r QueueReader) (
 		if read.failing {
 			read.err = errs[i].Error()
 		} else {
-			read.desired = kpa.QueueDesired(depths[i], q.Target, q.Activation)
+			read.desired, read.depth = kpa.QueueDesired(depths[i], q.Target, q.Activation), depths[i]
 			// Rare enough (functions with queues, once a second) to
 			// look the gauge up each time.
 			a.metrics.queueDepth.WithLabelValues(fn.Namespace, fn.Name, q.Name).Set(float64(depths[i]))

@@ -13,6 +13,7 @@ import (
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
 	"sless.dev/sless/queueproxy/consumer"
+	"sless.dev/sless/timeline"
 )
 
 // FunctionStatus is a function as the admin API and the table show it.
@@ -45,9 +46,17 @@ type FunctionStatus struct {
 	LastStartupMs float64               `json:"lastStartupMs"`
 	Instances     []supervisor.Instance `json:"instances"`
 	// Triggers are its triggers and what each is doing.
-	Triggers []TriggerStatus       `json:"triggers"`
-	Spec     v1alpha1.FunctionSpec `json:"spec"`
+	Triggers []TriggerStatus `json:"triggers"`
+	// Stats are its invocations over the last five minutes.
+	Stats timeline.Stats `json:"stats"`
+	// Overrides are the changes made to it through this API, which hold
+	// until sless dev stops; Spec has them applied.
+	Overrides *Overrides            `json:"overrides,omitempty"`
+	Spec      v1alpha1.FunctionSpec `json:"spec"`
 }
+
+// statsWindow is the window of FunctionStatus.Stats.
+const statsWindow = 5 * time.Minute
 
 // TriggerStatus is one trigger of a function.
 type TriggerStatus struct {
@@ -127,8 +136,9 @@ func (p *Platform) Functions() []FunctionStatus {
 		entries = append(entries, e)
 	}
 	out := make([]FunctionStatus, 0, len(entries))
+	now := time.Now()
 	for _, e := range entries {
-		out = append(out, p.status(e))
+		out = append(out, p.status(e, now))
 	}
 	p.mu.Unlock()
 	slices.SortFunc(out, func(a, b FunctionStatus) int {
@@ -138,8 +148,8 @@ func (p *Platform) Functions() []FunctionStatus {
 }
 
 // status is called with p.mu held.
-func (p *Platform) status(e *entry) FunctionStatus {
-	fn := e.fn
+func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
+	fn := e.effective()
 	st := FunctionStatus{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime),
 		File: fn.File, URL: p.URL(fn.Namespace, fn.Name), Created: e.created, BuildError: e.err,
 		Spec: fn.Spec, Instances: []supervisor.Instance{}}
@@ -151,6 +161,11 @@ func (p *Platform) status(e *entry) FunctionStatus {
 		st.Instances = sup.Instances
 	}
 	st.Triggers = p.triggers(fn, st.Instances)
+	st.Stats, _ = p.timeline.Stats(now, fn.Namespace, fn.Name, statsWindow)
+	if !e.over.empty() {
+		o := e.over
+		st.Overrides = &o
+	}
 	switch {
 	case !e.running && e.err != "":
 		st.State, st.Error = "failed", e.err
@@ -190,6 +205,12 @@ func (p *Platform) apiHandler() http.Handler {
 		writeJSON(w, http.StatusOK, st)
 	})
 	mux.HandleFunc("GET "+functionRoute+"/logs", p.serveLogs)
+	mux.HandleFunc("GET "+functionRoute+"/timeline", p.serveTimeline)
+	mux.HandleFunc("GET "+functionRoute+"/source", p.source)
+	mux.HandleFunc("GET "+functionRoute+"/manifest", p.manifest)
+	mux.HandleFunc("PATCH "+functionRoute+"/triggers/{trigger}", p.setTrigger)
+	mux.HandleFunc("PATCH "+functionRoute+"/scale", p.setScale)
+	mux.HandleFunc("POST "+functionRoute+"/invoke", p.invoke)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such route: " + r.Method + " " + r.URL.Path})
 	})
@@ -207,7 +228,7 @@ func (p *Platform) Function(namespace, name string) (st FunctionStatus, ok bool)
 	if e == nil {
 		return FunctionStatus{}, false
 	}
-	return p.status(e), true
+	return p.status(e, time.Now()), true
 }
 
 func writeUnknown(w http.ResponseWriter, r *http.Request) {

@@ -11,6 +11,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -23,12 +24,14 @@ import (
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
+	"sless.dev/sless/console"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
 	"sless.dev/sless/queueproxy"
 	"sless.dev/sless/runtimes"
+	"sless.dev/sless/timeline"
 )
 
 // Options configure the platform.
@@ -110,6 +113,8 @@ type Platform struct {
 	pokes          poker
 	queues         *queuedepth.Brokers // nil without a broker
 	waker          *queuedepth.Waker
+	timeline       *timeline.Timeline
+	invoker        *http.Client // the invoke action's, through the activator
 
 	mu  sync.Mutex
 	fns map[string]*entry
@@ -129,6 +134,8 @@ type entry struct {
 	// a row; retryAt is when to try again, zero when there is no retry.
 	installFailures int
 	retryAt         time.Time
+	proc            runtimes.Process // the last good build
+	over            overrides        // the session's changes to fn
 }
 
 // due reports whether e, at fingerprint fp, needs preparing at now.
@@ -156,7 +163,8 @@ func New(opts Options) (*Platform, error) {
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = forward.DefaultReadTimeout
 	}
-	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{}}
+	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{},
+		timeline: timeline.New(), invoker: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 	if p.reg == nil {
 		p.reg = prometheus.NewRegistry()
 	}
@@ -169,7 +177,7 @@ func New(opts Options) (*Platform, error) {
 		return nil, err
 	}
 	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog,
-		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: p.records,
+		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: sinks{p.records, p.timeline},
 		Crashed: func(namespace, name string) { p.metrics.crashes.WithLabelValues(namespace, name).Inc() }})
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
 		return nil, err
@@ -183,7 +191,7 @@ func New(opts Options) (*Platform, error) {
 		}
 	}
 	p.pokes = make(poker, maxPendingPokes)
-	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, p.records, p.reg, opts.Log); err != nil {
+	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, sinks{p.records, p.timeline}, p.reg, opts.Log); err != nil {
 		return nil, err
 	}
 	cronMetrics, err := scheduler.NewMetrics(p.reg)
@@ -214,7 +222,7 @@ func (p *Platform) Run(ctx context.Context) error {
 	// Every hop lives in this process: a client connection may take one
 	// to a queue-proxy (both ends here) and one to the function.
 	srv := &activator.Server{Activator: p.act, Registry: metrics, Records: p.records, Token: p.opts.AdminToken,
-		API: p.apiHandler(), DrainTimeout: p.opts.Drain, ReadTimeout: p.opts.ReadTimeout,
+		API: p.apiHandler(), Console: console.Handler{Token: p.opts.AdminToken}, DrainTimeout: p.opts.Drain, ReadTimeout: p.opts.ReadTimeout,
 		MaxConns: forward.MaxConns(4), Log: p.opts.Log}
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(ctx, p.serving, p.admin) }()
@@ -226,6 +234,7 @@ func (p *Platform) Run(ctx context.Context) error {
 	})
 	go p.deliverPokes(bg)
 	go p.cron.Run(bg)
+	go p.sample(bg, time.Second)
 
 	p.sync(ctx)
 	p.printTable()
@@ -399,7 +408,18 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 		fmt.Fprintf(p.opts.Out, "error: %s: %s: %v%s\n", fn.File, fn.Key(), err, retry)
 		return
 	}
-	e.err, e.installFailures = "", 0
+	e.err, e.installFailures, e.proc = "", 0, proc
+	p.mu.Unlock()
+	p.start(ctx, e)
+	p.opts.Log.Info("function deployed", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))
+}
+
+// start hands e's prepared function, with the session's overrides, to the
+// supervisor, the autoscaler, the activator and the cron scheduler, in
+// that order, so each finds what it calls.
+func (p *Platform) start(ctx context.Context, e *entry) {
+	p.mu.Lock()
+	fn, proc, fp := e.effective(), e.proc, e.fingerprint
 	scaling := autoscaler.FunctionFor(fn.Function)
 	added := !e.running
 	rescale := added || !reflect.DeepEqual(e.scaling, scaling)
@@ -416,7 +436,7 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 		// The autoscaler decides on a function new to it at once; one
 		// whose settings changed starts a new decider, decided on now,
 		// with the requests that waited for its build.
-		p.scaler.SetFunction(time.Now(), e.scaling)
+		p.scaler.SetFunction(time.Now(), scaling)
 		if waiting := p.act.Buffered()[fn.Key()]; !added || waiting > 0 {
 			p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, waiting)
 		}
@@ -428,7 +448,6 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 	} else {
 		p.cron.Set(ctx, fn.Namespace, fn.Name, triggers)
 	}
-	p.opts.Log.Info("function deployed", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))
 }
 
 // failing is the supervisor's news of a version that crashes before it is
@@ -469,6 +488,7 @@ func (p *Platform) remove(e *entry) {
 	p.sup.Remove(fn.Namespace, fn.Name)
 	p.logs.forget(fn.Namespace, fn.Name)
 	p.metrics.forget(fn.Namespace, fn.Name)
+	p.timeline.Remove(fn.Namespace, fn.Name)
 	fmt.Fprintf(p.opts.Out, "removed %s (its manifest is gone)\n", fn.Key())
 }
 
@@ -495,6 +515,18 @@ func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
 		out = append(out, queueproxy.RabbitMQ{RabbitMQTrigger: t, URL: p.opts.AMQPURL})
 	}
 	return out
+}
+
+// sinks hands each invocation record to the store and the console's
+// timeline.
+type sinks struct {
+	store    activator.InvocationSink
+	timeline *timeline.Timeline
+}
+
+func (s sinks) Add(r invocation.Record) {
+	s.store.Add(r)
+	s.timeline.Add(r)
 }
 
 // cronFirer sends cron fires through the in-process activator.

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/needs"
 	"sless.dev/sless/internal/syncbuf"
 )
 
@@ -385,7 +386,7 @@ func TestCrashUnderLoad(t *testing.T) {
 // unreachable; here a package tarball that is not there yet) is prepared
 // again with the same source after a wait, and serves once they install.
 func TestFailedInstallIsRetried(t *testing.T) {
-	requireTools(t, "node", "npm")
+	needs.Commands(t, "node", "npm")
 	dir, dep := t.TempDir(), filepath.Join(t.TempDir(), "dep.tgz")
 	if err := os.MkdirAll(filepath.Join(dir, "fn"), 0o755); err != nil {
 		t.Fatal(err)

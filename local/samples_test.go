@@ -6,12 +6,13 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/needs"
 )
 
 // samplesDir is the directory `sless dev` serves by default.
@@ -32,7 +33,7 @@ var samples = []string{
 // through the activator: the answers, the bad inputs, the failures an
 // instance survives, and the crash it does not.
 func TestSamples(t *testing.T) {
-	requireTools(t, "python3", "node", "npm", "go")
+	needs.Commands(t, "python3", "node", "npm", "go")
 	pgErr := postgresUp()
 	if pgErr != nil && os.Getenv("CI") != "" {
 		t.Fatalf("PostgreSQL is required in CI: %v", pgErr)
@@ -161,25 +162,6 @@ func (p *platform) checkCrash() {
 	if after := p.pid(fn); after == before {
 		p.t.Errorf("the same pid %d answered after the crash", after)
 	}
-}
-
-// requireTools fails in CI, and skips elsewhere, when a command the
-// samples need is missing.
-func requireTools(t *testing.T, names ...string) {
-	t.Helper()
-	var missing []string
-	for _, name := range names {
-		if _, err := exec.LookPath(name); err != nil {
-			missing = append(missing, name)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("the samples need %s, missing in CI", strings.Join(missing, ", "))
-	}
-	t.Skipf("the samples need %s, not found", strings.Join(missing, ", "))
 }
 
 func postgresUp() error {

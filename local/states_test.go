@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/needs"
 )
 
 // get answers a request to a function: status, body and Retry-After.
@@ -27,7 +29,7 @@ func (p *platform) fetch(name string) (code int, body, retryAfter string) {
 // whose instances crash before ready, answers 503 at once with the cause;
 // 404 stays for names no manifest declares.
 func TestNotServingYet(t *testing.T) {
-	requireTools(t, "python3", "go")
+	needs.Commands(t, "python3", "go")
 	dir := t.TempDir()
 	files := map[string]string{
 		"slow/handler.go": "package slow\n\nimport (\n\t\"context\"\n\n\t\"sless.dev/sless/runtimes/go/sless\"\n)\n\nfunc Handle(context.Context, sless.Event) (any, error) { return \"built\", nil }\n",

@@ -20,6 +20,7 @@ import (
 
 	"sless.dev/sless/internal/badclient"
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/needs"
 )
 
 var soakFor = flag.Duration("soak", 60*time.Second, "how long TestSoak loads the platform")
@@ -72,7 +73,7 @@ var handlers = map[string]string{"python": "main.handle", "node": "index.handle"
 // the spec given (indented under spec:), and waits until each serves.
 func startSleepers(t *testing.T, spec string) *platform {
 	t.Helper()
-	requireTools(t, "python3", "node", "go")
+	needs.Commands(t, "python3", "node", "go")
 	dir := t.TempDir()
 	var manifests strings.Builder
 	for runtime, files := range sleepers {

@@ -15,6 +15,7 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"sless.dev/sless/activator"
+	"sless.dev/sless/console"
 	"sless.dev/sless/activator/kubewatch"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
@@ -93,8 +94,9 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 			if err != nil {
 				return fmt.Errorf("--admin: %w", err)
 			}
-			srv := &activator.Server{Activator: a, Registry: reg, Records: store,
-				Token: os.Getenv("SLESS_ADMIN_TOKEN"), AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
+			token := os.Getenv("SLESS_ADMIN_TOKEN")
+			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Console: console.Handler{Token: token},
+				Token: token, AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
 			return srv.Run(ctx, servingLn, adminLn)
 		},
 	}

@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/needs"
 	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/local"
@@ -338,10 +338,5 @@ func TestCLILogsFollowEndsWithPlatform(t *testing.T) {
 
 func requirePython3(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("python3 is required in CI")
-		}
-		t.Skip("python3 not found: the function here is a Python one")
-	}
+	needs.Commands(t, "python3")
 }
