@@ -47,7 +47,7 @@ func (r *FunctionReconciler) checkTriggers(ctx context.Context, fn *v1alpha1.Fun
 		}
 		checked++
 		if err := r.checkTrigger(ctx, fn.Namespace, t.RabbitMQ); err != nil {
-			problems = append(problems, fmt.Sprintf("trigger %s: %v", t.Name, err))
+			problems = append(problems, fmt.Sprintf("%s%s: %v", triggerPrefix, t.Name, err))
 		}
 	}
 	switch {
@@ -55,7 +55,7 @@ func (r *FunctionReconciler) checkTriggers(ctx context.Context, fn *v1alpha1.Fun
 		meta.RemoveStatusCondition(&status.Conditions, v1alpha1.ConditionTriggersReady)
 	case len(problems) > 0:
 		setCondition(status, fn.Generation, metav1.Condition{Type: v1alpha1.ConditionTriggersReady, Status: metav1.ConditionFalse,
-			Reason: ReasonTriggerFailing, Message: strings.Join(problems, "; ")})
+			Reason: ReasonTriggerFailing, Message: strings.Join(problems, problemSep)})
 	default:
 		setCondition(status, fn.Generation, metav1.Condition{Type: v1alpha1.ConditionTriggersReady, Status: metav1.ConditionTrue,
 			Reason: ReasonTriggersReachable, Message: fmt.Sprintf("%d RabbitMQ trigger(s): broker and queue reachable", checked)})
@@ -152,4 +152,22 @@ func check(rawURL, queue string) error {
 		return fmt.Errorf("queue %q on %s: %w", queue, broker, err)
 	}
 	return nil
+}
+
+// The TriggersReady condition's message lists "trigger <name>: <why>"
+// problems, joined by problemSep.
+const (
+	triggerPrefix = "trigger "
+	problemSep    = "; "
+)
+
+// TriggerProblems reads a TriggersReady message back: why, by trigger.
+func TriggerProblems(message string) map[string]string {
+	out := map[string]string{}
+	for _, problem := range strings.Split(message, problemSep) {
+		if name, why, ok := strings.Cut(strings.TrimPrefix(problem, triggerPrefix), ": "); ok {
+			out[name] = why
+		}
+	}
+	return out
 }

@@ -2,85 +2,46 @@ package local
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
 	"text/tabwriter"
 	"time"
 
-	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/adminapi"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
 	"sless.dev/sless/queueproxy/consumer"
-	"sless.dev/sless/timeline"
 )
 
-// FunctionStatus is a function as the admin API and the table show it.
+// FunctionStatus is a function as the admin API and the table show it:
+// what every backend shows, and what only the local platform knows.
 type FunctionStatus struct {
-	Namespace string `json:"namespace"`
-	Name      string `json:"name"`
-	Runtime   string `json:"runtime"`
-	File      string `json:"file"`
-	URL       string `json:"url"`
+	adminapi.Function
+	File string `json:"file"`
 	// Created is when its manifest was first loaded.
 	Created time.Time `json:"created"`
-	// State is building, failed (its build: nothing to run), crashing
-	// (its instances crash before ready), idle (no instance), starting or
-	// ready; Error says why it is failed or crashing.
-	State string `json:"state"`
-	Error string `json:"error,omitempty"`
 	// Update is "failed" when a new version could not be built or crashes
 	// before ready while the previous one serves; UpdateError says why.
 	Update      string `json:"update,omitempty"`
 	UpdateError string `json:"updateError,omitempty"`
 	// BuildError is the last build or install failure of its source.
 	BuildError string `json:"buildError,omitempty"`
-	Desired    int    `json:"desired"`
-	Ready      int    `json:"ready"`
-	Starting   int    `json:"starting"`
 	Crashes    int    `json:"crashes"`
 	LastCrash  string `json:"lastCrash,omitempty"`
 	// LastStartupMs is how long the latest instance took from the start of
 	// its process to ready.
 	LastStartupMs float64               `json:"lastStartupMs"`
 	Instances     []supervisor.Instance `json:"instances"`
-	// Triggers are its triggers and what each is doing.
-	Triggers []TriggerStatus `json:"triggers"`
-	// Stats are its invocations over the last five minutes.
-	Stats timeline.Stats `json:"stats"`
-	// Overrides are the changes made to it through this API, which hold
-	// until sless dev stops; Spec has them applied.
-	Overrides *Overrides            `json:"overrides,omitempty"`
-	Spec      v1alpha1.FunctionSpec `json:"spec"`
-}
-
-// statsWindow is the window of FunctionStatus.Stats.
-const statsWindow = 5 * time.Minute
-
-// TriggerStatus is one trigger of a function.
-type TriggerStatus struct {
-	Name string `json:"name"`
-	// Kind is http, cron or rabbitmq.
-	Kind  string `json:"kind"`
-	Queue string `json:"queue,omitempty"`
-	// State is disabled for a trigger with enabled: false, else active
-	// for HTTP and cron. A RabbitMQ trigger is consuming (a ready
-	// instance consumes it), waiting (no instance: its first message
-	// wakes the function), disabled (also when the platform has no
-	// broker) or failing, Error saying why: a bad URL, refused
-	// credentials, a missing queue.
-	State string `json:"state"`
-	Error string `json:"error,omitempty"`
 }
 
 // triggers reports fn's triggers from what its instances' consumers and
 // the autoscaler's reads of its queues say.
-func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instance) []TriggerStatus {
-	out := make([]TriggerStatus, 0, len(fn.Spec.Triggers))
+func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instance) []adminapi.TriggerStatus {
+	out := make([]adminapi.TriggerStatus, 0, len(fn.Spec.Triggers))
 	var queueErrs map[string]string
 	for _, t := range fn.Spec.Triggers {
-		ts := TriggerStatus{Name: t.Name, Kind: "http", State: "active"}
+		ts := adminapi.TriggerStatus{Name: t.Name, Kind: "http", State: "active"}
 		switch {
 		case t.Cron != nil:
 			ts.Kind = "cron"
@@ -106,7 +67,7 @@ func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instan
 // consumerState sets a RabbitMQ trigger's state: failing when a consumer
 // of it, or with none the last depth read, fails; else consuming when a
 // ready instance consumes it.
-func consumerState(ts *TriggerStatus, instances []supervisor.Instance, readErr string) {
+func consumerState(ts *adminapi.TriggerStatus, instances []supervisor.Instance, readErr string) {
 	consumers := 0
 	for _, in := range instances {
 		for _, c := range in.Consumers {
@@ -150,9 +111,9 @@ func (p *Platform) Functions() []FunctionStatus {
 // status is called with p.mu held.
 func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	fn := e.effective()
-	st := FunctionStatus{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime),
-		File: fn.File, URL: p.URL(fn.Namespace, fn.Name), Created: e.created, BuildError: e.err,
-		Spec: fn.Spec, Instances: []supervisor.Instance{}}
+	st := FunctionStatus{Function: adminapi.Function{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime),
+		URL: p.URL(fn.Namespace, fn.Name), Spec: fn.Spec},
+		File: fn.File, Created: e.created, BuildError: e.err, Instances: []supervisor.Instance{}}
 	sup, _ := p.sup.Status(fn.Namespace, fn.Name)
 	st.Desired, st.Ready, st.Starting = sup.Desired, sup.Ready, sup.Starting
 	st.Crashes, st.LastCrash = sup.Crashes, sup.LastError
@@ -161,8 +122,8 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 		st.Instances = sup.Instances
 	}
 	st.Triggers = p.triggers(fn, st.Instances)
-	st.Stats, _ = p.timeline.Stats(now, fn.Namespace, fn.Name, statsWindow)
-	if !e.over.empty() {
+	st.Stats, _ = p.timeline.Stats(now, fn.Namespace, fn.Name, adminapi.StatsWindow)
+	if !e.over.IsZero() {
 		o := e.over
 		st.Overrides = &o
 	}
@@ -189,36 +150,14 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	return st
 }
 
-// apiHandler serves the platform's /v1/ routes. Each route of one
-// function lives under /v1/namespaces/{namespace}/functions/{name}.
+// apiHandler serves the platform's /v1/ routes: the admin API's, and the
+// output and source only the local platform has.
 func (p *Platform) apiHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /v1/functions", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]any{"functions": p.Functions()})
-	})
-	mux.HandleFunc("GET "+functionRoute, func(w http.ResponseWriter, r *http.Request) {
-		st, ok := p.Function(r.PathValue("namespace"), r.PathValue("name"))
-		if !ok {
-			writeUnknown(w, r)
-			return
-		}
-		writeJSON(w, http.StatusOK, st)
-	})
-	mux.HandleFunc("GET "+functionRoute+"/logs", p.serveLogs)
-	mux.HandleFunc("GET "+functionRoute+"/timeline", p.serveTimeline)
-	mux.HandleFunc("GET "+functionRoute+"/source", p.source)
-	mux.HandleFunc("GET "+functionRoute+"/manifest", p.manifest)
-	mux.HandleFunc("PATCH "+functionRoute+"/triggers/{trigger}", p.setTrigger)
-	mux.HandleFunc("PATCH "+functionRoute+"/scale", p.setScale)
-	mux.HandleFunc("POST "+functionRoute+"/invoke", p.invoke)
-	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no such route: " + r.Method + " " + r.URL.Path})
-	})
+	mux := adminapi.NewMux(backend{p}, p.timeline)
+	mux.HandleFunc("GET "+adminapi.FunctionRoute+"/logs", p.serveLogs)
+	mux.HandleFunc("GET "+adminapi.FunctionRoute+"/source", p.source)
 	return mux
 }
-
-// functionRoute is the admin API's path of one function.
-const functionRoute = "/v1/namespaces/{namespace}/functions/{name}"
 
 // Function reports one function; ok is false when no manifest declares it.
 func (p *Platform) Function(namespace, name string) (st FunctionStatus, ok bool) {
@@ -232,13 +171,7 @@ func (p *Platform) Function(namespace, name string) (st FunctionStatus, ok bool)
 }
 
 func writeUnknown(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusNotFound, map[string]string{"error": "unknown function " + r.PathValue("namespace") + "/" + r.PathValue("name")})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	adminapi.WriteError(w, adminapi.Unknown(r.PathValue("namespace"), r.PathValue("name")))
 }
 
 // printTable shows the functions, their state and URL.

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"sless.dev/sless/adminapi"
 	"sless.dev/sless/invocation"
 )
 
@@ -195,11 +196,11 @@ func (p *Platform) serveLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	q, err := parseLogsQuery(r, time.Now())
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		adminapi.WriteError(w, adminapi.BadInput("%v", err))
 		return
 	}
 	if !q.follow {
-		writeJSON(w, http.StatusOK, map[string]any{"lines": p.logs.tail(ns, name, q.since, q.tail)})
+		adminapi.WriteJSON(w, http.StatusOK, map[string]any{"lines": p.logs.tail(ns, name, q.since, q.tail)})
 		return
 	}
 	p.logs.stream(w, r, ns, name, q)

@@ -11,7 +11,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -114,7 +113,6 @@ type Platform struct {
 	queues         *queuedepth.Brokers // nil without a broker
 	waker          *queuedepth.Waker
 	timeline       *timeline.Timeline
-	invoker        *http.Client // the invoke action's, through the activator
 
 	mu  sync.Mutex
 	fns map[string]*entry
@@ -164,7 +162,7 @@ func New(opts Options) (*Platform, error) {
 		opts.ReadTimeout = forward.DefaultReadTimeout
 	}
 	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{},
-		timeline: timeline.New(), invoker: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+		timeline: timeline.New()}
 	if p.reg == nil {
 		p.reg = prometheus.NewRegistry()
 	}
@@ -177,7 +175,7 @@ func New(opts Options) (*Platform, error) {
 		return nil, err
 	}
 	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog,
-		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: sinks{p.records, p.timeline},
+		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: timeline.Tee(p.records, p.timeline),
 		Crashed: func(namespace, name string) { p.metrics.crashes.WithLabelValues(namespace, name).Inc() }})
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
 		return nil, err
@@ -191,7 +189,7 @@ func New(opts Options) (*Platform, error) {
 		}
 	}
 	p.pokes = make(poker, maxPendingPokes)
-	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, sinks{p.records, p.timeline}, p.reg, opts.Log); err != nil {
+	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, timeline.Tee(p.records, p.timeline), p.reg, opts.Log); err != nil {
 		return nil, err
 	}
 	cronMetrics, err := scheduler.NewMetrics(p.reg)
@@ -515,18 +513,6 @@ func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
 		out = append(out, queueproxy.RabbitMQ{RabbitMQTrigger: t, URL: p.opts.AMQPURL})
 	}
 	return out
-}
-
-// sinks hands each invocation record to the store and the console's
-// timeline.
-type sinks struct {
-	store    activator.InvocationSink
-	timeline *timeline.Timeline
-}
-
-func (s sinks) Add(r invocation.Record) {
-	s.store.Add(r)
-	s.timeline.Add(r)
 }
 
 // cronFirer sends cron fires through the in-process activator.

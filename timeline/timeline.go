@@ -143,6 +143,17 @@ func (t *Timeline) Sample(now time.Time, namespace, name string, g Gauges) {
 	f.mu.Unlock()
 }
 
+// Retain forgets every function keep says no to.
+func (t *Timeline) Retain(keep func(namespace, name string) bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for k := range t.fns {
+		if !keep(k.namespace, k.name) {
+			delete(t.fns, k)
+		}
+	}
+}
+
 // Remove forgets a function.
 func (t *Timeline) Remove(namespace, name string) {
 	t.mu.Lock()
@@ -302,4 +313,20 @@ func (s *Series) add(i int64, sl *slot) {
 func ms(sec float64) *float64 {
 	v := math.Round(sec*1e6) / 1e3
 	return &v
+}
+
+// Recorder takes invocation records: an activator's record sink.
+type Recorder interface{ Add(invocation.Record) }
+
+// Tee sends each record to r, then to t.
+func Tee(r Recorder, t *Timeline) Recorder { return tee{r, t} }
+
+type tee struct {
+	r Recorder
+	t *Timeline
+}
+
+func (s tee) Add(rec invocation.Record) {
+	s.r.Add(rec)
+	s.t.Add(rec)
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/apis/v1alpha1"
@@ -71,6 +72,10 @@ func (f *Functions) Run(ctx context.Context) error {
 	}()
 	return cachesync.Wait(ctx, f.SyncTimeout, f.cache.WaitForCacheSync, "activator", "functions.sless.dev")
 }
+
+// Reader reads the Functions the watch holds: the admin API's view of the
+// cluster, without a request to the API server per read.
+func (f *Functions) Reader() client.Reader { return f.cache }
 
 func (f *Functions) set(obj any) {
 	fn, ok := obj.(*v1alpha1.Function)

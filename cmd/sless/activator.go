@@ -6,19 +6,26 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"sless.dev/sless/activator"
-	"sless.dev/sless/console"
+	"sless.dev/sless/activator/kubeadmin"
 	"sless.dev/sless/activator/kubewatch"
+	"sless.dev/sless/adminapi"
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/console"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/timeline"
 )
 
 func newActivatorCommand() *cobra.Command {
@@ -62,7 +69,8 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 				go client.Run(ctx)
 				poker = client
 			}
-			a, err := activator.New(cfg, poker, store, reg, log)
+			tl := timeline.New()
+			a, err := activator.New(cfg, poker, timeline.Tee(store, tl), reg, log)
 			if err != nil {
 				return err
 			}
@@ -94,9 +102,14 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 			if err != nil {
 				return fmt.Errorf("--admin: %w", err)
 			}
+			api, err := adminBackend(restCfg, fns, tl, servingLn)
+			if err != nil {
+				return err
+			}
+			go api.Sample(ctx, time.Second, a.Buffered)
 			token := os.Getenv("SLESS_ADMIN_TOKEN")
-			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Console: console.Handler{Token: token},
-				Token: token, AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
+			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Token: token,
+				API: adminapi.NewMux(api, tl), Console: console.Handler{Token: token}, AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
 			return srv.Run(ctx, servingLn, adminLn)
 		},
 	}
@@ -125,6 +138,22 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 		return nil
 	}
 	return cmd
+}
+
+// adminBackend serves the admin API and the console from the Functions
+// the activator watches; its actions patch them.
+func adminBackend(cfg *rest.Config, fns *kubewatch.Functions, tl *timeline.Timeline, serving net.Listener) (*kubeadmin.Backend, error) {
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	writer, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	port := serving.Addr().(*net.TCPAddr).Port
+	return &kubeadmin.Backend{Reader: fns.Reader(), Writer: writer, Timeline: tl,
+		Invoke: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
 }
 
 // watchPeers makes the activator share every instance's concurrency with

@@ -65,7 +65,9 @@ func (c *consoleUser) apiFunctions() map[string]string {
 		return nil
 	}
 	defer resp.Body.Close()
-	var list struct{ Functions []struct{ Name, State string } }
+	var list struct {
+		Functions []struct{ Name, State string }
+	}
 	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
 		return nil
 	}

@@ -35,7 +35,11 @@ async function api(path, opts = {}) {
     throw new Error('signed out');
   }
   const data = await res.json().catch(() => ({}));
-  if (!res.ok) throw new Error(data.error || res.status + ' ' + res.statusText);
+  if (!res.ok) {
+    const err = new Error(data.error || res.status + ' ' + res.statusText);
+    err.status = res.status;
+    throw err;
+  }
   return data;
 }
 
@@ -56,6 +60,7 @@ function every(ms, f) {
     if (!stopped) timer.id = setTimeout(tick, ms);
   };
   const timer = { id: 0, stop() { stopped = true; clearTimeout(this.id); } };
+  f.stop = () => timer.stop();
   timers.push(timer);
   tick();
 }
@@ -213,15 +218,14 @@ function renderHead(head, f) {
   const key = JSON.stringify([f.state, f.ready, f.desired, f.starting, f.crashes, f.lastStartupMs, f.url, f.runtime]);
   if (head.dataset.key === key) return;
   head.dataset.key = key;
+  // Crashes, startup and file are sless dev's; the cluster has kubectl.
+  const facts = [
+    ['Runtime', f.runtime], ['URL', f.url], ['Instances', f.ready + ' ready, ' + f.starting + ' starting, ' + f.desired + ' desired'],
+    ['Crashes', f.crashes], ['Last startup', f.lastStartupMs ? fmt.ms(f.lastStartupMs) : undefined], ['Manifest', f.file],
+  ].filter(([, v]) => v !== undefined && v !== '');
   head.replaceChildren(
     h('h1', {}, f.namespace + '/' + f.name + ' ', badge(f.state)),
-    h('dl', { class: 'facts' },
-      h('dt', { text: 'Runtime' }), h('dd', { text: f.runtime }),
-      h('dt', { text: 'URL' }), h('dd', {}, h('code', { text: f.url })),
-      h('dt', { text: 'Instances' }), h('dd', { text: f.ready + ' ready, ' + f.starting + ' starting, ' + f.desired + ' desired' }),
-      h('dt', { text: 'Crashes' }), h('dd', { text: String(f.crashes) }),
-      h('dt', { text: 'Last startup' }), h('dd', { text: f.lastStartupMs ? fmt.ms(f.lastStartupMs) : '—' }),
-      h('dt', { text: 'Manifest' }), h('dd', {}, h('code', { text: f.file }))));
+    h('dl', { class: 'facts' }, facts.map(([k, v]) => [h('dt', { text: k }), h('dd', { text: String(v) })])));
 }
 
 function renderProblems(el, f) {
@@ -430,17 +434,32 @@ function invocationRow(r) {
 
 // ---- logs, manifest, source ----
 
+// unkept answers a route only sless dev has: on Kubernetes the output
+// and the source are the cluster's (kubectl logs, the image).
+function unkept(e, el, what) {
+  if (e.status !== 404 || !/no such route/.test(e.message)) return false;
+  el.replaceWith(h('p', { class: 'muted', text: what }));
+  return true;
+}
+
 function logsPanel(base) {
   const pre = h('pre', { id: 'logs', tabindex: '0', 'aria-label': 'log lines' });
-  every(2000, async () => {
-    const { lines } = await api(base + '/logs?tail=200');
+  const poll = async () => {
+    let lines;
+    try {
+      ({ lines } = await api(base + '/logs?tail=200'));
+    } catch (e) {
+      if (unkept(e, pre, 'The platform keeps no output here: use kubectl logs.')) return poll.stop();
+      throw e;
+    }
     const text = lines.map((l) => fmt.time(l.time) + ' ' + l.instance + ' ' + l.line).join('\n') || '(no output yet)';
     if (pre.textContent !== text) {
       const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
       pre.textContent = text;
       if (atEnd) pre.scrollTop = pre.scrollHeight;
     }
-  });
+  };
+  every(2000, poll);
   return h('section', { class: 'panel' }, h('h2', { text: 'Output of its instances' }), pre);
 }
 
@@ -449,7 +468,11 @@ function lazyPanel(title, id, load) {
   const d = h('details', { id }, h('summary', {}, h('h2', { style: 'display:inline', text: title })), body);
   d.addEventListener('toggle', () => {
     if (d.open && !body.hasChildNodes()) {
-      load(body).catch((e) => body.replaceChildren(h('p', { class: 'error', text: e.message })));
+      load(body).catch((e) => {
+        const note = h('p', { class: 'error', text: e.message });
+        body.replaceChildren(note);
+        unkept(e, note, 'The platform has no source here: the function runs from its image.');
+      });
     }
   });
   return h('section', { class: 'panel' }, d);

@@ -1,0 +1,250 @@
+// Package kubeadmin is the admin API's backend on Kubernetes, served by the
+// activator: it reads Functions from the activator's watch and their
+// status from the controller, and makes a console action a patch of the
+// Function, so the change is the cluster's, as kubectl would make it.
+package kubeadmin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"sless.dev/sless/adminapi"
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/controller"
+	"sless.dev/sless/timeline"
+)
+
+// Backend serves the admin API from the cluster (an adminapi.Backend).
+type Backend struct {
+	// Reader reads Functions: the activator's watch.
+	Reader client.Reader
+	// Writer patches Functions: the activator's role allows patch.
+	Writer client.Writer
+	// Timeline gives each function its stats.
+	Timeline *timeline.Timeline
+	// Invoke is the base URL of the activator's invocation port, as this
+	// process reaches it.
+	Invoke string
+}
+
+// Functions lists every Function, sorted by namespace and name.
+func (b *Backend) Functions(ctx context.Context) ([]adminapi.Function, error) {
+	var list v1alpha1.FunctionList
+	if err := b.Reader.List(ctx, &list); err != nil {
+		return nil, fmt.Errorf("list functions: %w", err)
+	}
+	out := make([]adminapi.Function, 0, len(list.Items))
+	now := time.Now()
+	for i := range list.Items {
+		out = append(out, b.status(&list.Items[i], now))
+	}
+	slices.SortFunc(out, func(x, y adminapi.Function) int {
+		return strings.Compare(x.Namespace+"/"+x.Name, y.Namespace+"/"+y.Name)
+	})
+	return out, nil
+}
+
+func (b *Backend) get(ctx context.Context, namespace, name string) (*v1alpha1.Function, error) {
+	fn := &v1alpha1.Function{}
+	err := b.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, fn)
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, adminapi.Unknown(namespace, name)
+	case err != nil:
+		return nil, fmt.Errorf("get function %s/%s: %w", namespace, name, err)
+	}
+	fn.Default()
+	return fn, nil
+}
+
+// Function reports one Function.
+func (b *Backend) Function(ctx context.Context, namespace, name string) (adminapi.Function, error) {
+	fn, err := b.get(ctx, namespace, name)
+	if err != nil {
+		return adminapi.Function{}, err
+	}
+	return b.status(fn, time.Now()), nil
+}
+
+// SetTrigger patches the trigger's enabled field; the patch tests the
+// trigger's place, so a concurrent edit that moved it fails rather than
+// change another trigger.
+func (b *Backend) SetTrigger(ctx context.Context, namespace, name, trigger string, enabled bool) (adminapi.Function, error) {
+	fn, err := b.get(ctx, namespace, name)
+	if err != nil {
+		return adminapi.Function{}, err
+	}
+	i := slices.IndexFunc(fn.Spec.Triggers, func(t v1alpha1.Trigger) bool { return t.Name == trigger })
+	if i < 0 {
+		return adminapi.Function{}, adminapi.NotFound("%s/%s has no trigger %q", namespace, name, trigger)
+	}
+	path := fmt.Sprintf("/spec/triggers/%d", i)
+	ops := []map[string]any{
+		{"op": "test", "path": path + "/name", "value": trigger},
+		{"op": "add", "path": path + "/enabled", "value": enabled},
+	}
+	return b.patch(ctx, fn, types.JSONPatchType, ops)
+}
+
+// SetScale merges min and max into the Function's scale.
+func (b *Backend) SetScale(ctx context.Context, namespace, name string, s adminapi.Scale) (adminapi.Function, error) {
+	fn, err := b.get(ctx, namespace, name)
+	if err != nil {
+		return adminapi.Function{}, err
+	}
+	if err := s.Check(fn.Spec.Scale); err != nil {
+		return adminapi.Function{}, err
+	}
+	return b.patch(ctx, fn, types.MergePatchType, map[string]any{"spec": map[string]any{"scale": s}})
+}
+
+// patch applies a patch to fn; the API server's refusal (its validation)
+// is the caller's error.
+func (b *Backend) patch(ctx context.Context, fn *v1alpha1.Function, pt types.PatchType, body any) (adminapi.Function, error) {
+	raw, err := json.Marshal(body)
+	if err != nil {
+		return adminapi.Function{}, err
+	}
+	err = b.Writer.Patch(ctx, fn, client.RawPatch(pt, raw))
+	switch {
+	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsConflict(err):
+		return adminapi.Function{}, adminapi.BadInput("the API server refused the change: %v", err)
+	case apierrors.IsNotFound(err):
+		return adminapi.Function{}, adminapi.Unknown(fn.Namespace, fn.Name)
+	case err != nil:
+		return adminapi.Function{}, fmt.Errorf("patch function %s/%s: %w", fn.Namespace, fn.Name, err)
+	}
+	fn.Default()
+	return b.status(fn, time.Now()), nil
+}
+
+// Manifest is the Function as the API server has it, without the fields
+// the server manages.
+func (b *Backend) Manifest(ctx context.Context, namespace, name string) (adminapi.Manifest, error) {
+	fn := &v1alpha1.Function{}
+	if err := b.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, fn); err != nil {
+		if apierrors.IsNotFound(err) {
+			return adminapi.Manifest{}, adminapi.Unknown(namespace, name)
+		}
+		return adminapi.Manifest{}, fmt.Errorf("get function %s/%s: %w", namespace, name, err)
+	}
+	fn.ManagedFields = nil
+	fn.APIVersion, fn.Kind = v1alpha1.GroupVersion.String(), "Function"
+	y, err := yaml.Marshal(fn)
+	if err != nil {
+		return adminapi.Manifest{}, fmt.Errorf("manifest of %s/%s: %w", namespace, name, err)
+	}
+	return adminapi.Manifest{YAML: string(y)}, nil
+}
+
+// Target is the function's route on this activator.
+func (b *Backend) Target(ctx context.Context, namespace, name string) (adminapi.Target, error) {
+	fn, err := b.get(ctx, namespace, name)
+	if err != nil {
+		return adminapi.Target{}, err
+	}
+	return adminapi.Target{URL: b.Invoke + "/fn/" + namespace + "/" + name,
+		Timeout: time.Duration(fn.Spec.TimeoutSeconds) * time.Second}, nil
+}
+
+// status is fn as the admin API shows it, from its spec and the status the
+// controller writes.
+func (b *Backend) status(fn *v1alpha1.Function, now time.Time) adminapi.Function {
+	s := fn.Status
+	st := adminapi.Function{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime), URL: s.URL,
+		Desired: int(s.DesiredReplicas), Ready: int(s.ReadyReplicas), Starting: max(int(s.Replicas-s.ReadyReplicas), 0),
+		Spec: fn.Spec}
+	st.State, st.Error = state(fn)
+	st.Triggers = triggers(fn)
+	if b.Timeline != nil {
+		st.Stats, _ = b.Timeline.Stats(now, fn.Namespace, fn.Name, adminapi.StatsWindow)
+	}
+	return st
+}
+
+// state maps the controller's conditions and counts onto the states sless
+// dev reports: failed (the controller refuses it), crashing (its
+// Deployment's pods fail), ready, starting or idle.
+func state(fn *v1alpha1.Function) (state, cause string) {
+	s := fn.Status
+	ready := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady)
+	deploy := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionDeploymentReady)
+	switch {
+	case ready != nil && ready.Status == metav1.ConditionFalse && (ready.Reason == controller.ReasonInvalidSpec || ready.Reason == controller.ReasonResourceConflict):
+		return "failed", ready.Message
+	case s.ReadyReplicas == 0 && deploy != nil && deploy.Status == metav1.ConditionFalse &&
+		(deploy.Reason == controller.ReasonReplicaFailure || deploy.Reason == controller.ReasonProgressDeadlineExceeded):
+		return "crashing", deploy.Message
+	case s.ReadyReplicas > 0:
+		return "ready", ""
+	case s.DesiredReplicas > 0 || s.Replicas > 0 || ready == nil:
+		return "starting", ""
+	}
+	return "idle", ""
+}
+
+// triggers reports fn's triggers: a RabbitMQ trigger fails when the
+// controller's TriggersReady condition names it.
+func triggers(fn *v1alpha1.Function) []adminapi.TriggerStatus {
+	var failing map[string]string
+	if c := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionTriggersReady); c != nil && c.Status == metav1.ConditionFalse {
+		failing = controller.TriggerProblems(c.Message)
+	}
+	out := make([]adminapi.TriggerStatus, 0, len(fn.Spec.Triggers))
+	for _, t := range fn.Spec.Triggers {
+		ts := adminapi.TriggerStatus{Name: t.Name, Kind: "http", State: "active"}
+		switch {
+		case t.Cron != nil:
+			ts.Kind = "cron"
+		case t.RabbitMQ != nil:
+			ts.Kind, ts.Queue, ts.State = "rabbitmq", t.RabbitMQ.Queue, "waiting"
+			if fn.Status.ReadyReplicas > 0 {
+				ts.State = "consuming"
+			}
+			if msg, ok := failing[t.Name]; ok {
+				ts.State, ts.Error = "failing", msg
+			}
+		}
+		if !t.IsEnabled() {
+			ts.State, ts.Error = "disabled", ""
+		}
+		out = append(out, ts)
+	}
+	return out
+}
+
+// Sample records every Function's instances and the activator's
+// buffered requests in the timeline each period, until ctx ends.
+func (b *Backend) Sample(ctx context.Context, period time.Duration, buffered func() map[string]int) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		var list v1alpha1.FunctionList
+		if err := b.Reader.List(ctx, &list); err == nil {
+			now, waiting := time.Now(), buffered()
+			exists := make(map[string]bool, len(list.Items))
+			for _, fn := range list.Items {
+				exists[fn.Namespace+"/"+fn.Name] = true
+				b.Timeline.Sample(now, fn.Namespace, fn.Name, timeline.Gauges{Desired: int(fn.Status.DesiredReplicas),
+					Ready: int(fn.Status.ReadyReplicas), Buffered: waiting[fn.Namespace+"/"+fn.Name]})
+			}
+			b.Timeline.Retain(func(namespace, name string) bool { return exists[namespace+"/"+name] })
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}

@@ -1,0 +1,363 @@
+// Package adminapi is the JSON admin API of functions, the one the CLI and
+// the web console use, over either home of functions: the local platform
+// (sless dev) or the cluster (the activator, from its watch of Functions).
+// Each home is a Backend; the routes, their shapes and errors live here
+// once.
+package adminapi
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/timeline"
+)
+
+// FunctionRoute is the path of one function; its other routes live
+// under it.
+const FunctionRoute = "/v1/namespaces/{namespace}/functions/{name}"
+
+// StatsWindow is the window of Function.Stats.
+const StatsWindow = 5 * time.Minute
+
+// Function is a function as every backend shows it.
+type Function struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Runtime   string `json:"runtime"`
+	URL       string `json:"url"`
+	// State is building, failed (nothing to run), crashing (its instances
+	// crash before ready), idle (no instance), starting or ready; Error
+	// says why it is failed or crashing.
+	State    string `json:"state"`
+	Error    string `json:"error,omitempty"`
+	Desired  int    `json:"desired"`
+	Ready    int    `json:"ready"`
+	Starting int    `json:"starting"`
+	// Triggers are its triggers and what each is doing.
+	Triggers []TriggerStatus `json:"triggers"`
+	// Stats are its invocations over the last StatsWindow.
+	Stats timeline.Stats `json:"stats"`
+	// Overrides, in sless dev, are the changes made to it through this
+	// API, which hold until sless dev stops; Spec has them applied. On
+	// Kubernetes a change is a patch of the Function itself.
+	Overrides *Overrides            `json:"overrides,omitempty"`
+	Spec      v1alpha1.FunctionSpec `json:"spec"`
+}
+
+// TriggerStatus is one trigger of a function.
+type TriggerStatus struct {
+	Name string `json:"name"`
+	// Kind is http, cron or rabbitmq.
+	Kind  string `json:"kind"`
+	Queue string `json:"queue,omitempty"`
+	// State is disabled for a trigger with enabled: false, else active
+	// for HTTP and cron. A RabbitMQ trigger is consuming (a ready
+	// instance consumes it), waiting (no instance: its first message
+	// wakes the function), disabled (also when the platform has no
+	// broker) or failing, Error saying why: a bad URL, refused
+	// credentials, a missing queue.
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// Overrides are a session's changes to a function in sless dev.
+type Overrides struct {
+	// Triggers maps a trigger's name to whether it is enabled.
+	Triggers map[string]bool `json:"triggers,omitempty"`
+	Min      *int32          `json:"min,omitempty"`
+	Max      *int32          `json:"max,omitempty"`
+}
+
+// IsZero reports whether o changes nothing.
+func (o Overrides) IsZero() bool { return len(o.Triggers) == 0 && o.Min == nil && o.Max == nil }
+
+// Scale is a change of a function's bounds: either or both.
+type Scale struct {
+	Min *int32 `json:"min,omitempty"`
+	Max *int32 `json:"max,omitempty"`
+}
+
+// Check refuses bounds that cannot hold, given the current ones.
+func (s Scale) Check(spec v1alpha1.Scale) error {
+	lo, hi := spec.Min, spec.Max
+	if s.Min != nil {
+		lo = *s.Min
+	}
+	if s.Max != nil {
+		hi = *s.Max
+	}
+	if lo < 0 || hi < 1 || lo > hi {
+		return BadInput("min %d and max %d: want 0 ≤ min ≤ max and max ≥ 1", lo, hi)
+	}
+	return nil
+}
+
+// Manifest is a function's manifest as the platform has it.
+type Manifest struct {
+	// File is the manifest's file in sless dev; empty on Kubernetes.
+	File string `json:"file,omitempty"`
+	YAML string `json:"yaml"`
+}
+
+// Target is where an invoke action sends its request.
+type Target struct {
+	URL     string
+	Timeout time.Duration
+}
+
+// Backend is a home of functions. Its errors are the package's (Unknown,
+// NotFound, BadInput) or a failure of the backend itself (503).
+type Backend[S any] interface {
+	Functions(ctx context.Context) ([]S, error)
+	Function(ctx context.Context, namespace, name string) (S, error)
+	SetTrigger(ctx context.Context, namespace, name, trigger string, enabled bool) (S, error)
+	SetScale(ctx context.Context, namespace, name string, s Scale) (S, error)
+	Manifest(ctx context.Context, namespace, name string) (Manifest, error)
+	Target(ctx context.Context, namespace, name string) (Target, error)
+}
+
+// Error is an answer with its own status code.
+type Error struct {
+	Code int
+	Msg  string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+// Unknown is the error of a function no one declared.
+func Unknown(namespace, name string) error {
+	return &Error{http.StatusNotFound, "unknown function " + namespace + "/" + name}
+}
+
+// NotFound is the error of a part of a function that does not exist.
+func NotFound(format string, args ...any) error {
+	return &Error{http.StatusNotFound, fmt.Sprintf(format, args...)}
+}
+
+// BadInput is the error of a request that cannot be done.
+func BadInput(format string, args ...any) error {
+	return &Error{http.StatusBadRequest, fmt.Sprintf(format, args...)}
+}
+
+// NewMux serves b's routes, and each function's timeline from tl, on a mux
+// a backend may add routes of its own to.
+func NewMux[S any](b Backend[S], tl *timeline.Timeline) *http.ServeMux {
+	h := handler[S]{b: b, tl: tl, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/functions", h.list)
+	mux.HandleFunc("GET "+FunctionRoute, h.get)
+	mux.HandleFunc("GET "+FunctionRoute+"/timeline", h.timeline)
+	mux.HandleFunc("GET "+FunctionRoute+"/manifest", h.manifest)
+	mux.HandleFunc("PATCH "+FunctionRoute+"/triggers/{trigger}", h.setTrigger)
+	mux.HandleFunc("PATCH "+FunctionRoute+"/scale", h.setScale)
+	mux.HandleFunc("POST "+FunctionRoute+"/invoke", h.invoke)
+	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
+		WriteError(w, &Error{http.StatusNotFound, "no such route: " + r.Method + " " + r.URL.Path})
+	})
+	return mux
+}
+
+type handler[S any] struct {
+	b      Backend[S]
+	tl     *timeline.Timeline
+	client *http.Client // the invoke action's
+}
+
+func (h handler[S]) list(w http.ResponseWriter, r *http.Request) {
+	fns, err := h.b.Functions(r.Context())
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, map[string]any{"functions": fns})
+}
+
+func (h handler[S]) get(w http.ResponseWriter, r *http.Request) {
+	st, err := h.b.Function(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
+	writeResult(w, st, err)
+}
+
+func (h handler[S]) timeline(w http.ResponseWriter, r *http.Request) {
+	ns, name := r.PathValue("namespace"), r.PathValue("name")
+	s, ok := h.tl.Series(time.Now(), ns, name)
+	if !ok {
+		WriteError(w, Unknown(ns, name))
+		return
+	}
+	WriteJSON(w, http.StatusOK, s)
+}
+
+func (h handler[S]) manifest(w http.ResponseWriter, r *http.Request) {
+	m, err := h.b.Manifest(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
+	writeResult(w, m, err)
+}
+
+// setTrigger answers PATCH .../triggers/{trigger} {"enabled": bool}.
+func (h handler[S]) setTrigger(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if !ReadJSON(w, r, &body, maxActionBody) {
+		return
+	}
+	if body.Enabled == nil {
+		WriteError(w, BadInput(`the body must be {"enabled": true} or {"enabled": false}`))
+		return
+	}
+	st, err := h.b.SetTrigger(r.Context(), r.PathValue("namespace"), r.PathValue("name"), r.PathValue("trigger"), *body.Enabled)
+	writeResult(w, st, err)
+}
+
+// setScale answers PATCH .../scale {"min": n, "max": n}: either or both.
+func (h handler[S]) setScale(w http.ResponseWriter, r *http.Request) {
+	var s Scale
+	if !ReadJSON(w, r, &s, maxActionBody) {
+		return
+	}
+	if s.Min == nil && s.Max == nil {
+		WriteError(w, BadInput(`the body must set min, max or both: {"min": 1, "max": 5}`))
+		return
+	}
+	st, err := h.b.SetScale(r.Context(), r.PathValue("namespace"), r.PathValue("name"), s)
+	writeResult(w, st, err)
+}
+
+// maxActionBody bounds an action's JSON body; maxInvokeBody an invoke
+// action's, its request's body included.
+const (
+	maxActionBody = 64 << 10
+	maxInvokeBody = 8 << 20
+)
+
+// Invocation is an invoke action: a request sent to the function through
+// the activator, as any client's.
+type Invocation struct {
+	Method string `json:"method"`
+	// Path is appended to the function's URL: "/", "/items?id=1".
+	Path    string            `json:"path"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+}
+
+// InvocationResult is the function's answer to an invoke action.
+type InvocationResult struct {
+	Status  int               `json:"status"`
+	Headers map[string]string `json:"headers"`
+	Body    string            `json:"body"`
+	// Truncated is set when the body was longer than shown.
+	Truncated  bool    `json:"truncated,omitempty"`
+	DurationMs float64 `json:"durationMs"`
+}
+
+// maxShownBody bounds the answer's body an invoke action shows.
+const maxShownBody = 1 << 20
+
+// invoke answers POST .../invoke: the function's answer, or 502 when none
+// came.
+func (h handler[S]) invoke(w http.ResponseWriter, r *http.Request) {
+	var in Invocation
+	if !ReadJSON(w, r, &in, maxInvokeBody) {
+		return
+	}
+	target, err := h.b.Target(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	if in.Path != "" && !strings.HasPrefix(in.Path, "/") && !strings.HasPrefix(in.Path, "?") {
+		WriteError(w, BadInput("path must start with / or ?"))
+		return
+	}
+	// The activator answers 504 at the function's timeout; this one
+	// only guards against a lost answer.
+	ctx, cancel := context.WithTimeout(r.Context(), target.Timeout+10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, cmp.Or(in.Method, http.MethodGet), target.URL+in.Path, strings.NewReader(in.Body))
+	if err != nil {
+		WriteError(w, BadInput("bad request: %v", err))
+		return
+	}
+	for k, v := range in.Headers {
+		req.Header.Set(k, v)
+	}
+	res, err := h.call(req)
+	if err != nil {
+		WriteError(w, &Error{http.StatusBadGateway, err.Error()})
+		return
+	}
+	WriteJSON(w, http.StatusOK, res)
+}
+
+// call sends req and reads its answer, up to maxShownBody of its body.
+func (h handler[S]) call(req *http.Request) (InvocationResult, error) {
+	start := time.Now()
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return InvocationResult{}, fmt.Errorf("invoke: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxShownBody+1))
+	if err != nil {
+		return InvocationResult{}, fmt.Errorf("invoke: read the answer: %w", err)
+	}
+	res := InvocationResult{Status: resp.StatusCode, Headers: make(map[string]string, len(resp.Header)),
+		DurationMs: float64(time.Since(start).Microseconds()) / 1000}
+	if len(body) > maxShownBody {
+		body, res.Truncated = body[:maxShownBody], true
+	}
+	res.Body = string(body)
+	for k, v := range resp.Header {
+		res.Headers[k] = strings.Join(v, ", ")
+	}
+	return res, nil
+}
+
+func writeResult(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		WriteError(w, err)
+		return
+	}
+	WriteJSON(w, http.StatusOK, v)
+}
+
+// WriteError answers err as {"error": ...}: with its own code when it is
+// an *Error, else 503 (the backend failed).
+func WriteError(w http.ResponseWriter, err error) {
+	code := http.StatusServiceUnavailable
+	if e, ok := errors.AsType[*Error](err); ok {
+		code = e.Code
+	}
+	WriteJSON(w, code, map[string]string{"error": err.Error()})
+}
+
+// WriteJSON answers v as JSON with code.
+func WriteJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// ReadJSON decodes r's body, up to limit bytes, into v, or answers 400 or
+// 413 and reports false.
+func ReadJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+		WriteError(w, &Error{http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is more than %d bytes", limit)})
+		return false
+	}
+	if err != nil {
+		WriteError(w, BadInput("bad JSON body: %v", err))
+		return false
+	}
+	return true
+}
