@@ -92,19 +92,19 @@ func consumerState(ts *adminapi.TriggerStatus, instances []supervisor.Instance, 
 // Functions reports every function, sorted by namespace and name.
 func (p *Platform) Functions() []FunctionStatus {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	entries := make([]*entry, 0, len(p.fns))
 	for _, e := range p.fns {
 		entries = append(entries, e)
 	}
+	slices.SortFunc(entries, func(a, b *entry) int {
+		return cmp.Or(cmp.Compare(a.fn.Namespace, b.fn.Namespace), cmp.Compare(a.fn.Name, b.fn.Name))
+	})
 	out := make([]FunctionStatus, 0, len(entries))
 	now := time.Now()
 	for _, e := range entries {
 		out = append(out, p.status(e, now))
 	}
-	p.mu.Unlock()
-	slices.SortFunc(out, func(a, b FunctionStatus) int {
-		return cmp.Or(cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
-	})
 	return out
 }
 

@@ -189,7 +189,7 @@ func (t *Timeline) Stats(now time.Time, namespace, name string, window time.Dura
 	f.mu.Lock()
 	for i := first; i <= last; i++ {
 		s := &f.slots[i%int64(slots)]
-		if s.at != i {
+		if s.at != i || s.requests == 0 {
 			continue
 		}
 		st.Requests += int(s.requests)

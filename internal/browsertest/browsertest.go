@@ -13,8 +13,8 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// binary finds Chromium: $SLESS_CHROMIUM, else chromium on PATH.
-func binary() (string, error) {
+// Binary finds Chromium: $SLESS_CHROMIUM, else chromium on PATH.
+func Binary() (string, error) {
 	if p := os.Getenv("SLESS_CHROMIUM"); p != "" {
 		return p, nil
 	}
@@ -31,24 +31,14 @@ func binary() (string, error) {
 // is skipped, or fails in CI.
 func New(t *testing.T, timeout time.Duration) context.Context {
 	t.Helper()
-	bin, err := binary()
+	bin, err := Binary()
 	if err != nil {
 		if os.Getenv("CI") != "" {
 			t.Fatal("chromium is required in CI (apt-get install chromium)")
 		}
 		t.Skip("no chromium: apt-get install chromium, or set SLESS_CHROMIUM")
 	}
-	// The machine's network is closed: the flags keep Chromium from
-	// reaching for Google's services at start.
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1280, 1000),
-		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-	}
-	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), Options(bin, t.TempDir())...)
 	ctx, cancelTab := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
 	ctx, cancelTimeout := context.WithTimeout(ctx, timeout)
 	t.Cleanup(func() {
@@ -60,6 +50,20 @@ func New(t *testing.T, timeout time.Duration) context.Context {
 		t.Fatalf("start chromium %s: %v", bin, err)
 	}
 	return ctx
+}
+
+// Options start Chromium at bin headless, with a profile in dir. The
+// machine's network is closed: the flags keep Chromium from reaching for
+// Google's services at start.
+func Options(bin, dir string) []chromedp.ExecAllocatorOption {
+	return []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(bin), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(dir),
+		chromedp.WindowSize(1280, 1000),
+		chromedp.Flag("disable-background-networking", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true), chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+	}
 }
 
 // Screenshot saves the whole page as name.png in t's artifact directory
