@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build console run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-knative generate verify lint controlplane tools clean
+.PHONY: all build console run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-knative generate verify lint controlplane tools clean
 
 all: build
 
@@ -64,6 +64,11 @@ bench-queue:
 bench-metrics: build
 	$(GO) build -o bin/bench-metrics ./benchmarks/cmd/bench-metrics
 	bin/bench-metrics -sless bin/sless
+
+## bench-console: the console with 1,000 idle functions in headless Chromium:
+## the functions page's render time and its live updates' cost to sless dev
+bench-console: build
+	$(GO) run ./benchmarks/cmd/bench-console -sless bin/sless
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue

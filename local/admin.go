@@ -189,5 +189,5 @@ func (p *Platform) printTable() {
 		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d/%d\t%s\n", st.Namespace, st.Name, st.Runtime, state, st.Ready, st.Desired, st.URL)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(p.opts.Out, "admin API: http://%s/v1/functions\n", p.AdminAddr())
+	fmt.Fprintf(p.opts.Out, "console: http://%s/   admin API: http://%[1]s/v1/functions\n", p.AdminAddr())
 }

@@ -77,7 +77,15 @@ func run(ctx context.Context, c config) error {
 
 	var render, floor []time.Duration
 	for range c.rounds {
-		r, f, err := loadOnce(tab, admin, c.functions)
+		// A load may lose its page to a late navigation event (the
+		// protocol's "Cannot find context"): it is loaded again.
+		var r, f time.Duration
+		for try := 1; ; try++ {
+			if r, f, err = loadOnce(tab, admin, c.functions); err == nil || try == 3 {
+				break
+			}
+			fmt.Fprintln(os.Stderr, "load again:", err)
+		}
 		if err != nil {
 			return err
 		}
