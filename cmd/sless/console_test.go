@@ -124,7 +124,7 @@ func (c *consoleUser) login(t *testing.T) {
 	if !strings.Contains(errText, "not the admin token") {
 		t.Errorf("login error %q", errText)
 	}
-	c.checkLabels("login")
+	c.checkPage("login")
 	browsertest.Screenshot(c.ctx, t, "login")
 	c.run("right token",
 		chromedp.SendKeys(chromedp.CSS("#token"), consoleToken),
@@ -151,7 +151,7 @@ func (c *consoleUser) list(t *testing.T) {
 			t.Errorf("%s missing from the list", name)
 		}
 	}
-	c.checkLabels("functions")
+	c.checkPage("functions")
 	browsertest.Screenshot(c.ctx, t, "functions")
 }
 
@@ -239,7 +239,7 @@ func (c *consoleUser) invoke(t *testing.T) {
 		t.Errorf("invoke answered %s %s", status, body)
 	}
 	c.run("charts drawn", chromedp.WaitVisible(chromedp.CSS("#chart-requests canvas")))
-	c.checkLabels("function")
+	c.checkPage("function")
 	browsertest.Screenshot(c.ctx, t, "function")
 }
 
@@ -257,12 +257,18 @@ func (c *consoleUser) crash(t *testing.T) {
 	browsertest.Screenshot(c.ctx, t, "crash")
 }
 
-// checkLabels fails on a control of the page without a name a screen
-// reader could say.
-func (c *consoleUser) checkLabels(page string) {
+// checkPage fails on a control of the page without a name a screen
+// reader could say, and on text a script left unrendered.
+func (c *consoleUser) checkPage(page string) {
 	c.t.Helper()
 	unlabeled := value(c, "labels", chromedp.Evaluate[[]string](browsertest.Unlabeled))
 	if len(unlabeled) > 0 {
 		c.t.Errorf("%s page: controls without a label: %s", page, strings.Join(unlabeled, "\n"))
+	}
+	text := value(c, "text", chromedp.Evaluate[string](`document.body.innerText`))
+	for _, bad := range []string{"[object ", "undefined", "NaN"} {
+		if strings.Contains(text, bad) {
+			c.t.Errorf("%s page shows %q:\n%s", page, bad, text)
+		}
 	}
 }

@@ -225,7 +225,7 @@ function renderHead(head, f) {
   ].filter(([, v]) => v !== undefined && v !== '');
   head.replaceChildren(
     h('h1', {}, f.namespace + '/' + f.name + ' ', badge(f.state)),
-    h('dl', { class: 'facts' }, facts.map(([k, v]) => [h('dt', { text: k }), h('dd', { text: String(v) })])));
+    h('dl', { class: 'facts' }, facts.flatMap(([k, v]) => [h('dt', { text: k }), h('dd', { text: String(v) })])));
 }
 
 function renderProblems(el, f) {
