@@ -68,6 +68,30 @@ type TriggerStatus struct {
 	Error string `json:"error,omitempty"`
 }
 
+// Trigger states a backend may refine.
+const (
+	TriggerActive   = "active"
+	TriggerDisabled = "disabled"
+	TriggerWaiting  = "waiting"
+)
+
+// NewTriggerStatus is t as declared: its kind, and disabled, active (HTTP,
+// cron) or waiting (RabbitMQ: the backend says whether it consumes or
+// fails).
+func NewTriggerStatus(t v1alpha1.Trigger) TriggerStatus {
+	ts := TriggerStatus{Name: t.Name, Kind: "http", State: TriggerActive}
+	switch {
+	case t.Cron != nil:
+		ts.Kind = "cron"
+	case t.RabbitMQ != nil:
+		ts.Kind, ts.Queue, ts.State = "rabbitmq", t.RabbitMQ.Queue, TriggerWaiting
+	}
+	if !t.IsEnabled() {
+		ts.State = TriggerDisabled
+	}
+	return ts
+}
+
 // Overrides are a session's changes to a function in sless dev.
 type Overrides struct {
 	// Triggers maps a trigger's name to whether it is enabled.

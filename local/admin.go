@@ -41,23 +41,16 @@ func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instan
 	out := make([]adminapi.TriggerStatus, 0, len(fn.Spec.Triggers))
 	var queueErrs map[string]string
 	for _, t := range fn.Spec.Triggers {
-		ts := adminapi.TriggerStatus{Name: t.Name, Kind: "http", State: "active"}
+		ts := adminapi.NewTriggerStatus(t)
 		switch {
-		case t.Cron != nil:
-			ts.Kind = "cron"
-		case t.RabbitMQ != nil:
-			ts.Kind, ts.Queue, ts.State = "rabbitmq", t.RabbitMQ.Queue, "waiting"
-			if p.opts.AMQPURL == "" || !t.IsEnabled() {
-				ts.State = "disabled"
-				break
-			}
+		case ts.State != adminapi.TriggerWaiting:
+		case p.opts.AMQPURL == "":
+			ts.State = adminapi.TriggerDisabled // no broker to consume
+		default:
 			if queueErrs == nil {
 				queueErrs = p.scaler.QueueErrors(fn.Namespace, fn.Name)
 			}
 			consumerState(&ts, instances, queueErrs[ts.Queue])
-		}
-		if !t.IsEnabled() {
-			ts.State = "disabled"
 		}
 		out = append(out, ts)
 	}

@@ -203,21 +203,14 @@ func triggers(fn *v1alpha1.Function) []adminapi.TriggerStatus {
 	}
 	out := make([]adminapi.TriggerStatus, 0, len(fn.Spec.Triggers))
 	for _, t := range fn.Spec.Triggers {
-		ts := adminapi.TriggerStatus{Name: t.Name, Kind: "http", State: "active"}
-		switch {
-		case t.Cron != nil:
-			ts.Kind = "cron"
-		case t.RabbitMQ != nil:
-			ts.Kind, ts.Queue, ts.State = "rabbitmq", t.RabbitMQ.Queue, "waiting"
+		ts := adminapi.NewTriggerStatus(t)
+		if ts.State == adminapi.TriggerWaiting {
 			if fn.Status.ReadyReplicas > 0 {
 				ts.State = "consuming"
 			}
 			if msg, ok := failing[t.Name]; ok {
 				ts.State, ts.Error = "failing", msg
 			}
-		}
-		if !t.IsEnabled() {
-			ts.State, ts.Error = "disabled", ""
 		}
 		out = append(out, ts)
 	}

@@ -219,7 +219,8 @@ func (c *consoleUser) toggleTrigger(t *testing.T) {
 	if code, body := fetch(t, url, ""); code != http.StatusNotFound || !strings.Contains(body, "disabled") {
 		t.Fatalf("disabled: GET = %d %s, want 404 naming the disabled trigger", code, body)
 	}
-	c.run("enable http", chromedp.Click(chromedp.CSS(`button[data-trigger="http"]`)),
+	// Enabled again by keyboard: the button takes focus and Enter.
+	c.run("enable http", chromedp.Focus(chromedp.CSS(`button[data-trigger="http"]`)), chromedp.KeyEvent(kb.Enter),
 		chromedp.WaitVisible(chromedp.CSS(`button[aria-label="Disable trigger http"]`)))
 	if code, _ := fetch(t, url, ""); code != http.StatusOK {
 		t.Fatalf("enabled again: GET = %d, want 200", code)

@@ -73,7 +73,7 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet
 		// Out of the activator's set first: the queue-proxy's drain then
 		// ends as soon as the requests at the dead process have failed,
 		// instead of serving 502s until its timeout.
-		s.notReady(spec.Namespace, spec.Name, in)
+		s.died(spec.Namespace, spec.Name, in)
 		signalGroup(proc.cmd.Process.Pid, killSignal)
 		qp.stop()
 		return fmt.Errorf("process exited: %w%s", proc.err, out.tail())

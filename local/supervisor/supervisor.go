@@ -133,6 +133,7 @@ type instance struct {
 	pid      int // its runtime process's, once started
 	ready    bool
 	stopping bool
+	died     bool // its process exited unasked, even if a stop followed
 	ep       Endpoint
 	stop     context.CancelFunc
 	qp       *queueproxy.Server // once ready
@@ -335,7 +336,7 @@ func (s *Supervisor) exited(namespace, name string, in *instance, err error) {
 		in.ready = false
 		s.changed(f)
 	}
-	if err != nil && !in.stopping {
+	if err != nil && (!in.stopping || in.died) {
 		s.crashed(f, in, err)
 	}
 	s.reconcile(f)
@@ -405,11 +406,14 @@ func (s *Supervisor) becameReady(namespace, name string, in *instance, ep Endpoi
 	s.reconcile(f) // old generations may retire now
 }
 
-// notReady takes an instance whose process died out of the ready set at
-// once; exited records the crash once its queue-proxy has stopped.
-func (s *Supervisor) notReady(namespace, name string, in *instance) {
+// died takes an instance whose process exited unasked out of the ready
+// set at once; exited records the crash once its queue-proxy has stopped,
+// even if the instance is told to stop meanwhile (its function scaled
+// down as its ready count dropped).
+func (s *Supervisor) died(namespace, name string, in *instance) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	in.died = true
 	if f := s.fns[key(namespace, name)]; f != nil && in.ready {
 		in.ready = false
 		s.changed(f)

@@ -155,6 +155,35 @@ func TestCrashRestarts(t *testing.T) {
 	}
 }
 
+// A crash stays counted when the function is scaled down between the
+// process's death and the end of its instance, as the autoscaler does
+// when the ready count drops with no load.
+func TestCrashWhileScaledDown(t *testing.T) {
+	rec := newRecorder()
+	var s *Supervisor
+	scaled := make(chan struct{})
+	var once sync.Once
+	s = New(Options{Log: slog.New(slog.DiscardHandler), StopTimeout: 5 * time.Second,
+		Changed: func(ns, name string, ready []Endpoint) {
+			rec.record(ns, name, ready)
+			if len(ready) == 0 && len(rec.reports) > 1 {
+				once.Do(func() {
+					go func() { _, _ = s.Scale(context.Background(), ns, name, 0); close(scaled) }()
+				})
+			}
+		}})
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+	s.Set(testFunction())
+	_, _ = s.Scale(context.Background(), "test", "fn", 1)
+	first := rec.waitReady(t, 1)[0]
+	_, _ = http.Get("http://" + first.Addr + "/exit")
+	<-scaled
+	eventually.True(t, "the instance gone", func() bool { st := status(t, s); return len(st.Instances) == 0 })
+	if st := status(t, s); st.Crashes != 1 || !strings.Contains(st.LastError, "exit status 3") {
+		t.Errorf("status %+v, want the crash counted with its exit status", st)
+	}
+}
+
 func TestStartFailureBacksOff(t *testing.T) {
 	s, _ := start(t)
 	fn := testFunction()
