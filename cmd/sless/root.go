@@ -34,6 +34,7 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 		newLogsCommand(),
 		newInvokeCommand(),
 		newInvocationsCommand(),
+		newLoadCommand(),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	for _, c := range root.Commands() {

@@ -29,7 +29,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/benchmarks/hops"
-	"sless.dev/sless/benchmarks/loadgen"
+	"sless.dev/sless/load"
 	"sless.dev/sless/local"
 	"sless.dev/sless/runtimes"
 )
@@ -118,7 +118,7 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 		if _, err := invoke(ctx, p.URL("default", warm)); err != nil {
 			return err
 		}
-		viaSless, err := load(ctx, p.URL("default", warm), duration)
+		viaSless, err := warmLoad(ctx, p.URL("default", warm), duration)
 		if err != nil {
 			return err
 		}
@@ -251,26 +251,26 @@ func directStarts(ctx context.Context, rt, samples, cacheDir string, runs int) (
 	return out, nil
 }
 
-func load(ctx context.Context, url string, duration time.Duration) (loadgen.Result, error) {
-	res, err := loadgen.Run(ctx, loadgen.Options{URL: url, Connections: 16, Duration: duration, Warmup: time.Second})
+func warmLoad(ctx context.Context, url string, duration time.Duration) (load.Result, error) {
+	res, err := load.Run(ctx, load.Options{URL: url, Connections: 16, Duration: duration, Warmup: time.Second})
 	if err == nil && (res.Errors > 0 || res.Codes[200] != res.Requests) {
 		err = fmt.Errorf("%s: %d errors, codes %v", url, res.Errors, res.Codes)
 	}
 	return res, err
 }
 
-func directLoad(ctx context.Context, rt, samples, cacheDir string, duration time.Duration) (loadgen.Result, error) {
+func directLoad(ctx context.Context, rt, samples, cacheDir string, duration time.Duration) (load.Result, error) {
 	proc, err := prepare(ctx, rt, samples, cacheDir)
 	if err != nil {
-		return loadgen.Result{}, err
+		return load.Result{}, err
 	}
 	cmd, addr, err := hops.StartRuntime(proc)
 	if err != nil {
-		return loadgen.Result{}, err
+		return load.Result{}, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
 	if err := hops.WaitHealthy(addr, time.Millisecond, time.Minute); err != nil {
-		return loadgen.Result{}, fmt.Errorf("direct %s: %w", rt, err)
+		return load.Result{}, fmt.Errorf("direct %s: %w", rt, err)
 	}
-	return load(ctx, "http://"+addr+"/", duration)
+	return warmLoad(ctx, "http://"+addr+"/", duration)
 }

@@ -32,7 +32,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/benchmarks/hops"
-	"sless.dev/sless/benchmarks/loadgen"
+	"sless.dev/sless/load"
 	"sless.dev/sless/runtimes"
 )
 
@@ -61,7 +61,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bench-devpath: -only:", err)
 		os.Exit(2)
 	}
-	o := loadgen.Options{Connections: *connections, Duration: *duration, Warmup: *warmup}
+	o := load.Options{Connections: *connections, Duration: *duration, Warmup: *warmup}
 	if err := run(ctx, *slessBin, *rt, *samples, *cacheDir, onlyRE, o, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-devpath:", err)
 		os.Exit(1)
@@ -78,11 +78,11 @@ type path struct {
 
 // sample is one measurement of one path.
 type sample struct {
-	loadgen.Result
+	load.Result
 	cpu time.Duration // the middle process's CPU per request
 }
 
-func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *regexp.Regexp, o loadgen.Options, rounds int) error {
+func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *regexp.Regexp, o load.Options, rounds int) error {
 	samples, err := filepath.Abs(samples)
 	if err != nil {
 		return err
@@ -209,7 +209,7 @@ const (
 
 // measure loads one path and takes its middle process's CPU time per
 // request, the warm-up's requests counted in.
-func measure(ctx context.Context, p path, o loadgen.Options) (sample, error) {
+func measure(ctx context.Context, p path, o load.Options) (sample, error) {
 	o.URL = p.url
 	var cpu0 time.Duration
 	if p.proc != nil {
@@ -218,7 +218,7 @@ func measure(ctx context.Context, p path, o loadgen.Options) (sample, error) {
 			return sample{}, err
 		}
 	}
-	r, err := loadgen.Run(ctx, o)
+	r, err := load.Run(ctx, o)
 	if err != nil {
 		return sample{}, err
 	}

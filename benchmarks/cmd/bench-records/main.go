@@ -34,7 +34,7 @@ import (
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/benchmarks/hops"
-	"sless.dev/sless/benchmarks/loadgen"
+	"sless.dev/sless/load"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/invocation/postgres"
 )
@@ -72,13 +72,13 @@ func run(ctx context.Context, server string, n, rounds int, rate float64, durati
 	fmt.Printf("| records/s (%d records, median of %d) | Store.Add | bare CopyFrom | ratio |\n|---|---|---|---|\n", n, rounds)
 	fmt.Printf("| sustained | %.0f | %.0f | %.2f× |\n\n", median(store), median(bare), median(store)/median(bare))
 
-	var ring, pg []loadgen.Result
+	var ring, pg []load.Result
 	for range rounds {
 		r, err := requestPath(ctx, "", rate, duration)
 		if err != nil {
 			return err
 		}
-		var p loadgen.Result
+		var p load.Result
 		if _, err := withDB(ctx, server, func(url string) (float64, error) {
 			p, err = requestPath(ctx, url, rate, duration)
 			return 0, err
@@ -88,11 +88,11 @@ func run(ctx context.Context, server string, n, rounds int, rate float64, durati
 		ring, pg = append(ring, r), append(pg, p)
 	}
 	fmt.Printf("| activator at %.0f req/s (median of %d; range: lowest–highest round, the run-to-run noise) | p50 | range | p99 | range | errors |\n|---|---|---|---|---|---|\n", rate, rounds)
-	p50 := func(l loadgen.Latency) time.Duration { return l.P50 }
-	p99 := func(l loadgen.Latency) time.Duration { return l.P99 }
+	p50 := func(l load.Latency) time.Duration { return l.P50 }
+	p99 := func(l load.Latency) time.Duration { return l.P99 }
 	for _, row := range []struct {
 		name string
-		rs   []loadgen.Result
+		rs   []load.Result
 	}{{"records in the ring", ring}, {"records in PostgreSQL", pg}} {
 		fmt.Printf("| %s | %s | %s | %s | %s | %d |\n", row.name, medianLatency(row.rs, p50), latencyRange(row.rs, p50),
 			medianLatency(row.rs, p99), latencyRange(row.rs, p99), sumErrors(row.rs))
@@ -200,10 +200,10 @@ func bareRate(ctx context.Context, url string, n int) (float64, error) {
 
 // requestPath loads an in-process activator in front of a hello server at
 // rate, its records in PostgreSQL at url, or in the ring when url is empty.
-func requestPath(ctx context.Context, url string, rate float64, duration time.Duration) (loadgen.Result, error) {
+func requestPath(ctx context.Context, url string, rate float64, duration time.Duration) (load.Result, error) {
 	hello, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return loadgen.Result{}, err
+		return load.Result{}, err
 	}
 	go http.Serve(hello, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "hello, world\n") })) //nolint:errcheck
 	defer hello.Close()
@@ -216,14 +216,14 @@ func requestPath(ctx context.Context, url string, rate float64, duration time.Du
 	if url != "" {
 		s, err := postgres.Open(ctx, url, reg, postgres.Options{})
 		if err != nil {
-			return loadgen.Result{}, err
+			return load.Result{}, err
 		}
 		defer s.Start()()
 		sink = s
 	}
 	a, err := activator.New(activator.Config{}, hops.NopPoker{}, sink, reg, log)
 	if err != nil {
-		return loadgen.Result{}, err
+		return load.Result{}, err
 	}
 	a.SetFunction(activator.Function{Namespace: "bench", Name: "fn", HTTP: true, Timeout: time.Minute})
 	a.SetEndpoints("bench", "fn", []string{hello.Addr().String()})
@@ -234,7 +234,7 @@ func requestPath(ctx context.Context, url string, rate float64, duration time.Du
 	srv := &activator.Server{Activator: a, Registry: reg, Records: sink, DrainTimeout: time.Second, Log: log}
 	go func() { served <- srv.Run(srvCtx, serving, admin) }()
 	defer func() { stop(); <-served }()
-	res, err := loadgen.Run(ctx, loadgen.Options{URL: "http://" + serving.Addr().String() + "/fn/bench/fn/",
+	res, err := load.Run(ctx, load.Options{URL: "http://" + serving.Addr().String() + "/fn/bench/fn/",
 		Rate: rate, Connections: 64, Duration: duration, Warmup: 2 * time.Second})
 	if url != "" && testutil.ToFloat64(droppedOf(reg)) > 0 {
 		return res, errors.New("records were dropped during the request-path run")
@@ -314,7 +314,7 @@ func median(xs []float64) float64 {
 	return s[len(s)/2]
 }
 
-func medianLatency(rs []loadgen.Result, f func(loadgen.Latency) time.Duration) time.Duration {
+func medianLatency(rs []load.Result, f func(load.Latency) time.Duration) time.Duration {
 	ds := make([]time.Duration, len(rs))
 	for i, r := range rs {
 		ds[i] = f(r.Latency)
@@ -324,7 +324,7 @@ func medianLatency(rs []loadgen.Result, f func(loadgen.Latency) time.Duration) t
 }
 
 // latencyRange is the lowest and the highest of the rounds.
-func latencyRange(rs []loadgen.Result, f func(loadgen.Latency) time.Duration) string {
+func latencyRange(rs []load.Result, f func(load.Latency) time.Duration) string {
 	ds := make([]time.Duration, len(rs))
 	for i, r := range rs {
 		ds[i] = f(r.Latency)
@@ -332,7 +332,7 @@ func latencyRange(rs []loadgen.Result, f func(loadgen.Latency) time.Duration) st
 	return fmt.Sprintf("%v–%v", slices.Min(ds).Round(time.Microsecond), slices.Max(ds).Round(time.Microsecond))
 }
 
-func sumErrors(rs []loadgen.Result) int64 {
+func sumErrors(rs []load.Result) int64 {
 	var n int64
 	for _, r := range rs {
 		n += r.Errors

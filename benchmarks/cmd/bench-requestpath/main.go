@@ -31,7 +31,7 @@ import (
 	"time"
 
 	"sless.dev/sless/benchmarks/hops"
-	"sless.dev/sless/benchmarks/loadgen"
+	"sless.dev/sless/load"
 )
 
 // qpEnv is added to the queue-proxy's environment.
@@ -180,7 +180,7 @@ func run(ctx context.Context, slessBin, knativeBin string, only *regexp.Regexp, 
 		if rate > 0 {
 			name = fmt.Sprintf("%.0f req/s", rate)
 		}
-		o := loadgen.Options{Rate: rate, Connections: conns, Duration: duration, Warmup: warmup}
+		o := load.Options{Rate: rate, Connections: conns, Duration: duration, Warmup: warmup}
 		runs, err := measureRounds(ctx, paths, o, rounds)
 		if err != nil {
 			return err
@@ -220,7 +220,7 @@ func parseRates(list string) ([]float64, error) {
 
 // sample is one measurement of one path.
 type sample struct {
-	loadgen.Result
+	load.Result
 	cpu time.Duration // the proxies' CPU time per request; 0 for direct
 }
 
@@ -228,7 +228,7 @@ type sample struct {
 // within each round, so that each proxied run has a direct run minutes, not
 // an hour, away: on a shared VM the machine's speed drifts between them.
 // It returns the runs by path, then by round.
-func measureRounds(ctx context.Context, paths []path, o loadgen.Options, rounds int) ([][]sample, error) {
+func measureRounds(ctx context.Context, paths []path, o load.Options, rounds int) ([][]sample, error) {
 	runs := make([][]sample, len(paths))
 	for range rounds {
 		for i, p := range paths {
@@ -342,17 +342,17 @@ type path struct {
 
 // measure runs the load against the path and returns the proxy's CPU time
 // per request, counting the warm-up requests in.
-func (p path) measure(ctx context.Context, o loadgen.Options) (sample, error) {
+func (p path) measure(ctx context.Context, o load.Options) (sample, error) {
 	o.URL = p.url
 	if p.proc == nil {
-		r, err := loadgen.Run(ctx, o)
+		r, err := load.Run(ctx, o)
 		return sample{Result: r}, err
 	}
 	cpu0, err := p.cpuTime()
 	if err != nil {
 		return sample{}, err
 	}
-	r, err := loadgen.Run(ctx, o)
+	r, err := load.Run(ctx, o)
 	if err != nil {
 		return sample{}, err
 	}

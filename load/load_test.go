@@ -1,0 +1,172 @@
+package load
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/valyala/fasthttp"
+)
+
+func serve(t *testing.T, h fasthttp.RequestHandler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &fasthttp.Server{Handler: h}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	return "http://" + ln.Addr().String()
+}
+
+// An open-loop run sends exactly the requests its schedule holds, with
+// its method, headers and body, whatever the server's speed.
+func TestOpenLoopSendsTheSchedule(t *testing.T) {
+	var got, right atomic.Int64
+	url := serve(t, func(ctx *fasthttp.RequestCtx) {
+		got.Add(1)
+		if string(ctx.Method()) == "POST" && string(ctx.Request.Header.Peek("X-Test")) == "1" && string(ctx.PostBody()) == "hi" {
+			right.Add(1)
+		}
+		ctx.SetStatusCode(418)
+	})
+	r, err := Run(context.Background(), Options{URL: url + "/teapot", Method: "POST", Header: [][2]string{{"X-Test", "1"}},
+		Body: []byte("hi"), Rate: 1000, Connections: 8, Duration: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != 300 || got.Load() != 300 || right.Load() != 300 || r.Codes[418] != 300 || r.Errors != 0 {
+		t.Errorf("result %d requests, codes %v, %d errors; server saw %d (%d right): want 300 answered 418", r.Requests, r.Codes, r.Errors, got.Load(), right.Load())
+	}
+	if l := r.Latency; l.P50 <= 0 || l.P50 > l.P99 || l.P99 > l.Max {
+		t.Errorf("latencies out of order: %+v", l)
+	}
+}
+
+// Coordinated omission: the server stalls for a second mid-run. Every
+// request due during the stall waits for its end, counted from when it
+// was due, so the stall shows in the tail as it would to users: the p99
+// near the whole second, the p90 well into it.
+func TestStallShowsInTheTail(t *testing.T) {
+	var first atomic.Int64
+	url := serve(t, func(*fasthttp.RequestCtx) {
+		now := time.Now().UnixNano()
+		first.CompareAndSwap(0, now)
+		since := time.Duration(now - first.Load())
+		if since >= time.Second && since < 2*time.Second {
+			time.Sleep(2*time.Second - since)
+		}
+	})
+	r, err := Run(context.Background(), Options{URL: url, Rate: 200, Connections: 400, Duration: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != 600 {
+		t.Fatalf("%d answers, want 600", r.Requests)
+	}
+	if r.Latency.P99 < 900*time.Millisecond || r.Latency.P90 < 500*time.Millisecond {
+		t.Errorf("p90 %v, p99 %v: want the 200 requests due during the 1 s stall in the tail", r.Latency.P90, r.Latency.P99)
+	}
+}
+
+// A server slower than the rate makes later requests wait for a
+// connection, and their latency, from the intended send time, shows it.
+func TestOpenLoopCountsQueueing(t *testing.T) {
+	url := serve(t, func(*fasthttp.RequestCtx) { time.Sleep(20 * time.Millisecond) })
+	r, err := Run(context.Background(), Options{URL: url, Rate: 200, Connections: 1, Duration: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Latency.Max < 4*20*time.Millisecond {
+		t.Errorf("max latency %v does not show the queueing behind a 20 ms server", r.Latency.Max)
+	}
+}
+
+func TestClosedLoop(t *testing.T) {
+	url := serve(t, func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("ok") })
+	r, err := Run(context.Background(), Options{URL: url, Connections: 4, Duration: 100 * time.Millisecond, Warmup: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests == 0 || r.Codes[200] != r.Requests || r.Throughput <= 0 {
+		t.Errorf("closed loop result %+v", r)
+	}
+	n, err := Run(context.Background(), Options{URL: url, Connections: 3, Requests: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Requests != 100 {
+		t.Errorf("--requests 100: %d answers", n.Requests)
+	}
+}
+
+// Seconds hold each second's answers; their sum is the run's, and the
+// histogram survives JSON.
+func TestSecondsAndJSON(t *testing.T) {
+	url := serve(t, func(*fasthttp.RequestCtx) {})
+	r, err := Run(context.Background(), Options{URL: url, Steps: []Step{{From: 100, To: 300, For: 2 * time.Second}}, Connections: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum int64
+	for _, s := range r.Seconds {
+		sum += s.Requests
+	}
+	if r.Requests != 400 || sum != r.Requests || len(r.Seconds) < 2 || r.Seconds[1].Requests <= r.Seconds[0].Requests {
+		t.Errorf("%d requests, seconds %+v: want 400, rising with the ramp", r.Requests, r.Seconds)
+	}
+	raw, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Result
+	if err := json.Unmarshal(raw, &back); err != nil {
+		t.Fatal(err)
+	}
+	if h := hdrhistogram.Import(back.Histogram); h.TotalCount() != r.Requests || latencyOf(h) != r.Latency {
+		t.Errorf("histogram after JSON: %d values, %+v; want %d, %+v", h.TotalCount(), latencyOf(h), r.Requests, r.Latency)
+	}
+}
+
+func TestTransportErrors(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	r, err := Run(context.Background(), Options{URL: "http://" + addr, Connections: 1, Requests: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Errors != 3 || r.TransportErrors["connection refused"] != 3 || r.Requests != 0 {
+		t.Errorf("errors %d %v, requests %d: want 3 refused", r.Errors, r.TransportErrors, r.Requests)
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"remote", Options{URL: "http://10.0.0.1:80/", Connections: 1, Duration: time.Second}, "not a loopback address"},
+		{"remote name", Options{URL: "http://example.com/", Connections: 1, Duration: time.Second}, "not a loopback address"},
+		{"not a URL", Options{URL: "localhost:80", Connections: 1, Duration: time.Second}, "want an http:// or https:// URL"},
+		{"no connections", Options{URL: "http://127.0.0.1:1/", Duration: time.Second}, "connections must be"},
+		{"no end", Options{URL: "http://127.0.0.1:1/", Connections: 1}, "a duration or a number of requests"},
+		{"rate and requests", Options{URL: "http://127.0.0.1:1/", Connections: 1, Rate: 5, Requests: 5, Duration: time.Second}, "ends a closed-loop run"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Run(context.Background(), tc.o); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Run = %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+}
