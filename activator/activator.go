@@ -265,6 +265,14 @@ func (a *Activator) Buffered() map[string]int {
 	return out
 }
 
+// Waiting counts a function's requests waiting for an instance with room.
+func (a *Activator) Waiting(namespace, name string) int {
+	if rt := a.routes.get(namespace, name); rt != nil {
+		return rt.throttler.Waiting()
+	}
+	return 0
+}
+
 // ServeHTTP is the fasthttp handler of the invocation port.
 func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()

@@ -41,6 +41,13 @@ type Function struct {
 	Desired  int    `json:"desired"`
 	Ready    int    `json:"ready"`
 	Starting int    `json:"starting"`
+	// Buffered counts the requests waiting at the activator for an
+	// instance with room; Panic is set while the autoscaler's last
+	// decision was in panic mode (sless dev: the autoscaler is in
+	// process); QueueDepth sums the messages ready on its queues.
+	Buffered   int   `json:"buffered"`
+	Panic      bool  `json:"panic,omitempty"`
+	QueueDepth int64 `json:"queueDepth,omitempty"`
 	// Triggers are its triggers and what each is doing.
 	Triggers []TriggerStatus `json:"triggers"`
 	// Stats are its invocations over the last StatsWindow.

@@ -122,6 +122,7 @@ type state struct {
 	queue    int32                // queue-depth desired: the most any queue asks for
 	reads    map[string]queueRead // by queue name
 	desired  int32                // last decision
+	panicked bool                 // the last decision was in panic mode
 	// wokeAt is when a decision asked for instances while none was
 	// ready; startup is the last time from then to a ready instance.
 	wokeAt  time.Time
@@ -388,6 +389,18 @@ func (a *Autoscaler) QueueErrors(namespace, name string) map[string]string {
 	return out
 }
 
+// Panicking reports whether the function's last decision was in panic
+// mode: a burst against its instances.
+func (a *Autoscaler) Panicking(namespace, name string) bool {
+	st := a.get(namespace, name)
+	if st == nil {
+		return false
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.panicked
+}
+
 // QueueDepth reports the messages ready on all of a function's queues at
 // their last good reads.
 func (a *Autoscaler) QueueDepth(namespace, name string) int64 {
@@ -554,7 +567,7 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 		a.log.Info("load observed again: deciding", "namespace", st.fn.Namespace, "function", st.fn.Name)
 	}
 	desired := kpa.Desired(st.fn.Spec, d.Desired, st.queue, st.floor)
-	st.desired = desired
+	st.desired, st.panicked = desired, d.Panic
 	switch {
 	case desired == 0:
 		st.wokeAt = time.Time{}

@@ -223,3 +223,24 @@ func TestCookieAuth(t *testing.T) {
 		})
 	}
 }
+
+// The status shows the requests waiting at the activator: what sless load
+// samples each second.
+func TestStatusShowsBuffered(t *testing.T) {
+	p := startPlatformWith(t, manifest("held", "  concurrency: 1\n  scale: {initial: 1, max: 1}\n"), withToken)
+	p.waitFor("ready", time.Minute, func() bool { return p.status("held").State == "ready" })
+	done := make(chan struct{}, 3)
+	for range 3 {
+		go func() {
+			_, _, _ = p.invoke("held", "sleep=1.5")
+			done <- struct{}{}
+		}()
+	}
+	p.waitFor("two buffered behind the one served", 10*time.Second, func() bool { return p.status("held").Buffered == 2 })
+	for range 3 {
+		<-done
+	}
+	if st := p.status("held"); st.Buffered != 0 {
+		t.Errorf("after the requests: %d buffered", st.Buffered)
+	}
+}

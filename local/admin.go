@@ -116,6 +116,9 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	}
 	st.Triggers = p.triggers(fn, st.Instances)
 	st.Stats, _ = p.timeline.Stats(now, fn.Namespace, fn.Name, adminapi.StatsWindow)
+	st.Buffered = p.act.Waiting(fn.Namespace, fn.Name)
+	st.Panic = p.scaler.Panicking(fn.Namespace, fn.Name)
+	st.QueueDepth = p.scaler.QueueDepth(fn.Namespace, fn.Name)
 	if !e.over.IsZero() {
 		o := e.over
 		st.Overrides = &o

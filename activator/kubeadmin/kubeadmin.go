@@ -36,6 +36,8 @@ type Backend struct {
 	// Invoke is the base URL of the activator's invocation port, as this
 	// process reaches it.
 	Invoke string
+	// Waiting counts a function's requests waiting at this activator.
+	Waiting func(namespace, name string) int
 }
 
 // Functions lists every Function, sorted by namespace and name.
@@ -169,6 +171,9 @@ func (b *Backend) status(fn *v1alpha1.Function, now time.Time) adminapi.Function
 	st.Triggers = triggers(fn)
 	if b.Timeline != nil {
 		st.Stats, _ = b.Timeline.Stats(now, fn.Namespace, fn.Name, adminapi.StatsWindow)
+	}
+	if b.Waiting != nil {
+		st.Buffered = b.Waiting(fn.Namespace, fn.Name)
 	}
 	return st
 }

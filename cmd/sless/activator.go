@@ -106,6 +106,7 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 			if err != nil {
 				return err
 			}
+			api.Waiting = a.Waiting
 			go api.Sample(ctx, time.Second, a.Buffered)
 			token := os.Getenv("SLESS_ADMIN_TOKEN")
 			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Token: token,

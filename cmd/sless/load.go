@@ -45,13 +45,17 @@ type loadRun struct {
 	Platform []platformSample `json:"platform,omitempty"`
 }
 
-// platformSample is the function's instances at one second of the run.
+// platformSample is the function as the platform saw it at one second of
+// the run.
 type platformSample struct {
-	At       time.Duration `json:"atNs"`
-	State    string        `json:"state"`
-	Desired  int           `json:"desired"`
-	Ready    int           `json:"ready"`
-	Starting int           `json:"starting"`
+	At         time.Duration `json:"atNs"`
+	State      string        `json:"state"`
+	Desired    int           `json:"desired"`
+	Ready      int           `json:"ready"`
+	Starting   int           `json:"starting"`
+	Buffered   int           `json:"buffered"`
+	Panic      bool          `json:"panic,omitempty"`
+	QueueDepth int64         `json:"queueDepth,omitempty"`
 }
 
 func newLoadCommand() *cobra.Command {
@@ -276,7 +280,8 @@ func (s *platformSampler) run(ctx context.Context, start time.Time) {
 		if _, err := s.c.get(s.path, &st); err == nil {
 			s.mu.Lock()
 			s.samples = append(s.samples, platformSample{At: time.Since(start).Round(time.Millisecond), State: st.State,
-				Desired: st.Desired, Ready: st.Ready, Starting: st.Starting})
+				Desired: st.Desired, Ready: st.Ready, Starting: st.Starting, Buffered: st.Buffered, Panic: st.Panic,
+				QueueDepth: st.QueueDepth})
 			s.mu.Unlock()
 		} else if ctx.Err() == nil {
 			s.mu.Lock()
@@ -331,7 +336,10 @@ func (p *progressLine) show(pr load.Progress) {
 	line := fmt.Sprintf("%3ds  %7.0f req/s  p99 %-9v  %d answers  %d errors", sec, pr.Rate, pr.P99.Round(time.Microsecond), pr.Requests, pr.Errors)
 	if p.sampler != nil {
 		if s, ok := p.sampler.last(); ok {
-			line += fmt.Sprintf("  instances %d/%d (%s)", s.Ready, s.Desired, s.State)
+			line += fmt.Sprintf("  instances %d/%d (%s)  buffered %d", s.Ready, s.Desired, s.State, s.Buffered)
+			if s.Panic {
+				line += "  panic"
+			}
 		}
 	}
 	if p.terminal {
@@ -367,11 +375,15 @@ func summarize(w io.Writer, r loadRun) {
 		fmt.Fprintf(tw, "errors\t%d: %s\n", res.Errors, countsOf(res.TransportErrors))
 	}
 	if n := len(r.Platform); n > 0 {
-		peak := 0
+		peak, buffered, panicked := 0, 0, 0
 		for _, s := range r.Platform {
-			peak = max(peak, s.Ready)
+			peak, buffered = max(peak, s.Ready), max(buffered, s.Buffered)
+			if s.Panic {
+				panicked++
+			}
 		}
 		fmt.Fprintf(tw, "instances\tready at most %d, at the end %d of %d desired\n", peak, r.Platform[n-1].Ready, r.Platform[n-1].Desired)
+		fmt.Fprintf(tw, "platform\tat most %d requests buffered; %d of %d seconds in panic mode\n", buffered, panicked, n)
 	}
 	_ = tw.Flush()
 }
