@@ -34,9 +34,9 @@ import (
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/benchmarks/hops"
-	"sless.dev/sless/load"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/invocation/postgres"
+	"sless.dev/sless/load"
 )
 
 func main() {
