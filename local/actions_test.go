@@ -169,7 +169,9 @@ func TestFunctionPageRoutes(t *testing.T) {
 	}
 	p.waitFor("the timeline counts the requests", 10*time.Second, func() bool {
 		var s timeline.Series
-		p.admin("GET", fnPath+"page/timeline", "", &s)
+		if p.admin("GET", fnPath+"page/timeline", "", &s) != 200 {
+			return false // not sampled yet
+		}
 		total := 0.0
 		for _, r := range s.RequestsPerSecond {
 			total += r * s.StepSeconds

@@ -330,6 +330,7 @@ func (p *Platform) sync(ctx context.Context) {
 		}
 		p.mu.Unlock()
 		if e == nil {
+			p.timeline.Track(fn.Namespace, fn.Name)
 			p.act.SetFunction(activator.FunctionFor(fn.Function))
 		}
 		if due {

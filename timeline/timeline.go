@@ -80,8 +80,8 @@ func (f *function) at(i int64) *slot {
 }
 
 // Add counts a record in the step it ended in; records of functions the
-// timeline does not know (never sampled, or removed) are left out, so
-// memory follows the functions that exist.
+// timeline does not know (never tracked or sampled, or removed) are left
+// out, so memory follows the functions that exist.
 func (t *Timeline) Add(r invocation.Record) {
 	t.mu.RLock()
 	f := t.fns[fnKey{r.Namespace, r.Function}]
@@ -115,10 +115,11 @@ func bucketOf(d time.Duration) int {
 	return len(buckets)
 }
 
-// Sample records a function's gauges at now, adding the function when
-// new. Buffered keeps the step's peak, the others its last value.
-func (t *Timeline) Sample(now time.Time, namespace, name string, g Gauges) {
-	k := fnKey{namespace, name}
+// Track adds a function, so that its records count from now on, before
+// its first sample.
+func (t *Timeline) Track(namespace, name string) { t.track(fnKey{namespace, name}) }
+
+func (t *Timeline) track(k fnKey) *function {
 	t.mu.RLock()
 	f := t.fns[k]
 	t.mu.RUnlock()
@@ -130,6 +131,13 @@ func (t *Timeline) Sample(now time.Time, namespace, name string, g Gauges) {
 		}
 		t.mu.Unlock()
 	}
+	return f
+}
+
+// Sample records a function's gauges at now, adding the function when
+// new. Buffered keeps the step's peak, the others its last value.
+func (t *Timeline) Sample(now time.Time, namespace, name string, g Gauges) {
+	f := t.track(fnKey{namespace, name})
 	f.mu.Lock()
 	if s := f.at(stepOf(now)); s != nil {
 		buffered := s.buffered

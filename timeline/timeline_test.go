@@ -85,6 +85,16 @@ func TestSeries(t *testing.T) {
 	}
 }
 
+func TestTrack(t *testing.T) {
+	tl := New()
+	tl.Add(record(t0, time.Millisecond, 200, false)) // unknown: left out
+	tl.Track("default", "fn")
+	tl.Add(record(t0, time.Millisecond, 200, false))
+	if st, ok := tl.Stats(t0, "default", "fn", time.Minute); !ok || st.Requests != 1 {
+		t.Errorf("stats %+v (%v), want the one record after Track", st, ok)
+	}
+}
+
 func TestRemove(t *testing.T) {
 	tl := New()
 	tl.Sample(t0, "a", "keep", Gauges{})

@@ -9,10 +9,9 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"slices"
+	"path/filepath"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -20,42 +19,22 @@ import (
 
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/load"
+	"sless.dev/sless/invocation"
+	"sless.dev/sless/load/queue"
+	"sless.dev/sless/load/report"
 )
 
 // loadFlags are the flags of `sless load`.
 type loadFlags struct {
-	function, rate, body, bodyFile, jsonFile, method string
+	function, rate, body, bodyFile, jsonFile, method, reportDir string
+	queue, amqpURL                                              string
+	messages                                                    int
 	headers                                          []string
 	connections                                      int
 	requests                                         int64
 	duration, warmup, timeout                        time.Duration
 	allowRemote                                      bool
 	compare                                          bool
-}
-
-// loadRun is what --json writes and --compare reads.
-type loadRun struct {
-	URL     string    `json:"url"`
-	Started time.Time `json:"started"`
-	// Rate is the open-loop rate or steps; empty for a closed loop.
-	Rate        string `json:"rate,omitempty"`
-	Connections int    `json:"connections"`
-	Result      load.Result
-	// Platform is the function as the admin API showed it, each second.
-	Platform []platformSample `json:"platform,omitempty"`
-}
-
-// platformSample is the function as the platform saw it at one second of
-// the run.
-type platformSample struct {
-	At         time.Duration `json:"atNs"`
-	State      string        `json:"state"`
-	Desired    int           `json:"desired"`
-	Ready      int           `json:"ready"`
-	Starting   int           `json:"starting"`
-	Buffered   int           `json:"buffered"`
-	Panic      bool          `json:"panic,omitempty"`
-	QueueDepth int64         `json:"queueDepth,omitempty"`
 }
 
 func newLoadCommand() *cobra.Command {
@@ -89,7 +68,11 @@ second from the admin API (--function, or a /fn/<namespace>/<name> URL).
 	fl.StringVar(&f.body, "body", "", "the request body")
 	fl.StringVar(&f.bodyFile, "body-file", "", "the request body, from a file")
 	fl.StringVar(&f.jsonFile, "json", "", "write every second's figures and the latency histogram to this file")
+	fl.StringVar(&f.reportDir, "report", "", "write plots (PNG) and a Markdown page of the run into this directory")
 	fl.BoolVar(&f.compare, "compare", false, "compare two --json files: sless load --compare a.json b.json")
+	fl.StringVar(&f.queue, "queue", "", "publish --messages to this RabbitMQ queue and report how fast the function drains it")
+	fl.IntVar(&f.messages, "messages", 0, "with --queue: how many messages to publish")
+	fl.StringVar(&f.amqpURL, "amqp-url", envOr("SLESS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "with --queue: the broker (default $SLESS_AMQP_URL or the local RabbitMQ)")
 	fl.BoolVar(&f.allowRemote, "allow-remote", false, "allow a target off this machine (loopback only by default)")
 	check := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
@@ -102,6 +85,9 @@ second from the admin API (--function, or a /fn/<namespace>/<name> URL).
 		if f.compare {
 			return compareRuns(cmd.OutOrStdout(), args[0], args[1])
 		}
+		if f.queue != "" {
+			return runQueue(cmd.Context(), cmd, c, f)
+		}
 		return runLoad(cmd.Context(), cmd, c, f, args)
 	}
 	return cmd
@@ -113,6 +99,12 @@ func (f *loadFlags) check(args []string) error {
 	case f.compare && len(args) != 2:
 		return errors.New("--compare takes two --json files")
 	case f.compare:
+		return nil
+	case f.queue != "" && (len(args) > 0 || f.rate != "" || f.requests > 0):
+		return errors.New("--queue publishes messages: no URL, --rate or --requests")
+	case f.queue != "" && (f.messages < 1 || f.messages > maxMessages):
+		return fmt.Errorf("--queue needs --messages from 1 to %d", maxMessages)
+	case f.queue != "":
 		return nil
 	case len(args) > 1:
 		return errors.New("one URL at most")
@@ -187,30 +179,31 @@ func runLoad(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlag
 	}
 	progress := newProgressLine(cmd.ErrOrStderr(), sampler)
 	o.Progress = progress.show
-	run := loadRun{URL: target, Started: time.Now(), Rate: f.rate, Connections: f.connections}
+	run := report.Run{URL: target, Started: time.Now(), Rate: f.rate, Connections: f.connections}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	if sampler != nil {
 		go sampler.run(ctx, run.Started.Add(f.warmup))
 	}
 	run.Result, err = load.Run(ctx, o)
-	stop()
+	run.Platform = sampler.end(stop, run.Started.Add(f.warmup))
 	progress.end()
 	if err != nil {
 		return err
 	}
-	if sampler != nil {
-		run.Platform = sampler.all()
+	if err := report.Summary(cmd.OutOrStdout(), run); err != nil {
+		return err
 	}
-	summarize(cmd.OutOrStdout(), run)
 	if f.jsonFile != "" {
-		raw, err := json.MarshalIndent(run, "", " ")
-		if err != nil {
-			return err
-		}
-		if err := os.WriteFile(f.jsonFile, raw, 0o644); err != nil {
+		if err := report.WriteJSON(f.jsonFile, run); err != nil {
 			return fmt.Errorf("--json: %w", err)
 		}
+	}
+	if f.reportDir != "" {
+		if err := report.Write(f.reportDir, run); err != nil {
+			return err
+		}
+		fmt.Fprintf(cmd.ErrOrStderr(), "report: %s\n", filepath.Join(f.reportDir, report.Files.Page))
 	}
 	if c.output == "json" {
 		return json.NewEncoder(cmd.OutOrStdout()).Encode(run)
@@ -268,26 +261,14 @@ type platformSampler struct {
 	path string
 
 	mu      sync.Mutex
-	samples []platformSample
-	failed  bool // the API did not answer: the run goes on without it
+	samples []report.PlatformSample
 }
 
 func (s *platformSampler) run(ctx context.Context, start time.Time) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
-		var st adminapi.Function
-		if _, err := s.c.get(s.path, &st); err == nil {
-			s.mu.Lock()
-			s.samples = append(s.samples, platformSample{At: time.Since(start).Round(time.Millisecond), State: st.State,
-				Desired: st.Desired, Ready: st.Ready, Starting: st.Starting, Buffered: st.Buffered, Panic: st.Panic,
-				QueueDepth: st.QueueDepth})
-			s.mu.Unlock()
-		} else if ctx.Err() == nil {
-			s.mu.Lock()
-			s.failed = true
-			s.mu.Unlock()
-		}
+		s.sample(start)
 		select {
 		case <-ctx.Done():
 			return
@@ -296,16 +277,42 @@ func (s *platformSampler) run(ctx context.Context, start time.Time) {
 	}
 }
 
-func (s *platformSampler) last() (platformSample, bool) {
+// sample reads the function once; a failed read is skipped, the run goes
+// on without it.
+func (s *platformSampler) sample(start time.Time) {
+	var st adminapi.Function
+	if _, err := s.c.get(s.path, &st); err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples = append(s.samples, report.PlatformSample{At: time.Since(start).Round(time.Millisecond), State: st.State,
+		Desired: st.Desired, Ready: st.Ready, Starting: st.Starting, Buffered: st.Buffered, Panic: st.Panic,
+		QueueDepth: st.QueueDepth})
+}
+
+// end stops the sampling with a last sample, so a run shorter than a
+// second still shows the platform at its end.
+func (s *platformSampler) end(stop context.CancelFunc, start time.Time) []report.PlatformSample {
+	if s == nil {
+		stop()
+		return nil
+	}
+	stop()
+	s.sample(start)
+	return s.all()
+}
+
+func (s *platformSampler) last() (report.PlatformSample, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if len(s.samples) == 0 {
-		return platformSample{}, false
+		return report.PlatformSample{}, false
 	}
 	return s.samples[len(s.samples)-1], true
 }
 
-func (s *platformSampler) all() []platformSample {
+func (s *platformSampler) all() []report.PlatformSample {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.samples
@@ -356,109 +363,96 @@ func (p *progressLine) end() {
 	}
 }
 
-// summarize prints a run's figures.
-func summarize(w io.Writer, r loadRun) {
-	res := r.Result
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "target\t%s\n", r.URL)
-	mode := "closed loop, " + fmt.Sprint(r.Connections) + " connections"
-	if r.Rate != "" {
-		mode = "open loop, rate " + r.Rate + " (latency from each request's intended send time)"
+// compareRuns prints two --json runs side by side.
+func compareRuns(w io.Writer, fileA, fileB string) error {
+	a, err := report.ReadJSON(fileA)
+	if err != nil {
+		return usageError{fmt.Errorf("--compare: %w", err)}
 	}
-	fmt.Fprintf(tw, "mode\t%s\n", mode)
-	fmt.Fprintf(tw, "duration\t%v\n", res.Elapsed.Round(time.Millisecond))
-	fmt.Fprintf(tw, "answers\t%d (%.1f/s)\n", res.Requests, res.Throughput)
-	fmt.Fprintf(tw, "latency\tp50 %v  p90 %v  p99 %v  p99.9 %v  max %v\n", ms(res.Latency.P50), ms(res.Latency.P90),
-		ms(res.Latency.P99), ms(res.Latency.P999), ms(res.Latency.Max))
-	fmt.Fprintf(tw, "status codes\t%s\n", countsOf(res.Codes))
-	if res.Errors > 0 {
-		fmt.Fprintf(tw, "errors\t%d: %s\n", res.Errors, countsOf(res.TransportErrors))
+	b, err := report.ReadJSON(fileB)
+	if err != nil {
+		return usageError{fmt.Errorf("--compare: %w", err)}
 	}
-	if n := len(r.Platform); n > 0 {
-		peak, buffered, panicked := 0, 0, 0
-		for _, s := range r.Platform {
-			peak, buffered = max(peak, s.Ready), max(buffered, s.Buffered)
-			if s.Panic {
-				panicked++
+	return report.Compare(w, fileA, fileB, a, b)
+}
+
+// maxMessages bounds --messages.
+const maxMessages = 10_000_000
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// runQueue publishes messages and reports the drain, with the function's
+// instances when --function names it.
+func runQueue(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlags) error {
+	body := []byte(f.body)
+	if f.bodyFile != "" {
+		b, err := os.ReadFile(f.bodyFile)
+		if err != nil {
+			return usageError{fmt.Errorf("--body-file: %w", err)}
+		}
+		body = b
+	}
+	o := queue.Options{URL: f.amqpURL, Queue: f.queue, Messages: f.messages, Body: body, MaxWait: f.duration}
+	if f.duration == 10*time.Second && !cmd.Flags().Changed("duration") {
+		o.MaxWait = 10 * time.Minute // the default run length is for HTTP
+	}
+	run := report.Run{URL: f.amqpURL + " queue " + f.queue, Started: time.Now()}
+	var sampler *platformSampler
+	if f.function != "" {
+		_, _, path := functionPath(f.function)
+		if _, err := c.get(path, nil); err != nil {
+			return usageError{fmt.Errorf("--function %s: %w", f.function, err)}
+		}
+		sampler = &platformSampler{c: c, path: path}
+		o.Processed = handledSince(c, path, run.Started)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	if sampler != nil {
+		go sampler.run(ctx, run.Started)
+	}
+	w := cmd.ErrOrStderr()
+	o.Progress = func(p queue.Progress) {
+		if int(p.Elapsed.Seconds())%5 == 0 {
+			fmt.Fprintf(w, "%3ds  %d ready  %d handled\n", int(p.Elapsed.Seconds()), p.Ready, p.Processed)
+		}
+	}
+	res, err := queue.Run(ctx, o)
+	run.Queue = &res
+	run.Platform = sampler.end(stop, run.Started)
+	if err != nil && !errors.Is(err, queue.ErrNotDrained) {
+		return err
+	}
+	if werr := report.Summary(cmd.OutOrStdout(), run); werr != nil {
+		return werr
+	}
+	if f.jsonFile != "" {
+		if werr := report.WriteJSON(f.jsonFile, run); werr != nil {
+			return fmt.Errorf("--json: %w", werr)
+		}
+	}
+	return err
+}
+
+// handledSince counts the function's RabbitMQ invocations answered 2xx
+// since start, from the admin API's summary of its records.
+func handledSince(c *adminClient, path string, start time.Time) func(context.Context) (int64, error) {
+	return func(context.Context) (int64, error) {
+		window := time.Since(start).Round(time.Millisecond) + time.Millisecond
+		var sum invocation.Summary
+		if _, err := c.get(fmt.Sprintf("%s/invocations/summary?window=%dms", path, window.Milliseconds()), &sum); err != nil {
+			return 0, err
+		}
+		for _, t := range sum.Triggers {
+			if t.Trigger == "rabbitmq" {
+				return t.Count - t.Errors, nil
 			}
 		}
-		fmt.Fprintf(tw, "instances\tready at most %d, at the end %d of %d desired\n", peak, r.Platform[n-1].Ready, r.Platform[n-1].Desired)
-		fmt.Fprintf(tw, "platform\tat most %d requests buffered; %d of %d seconds in panic mode\n", buffered, panicked, n)
+		return 0, nil
 	}
-	_ = tw.Flush()
-}
-
-func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/1e6) }
-
-// countsOf lists counts by key, in key order: "200: 981, 503: 19".
-func countsOf[K int | string](m map[K]int64) string {
-	keys := make([]K, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	parts := make([]string, 0, len(keys))
-	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%v: %d", k, m[k]))
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
-}
-
-// compareRuns prints two --json runs side by side, with b's figures as a
-// ratio of a's.
-func compareRuns(w io.Writer, fileA, fileB string) error {
-	a, err := readRun(fileA)
-	if err != nil {
-		return err
-	}
-	b, err := readRun(fileB)
-	if err != nil {
-		return err
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "\t%s\t%s\tb/a\t\n", fileA, fileB)
-	row := func(name string, x, y float64, unit string) {
-		ratio := "-"
-		if x != 0 {
-			ratio = fmt.Sprintf("%.2fx", y/x)
-		}
-		fmt.Fprintf(tw, "%s\t%.2f%s\t%.2f%s\t%s\t\n", name, x, unit, y, unit, ratio)
-	}
-	ra, rb := a.Result, b.Result
-	row("answers/s", ra.Throughput, rb.Throughput, "")
-	for _, p := range []struct {
-		name string
-		x, y time.Duration
-	}{{"p50", ra.Latency.P50, rb.Latency.P50}, {"p90", ra.Latency.P90, rb.Latency.P90}, {"p99", ra.Latency.P99, rb.Latency.P99},
-		{"p99.9", ra.Latency.P999, rb.Latency.P999}, {"max", ra.Latency.Max, rb.Latency.Max}} {
-		row(p.name, float64(p.x)/1e6, float64(p.y)/1e6, "ms")
-	}
-	row("errors", float64(ra.Errors), float64(rb.Errors), "")
-	row("non-2xx", float64(non2xx(ra.Codes)), float64(non2xx(rb.Codes)), "")
-	return tw.Flush()
-}
-
-func non2xx(codes map[int]int64) int64 {
-	var n int64
-	for c, k := range codes {
-		if c < 200 || c > 299 {
-			n += k
-		}
-	}
-	return n
-}
-
-func readRun(file string) (loadRun, error) {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return loadRun{}, usageError{fmt.Errorf("--compare: %w", err)}
-	}
-	var r loadRun
-	if err := json.Unmarshal(raw, &r); err != nil || r.Result.Histogram == nil {
-		return loadRun{}, usageError{fmt.Errorf("--compare: %s is not a sless load --json file", file)}
-	}
-	return r, nil
 }

@@ -1,19 +1,19 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/needs"
 	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/load/report"
 )
 
 // Bad input is a clear error and exit status 2, before anything is sent.
@@ -104,15 +104,51 @@ func TestLoadAgainstDev(t *testing.T) {
 	}
 }
 
-func readLoadRun(t *testing.T, file string) loadRun {
+func readLoadRun(t *testing.T, file string) report.Run {
 	t.Helper()
-	raw, err := os.ReadFile(file)
+	r, err := report.ReadJSON(file)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r loadRun
-	if err := json.Unmarshal(raw, &r); err != nil {
-		t.Fatal(err)
-	}
 	return r
+}
+
+// `sless load --queue` publishes to a real RabbitMQ queue that a function
+// of a real sless dev consumes from zero, and reports the drain by the
+// messages the function handled, with its instances over time.
+func TestLoadQueue(t *testing.T) {
+	requirePython3(t)
+	ch := amqptest.Channel(t)
+	q := amqptest.Queue(t, ch, "load")
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"py/main.py": "def handle(e):\n    return 'ok'\n",
+		"worker.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: worker}\nspec:\n  runtime: python\n  source: ./py\n" +
+			"  scale: {initial: 0, max: 2}\n  triggers:\n    - {name: jobs, rabbitmq: {queue: " + q + ", prefetch: 10}}\n",
+	})
+	d := startDevIn(t, dir, nil, "--amqp-url", amqptest.URL())
+	eventually.TrueWithin(t, time.Minute, "worker known", func() bool {
+		_, err := run("functions", "--admin", d.admin)
+		return err == nil
+	})
+	file := filepath.Join(t.TempDir(), "queue.json")
+	out, err := run("load", "--queue", q, "--messages", "2000", "--function", "default/worker", "--admin", d.admin,
+		"--amqp-url", amqptest.URL(), "--json", file, "-d", "2m")
+	if err != nil {
+		t.Fatalf("sless load --queue: %v\n%s", err, out)
+	}
+	r := readLoadRun(t, file)
+	if r.Queue == nil || !r.Queue.ByProcessed || r.Queue.Drained <= 0 || r.Queue.Rate <= 0 || r.Queue.Messages != 2000 {
+		t.Fatalf("queue run %+v", r.Queue)
+	}
+	if amqptest.Depth(t, ch, q) != 0 {
+		t.Errorf("the queue still holds messages after the drain")
+	}
+	peak := 0
+	for _, s := range r.Platform {
+		peak = max(peak, s.Ready)
+	}
+	if peak < 1 || !strings.Contains(out, "drained") || !strings.Contains(out, "messages/s") {
+		t.Errorf("peak %d ready; summary:\n%s", peak, out)
+	}
 }
