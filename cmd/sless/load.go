@@ -18,8 +18,8 @@ import (
 	"golang.org/x/term"
 
 	"sless.dev/sless/adminapi"
-	"sless.dev/sless/load"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/load"
 	"sless.dev/sless/load/queue"
 	"sless.dev/sless/load/report"
 )
@@ -29,12 +29,12 @@ type loadFlags struct {
 	function, rate, body, bodyFile, jsonFile, method, reportDir string
 	queue, amqpURL                                              string
 	messages                                                    int
-	headers                                          []string
-	connections                                      int
-	requests                                         int64
-	duration, warmup, timeout                        time.Duration
-	allowRemote                                      bool
-	compare                                          bool
+	headers                                                     []string
+	connections                                                 int
+	requests                                                    int64
+	duration, warmup, timeout                                   time.Duration
+	allowRemote                                                 bool
+	compare                                                     bool
 }
 
 func newLoadCommand() *cobra.Command {
