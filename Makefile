@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build console run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-knative generate verify lint controlplane tools clean
+.PHONY: all build console run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative generate verify lint controlplane tools clean
 
 all: build
 
@@ -69,6 +69,19 @@ bench-metrics: build
 ## the functions page's render time and its live updates' cost to sless dev
 bench-console: build
 	$(GO) run ./benchmarks/cmd/bench-console -sless bin/sless
+
+## bench-loadgen: what sless load drives against a trivial server, beside wrk
+## (Debian's wrk) and hey (built from the Go module proxy) in the same run
+bench-loadgen: build bin/hey
+	$(GO) run ./benchmarks/cmd/bench-loadgen -sless bin/sless -hey bin/hey
+
+bin/hey:
+	GOBIN=$(CURDIR)/bin $(GO) install github.com/rakyll/hey@v0.1.5
+
+## bench-scenarios: the load scenarios of benchmarks/scenarios (about 12
+## minutes; needs RabbitMQ and PostgreSQL), reports in benchmarks/reports
+bench-scenarios: build
+	benchmarks/scenarios/run.sh
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue

@@ -29,6 +29,7 @@ type loadFlags struct {
 	function, rate, body, bodyFile, jsonFile, method, reportDir string
 	queue, amqpURL                                              string
 	messages                                                    int
+	declareQueue                                                bool
 	headers                                                     []string
 	connections                                                 int
 	requests                                                    int64
@@ -72,6 +73,7 @@ second from the admin API (--function, or a /fn/<namespace>/<name> URL).
 	fl.BoolVar(&f.compare, "compare", false, "compare two --json files: sless load --compare a.json b.json")
 	fl.StringVar(&f.queue, "queue", "", "publish --messages to this RabbitMQ queue and report how fast the function drains it")
 	fl.IntVar(&f.messages, "messages", 0, "with --queue: how many messages to publish")
+	fl.BoolVar(&f.declareQueue, "declare-queue", false, "with --queue: declare the queue, durable, when it is missing")
 	fl.StringVar(&f.amqpURL, "amqp-url", envOr("SLESS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "with --queue: the broker (default $SLESS_AMQP_URL or the local RabbitMQ)")
 	fl.BoolVar(&f.allowRemote, "allow-remote", false, "allow a target off this machine (loopback only by default)")
 	check := cmd.PreRunE
@@ -397,7 +399,7 @@ func runQueue(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFla
 		}
 		body = b
 	}
-	o := queue.Options{URL: f.amqpURL, Queue: f.queue, Messages: f.messages, Body: body, MaxWait: f.duration}
+	o := queue.Options{URL: f.amqpURL, Queue: f.queue, Messages: f.messages, Body: body, MaxWait: f.duration, Declare: f.declareQueue}
 	if f.duration == 10*time.Second && !cmd.Flags().Changed("duration") {
 		o.MaxWait = 10 * time.Minute // the default run length is for HTTP
 	}

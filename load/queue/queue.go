@@ -21,6 +21,8 @@ type Options struct {
 	URL, Queue string
 	Messages   int
 	Body       []byte
+	// Declare declares the queue, durable, when it is missing.
+	Declare bool
 	// Processed, when set, counts the messages the function has handled
 	// since the run began (the platform's records of it); without it a
 	// drain is the queue's ready count at zero, which misses messages
@@ -79,10 +81,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("broker: %w", err)
 	}
-	if _, err := ch.QueueDeclarePassive(o.Queue, true, false, false, false, nil); err != nil {
-		return Result{}, fmt.Errorf("queue %q: %w (its function's trigger declares it: start the function first)", o.Queue, err)
+	if o.Declare {
+		if _, err := ch.QueueDeclare(o.Queue, true, false, false, false, nil); err != nil {
+			return Result{}, fmt.Errorf("declare queue %q: %w", o.Queue, err)
+		}
+	} else if _, err := ch.QueueDeclarePassive(o.Queue, true, false, false, false, nil); err != nil {
+		return Result{}, fmt.Errorf("queue %q: %w (declare it, or pass --declare-queue)", o.Queue, err)
 	}
-	probe, err := conn.Channel() // a failed passive declare closes its channel: reads get their own
+	probe, err := conn.Channel() // a failed read closes its channel: reads get their own
 	if err != nil {
 		return Result{}, fmt.Errorf("broker: %w", err)
 	}
