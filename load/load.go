@@ -107,7 +107,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	client := &fasthttp.HostClient{
-		Addr: hostPort(u), IsTLS: u.Scheme == "https",
+		Addr: HostPort(u), IsTLS: u.Scheme == "https",
 		MaxConns: o.Connections, MaxConnWaitTimeout: o.Timeout,
 		NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute,
 		ReadBufferSize: 16 << 10,
@@ -128,7 +128,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	return run(ctx, client, o)
 }
 
-func hostPort(u *url.URL) string {
+// HostPort is the address a target URL is served on: its port, or its
+// scheme's.
+func HostPort(u *url.URL) string {
 	if u.Port() != "" {
 		return u.Host
 	}

@@ -130,18 +130,27 @@ func (f *loadFlags) check(args []string) error {
 	return nil
 }
 
+// readBody is --body, or --body-file's content.
+func (f *loadFlags) readBody() ([]byte, error) {
+	if f.bodyFile == "" {
+		return []byte(f.body), nil
+	}
+	b, err := os.ReadFile(f.bodyFile)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--body-file: %w", err)}
+	}
+	return b, nil
+}
+
 // options turns the flags into a run's options; a bad body file or
 // target is a usage error.
 func (f *loadFlags) options(target string) (load.Options, error) {
-	o := load.Options{URL: target, Method: f.method, Connections: f.connections, Duration: f.duration,
-		Requests: f.requests, Warmup: f.warmup, Timeout: f.timeout, AllowRemote: f.allowRemote, Body: []byte(f.body)}
-	if f.bodyFile != "" {
-		b, err := os.ReadFile(f.bodyFile)
-		if err != nil {
-			return o, usageError{fmt.Errorf("--body-file: %w", err)}
-		}
-		o.Body = b
+	body, err := f.readBody()
+	if err != nil {
+		return load.Options{}, err
 	}
+	o := load.Options{URL: target, Method: f.method, Connections: f.connections, Duration: f.duration,
+		Requests: f.requests, Warmup: f.warmup, Timeout: f.timeout, AllowRemote: f.allowRemote, Body: body}
 	for _, h := range f.headers {
 		name, value, _ := strings.Cut(h, ":")
 		o.Header = append(o.Header, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
@@ -169,10 +178,11 @@ func runLoad(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlag
 	if err != nil {
 		return err
 	}
-	if _, err := load.CheckTarget(target, f.allowRemote); err != nil {
+	u, err := load.CheckTarget(target, f.allowRemote)
+	if err != nil {
 		return usageError{err}
 	}
-	if err := reachable(ctx, target); err != nil {
+	if err := reachable(ctx, u); err != nil {
 		return usageError{err}
 	}
 	var sampler *platformSampler
@@ -237,22 +247,11 @@ func resolveTarget(c *adminClient, f loadFlags, args []string) (target, fnPath s
 
 // reachable dials the target once, so a wrong address is an error at
 // once rather than a run of connection errors.
-func reachable(ctx context.Context, target string) error {
-	u, err := url.Parse(target)
-	if err != nil {
-		return err
-	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"https": "443"}[u.Scheme]
-		if port == "" {
-			port = "80"
-		}
-	}
+func reachable(ctx context.Context, u *url.URL) error {
 	d := net.Dialer{Timeout: 5 * time.Second}
-	conn, err := d.DialContext(ctx, "tcp", net.JoinHostPort(u.Hostname(), port))
+	conn, err := d.DialContext(ctx, "tcp", load.HostPort(u))
 	if err != nil {
-		return fmt.Errorf("cannot reach %s: %w", target, err)
+		return fmt.Errorf("cannot reach %s: %w", u, err)
 	}
 	return conn.Close()
 }
@@ -391,13 +390,9 @@ func envOr(name, def string) string {
 // runQueue publishes messages and reports the drain, with the function's
 // instances when --function names it.
 func runQueue(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlags) error {
-	body := []byte(f.body)
-	if f.bodyFile != "" {
-		b, err := os.ReadFile(f.bodyFile)
-		if err != nil {
-			return usageError{fmt.Errorf("--body-file: %w", err)}
-		}
-		body = b
+	body, err := f.readBody()
+	if err != nil {
+		return err
 	}
 	o := queue.Options{URL: f.amqpURL, Queue: f.queue, Messages: f.messages, Body: body, MaxWait: f.duration, Declare: f.declareQueue}
 	if f.duration == 10*time.Second && !cmd.Flags().Changed("duration") {
