@@ -106,11 +106,14 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	client := &fasthttp.HostClient{
-		Addr: HostPort(u), IsTLS: u.Scheme == "https",
-		MaxConns: o.Connections, MaxConnWaitTimeout: o.Timeout,
-		NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute,
-		ReadBufferSize: 16 << 10,
+	// A client, and its one connection, per worker: a shared pool's lock
+	// would be taken twice a request by every worker.
+	clients := make([]*fasthttp.HostClient, o.Connections)
+	for i := range clients {
+		clients[i] = &fasthttp.HostClient{
+			Addr: HostPort(u), IsTLS: u.Scheme == "https", MaxConns: 1, MaxConnWaitTimeout: o.Timeout,
+			NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute,
+		}
 	}
 	if o.Warmup > 0 {
 		warm := o
@@ -121,11 +124,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				warm.Steps[0].From, warm.Steps[0].To = o.Steps[0].To, o.Steps[0].To
 			}
 		}
-		if _, err := run(ctx, client, warm); err != nil {
+		if _, err := run(ctx, clients, warm); err != nil {
 			return Result{}, err
 		}
 	}
-	return run(ctx, client, o)
+	return run(ctx, clients, o)
 }
 
 // HostPort is the address a target URL is served on: its port, or its
@@ -167,7 +170,7 @@ func checkLoopback(host string) error {
 	return nil
 }
 
-func run(ctx context.Context, client *fasthttp.HostClient, o Options) (Result, error) {
+func run(ctx context.Context, clients []*fasthttp.HostClient, o Options) (Result, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var sched *schedule
@@ -187,7 +190,7 @@ func run(ctx context.Context, client *fasthttp.HostClient, o Options) (Result, e
 	if o.Duration <= 0 {
 		stopAt = start.Add(100 * 365 * 24 * time.Hour) // a count of requests ends it
 	}
-	for range o.Connections {
+	for _, client := range clients {
 		w := &worker{agg: agg, start: start, stopAt: stopAt, sched: sched, next: &next, limit: o.Requests}
 		wg.Go(func() { w.run(ctx, client, o) })
 	}
@@ -227,7 +230,13 @@ func (w *worker) run(ctx context.Context, client *fasthttp.HostClient, o Options
 	req.SetBody(o.Body)
 	w.buf = make([]sample, 0, maxBuffered)
 	defer w.flush()
-	for ctx.Err() == nil {
+	done := ctx.Done() // read once: ctx.Err takes a lock every worker would share
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
 		sent, ok := w.due()
 		if !ok {
 			return
@@ -248,11 +257,12 @@ func (w *worker) run(ctx context.Context, client *fasthttp.HostClient, o Options
 // due waits for the next request's turn and returns the time its latency
 // counts from; ok is false when the run is over for this worker.
 func (w *worker) due() (sent time.Time, ok bool) {
-	k := w.next.Add(1) - 1
 	if w.sched == nil {
 		now := time.Now()
-		return now, (w.limit == 0 || k < w.limit) && now.Before(w.stopAt)
+		// The shared count, a contended cache line, only when it ends the run.
+		return now, (w.limit == 0 || w.next.Add(1) <= w.limit) && now.Before(w.stopAt)
 	}
+	k := w.next.Add(1) - 1
 	offset, ok := w.sched.at(k)
 	if !ok {
 		return time.Time{}, false

@@ -16,16 +16,27 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
-const serverEnv = "BENCH_LOADGEN_SERVER"
+// The child modes: the server, and the bare client floor.
+const (
+	serverEnv = "BENCH_LOADGEN_SERVER"
+	bareEnv   = "BENCH_LOADGEN_BARE"
+)
 
 func main() {
 	if addr := os.Getenv(serverEnv); addr != "" {
 		serve(addr)
+		return
+	}
+	if spec := os.Getenv(bareEnv); spec != "" {
+		bare(spec)
 		return
 	}
 	sless := flag.String("sless", "bin/sless", "the sless binary")
@@ -50,6 +61,35 @@ func serve(addr string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+}
+
+// bare is the floor of sless load's library: connections goroutines each
+// with its own fasthttp client, sending in a loop and counting answers,
+// nothing measured. spec is url,connections,duration.
+func bare(spec string) {
+	parts := strings.Split(spec, ",")
+	conns, _ := strconv.Atoi(parts[1])
+	d, _ := time.ParseDuration(parts[2])
+	u := parts[0]
+	var total atomic.Int64
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for range conns {
+		c := &fasthttp.HostClient{Addr: strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/"), MaxConns: 1}
+		wg.Go(func() {
+			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+			req.SetRequestURI(u)
+			n := int64(0)
+			for time.Now().Before(end) {
+				if c.Do(req, resp) == nil {
+					n++
+				}
+			}
+			total.Add(n)
+		})
+	}
+	wg.Wait()
+	fmt.Printf("Requests/sec: %.2f\n", float64(total.Load())/d.Seconds())
 }
 
 // measure is one run of one tool.
@@ -77,6 +117,12 @@ func run(slessBin, wrk, hey string, d time.Duration, conns, rounds int) error {
 		{"sless load", func(url string) *exec.Cmd {
 			return exec.Command(slessBin, "load", url, "-c", strconv.Itoa(conns), "-d", secs, "-o", "json")
 		}, parseSless},
+		{"bare fasthttp loop (floor)", func(url string) *exec.Cmd {
+			self, _ := os.Executable()
+			cmd := exec.Command(self)
+			cmd.Env = append(os.Environ(), bareEnv+"="+url+","+strconv.Itoa(conns)+","+d.String())
+			return cmd
+		}, parseRate(`Requests/sec:\s+([0-9.]+)`)},
 		{"wrk", func(url string) *exec.Cmd {
 			return exec.Command(wrk, "-t", "2", "-c", strconv.Itoa(conns), "-d", secs, url)
 		}, parseRate(`Requests/sec:\s+([0-9.]+)`)},
