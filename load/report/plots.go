@@ -108,6 +108,10 @@ func addLine(p *plot.Plot, name string, c color.Color, xys plotter.XYs) (*plotte
 
 func seconds(d time.Duration) float64 { return d.Seconds() }
 
+// legendRoom raises a plot's top above its data, so the legend in its
+// corner hides none of it.
+const legendRoom = 1.35
+
 // middle is where a second's figures are drawn: in its middle.
 func middle(s time.Duration) float64 { return s.Seconds() + .5 }
 
@@ -151,6 +155,7 @@ func latencyPlot(r Run) (*canvas, error) {
 		}
 	}
 	p.Y.Min, p.X.Min, p.X.Max = 0, 0, span(r)
+	p.Y.Max *= legendRoom
 	c := newCanvas()
 	if len(r.Platform) == 0 {
 		p.Draw(c.dc)
@@ -184,7 +189,7 @@ func instanceLines(samples []PlatformSample, inst *plot.Plot) (ready, desired *p
 		d = append(d, plotter.XY{X: seconds(s.At), Y: float64(s.Desired)})
 		most = max(most, s.Ready, s.Desired)
 	}
-	inst.Y.Min, inst.Y.Max = 0, float64(most)*1.1
+	inst.Y.Min, inst.Y.Max = 0, float64(most)*legendRoom
 	ready, _ = plotter.NewLine(r)
 	desired, _ = plotter.NewLine(d)
 	ready.Color, ready.Width, ready.StepStyle = blue, vg.Points(2), plotter.PreStep
@@ -267,6 +272,7 @@ func throughputPlot(r Run) (*canvas, error) {
 		}
 	}
 	p.Y.Min, p.X.Min, p.X.Max = 0, 0, span(r)
+	p.Y.Max *= legendRoom
 	c := newCanvas()
 	p.Draw(c.dc)
 	return c, nil
