@@ -285,11 +285,12 @@ func (s *platformSampler) sample(start time.Time) {
 	if _, err := s.c.get(s.path, &st); err != nil {
 		return
 	}
+	sum, _ := summarySince(s.c, s.path, start) // without records, no cold starts
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.samples = append(s.samples, report.PlatformSample{At: time.Since(start).Round(time.Millisecond), State: st.State,
 		Desired: st.Desired, Ready: st.Ready, Starting: st.Starting, Buffered: st.Buffered, Panic: st.Panic,
-		QueueDepth: st.QueueDepth})
+		QueueDepth: st.QueueDepth, ColdStarts: sum.Total.ColdStarts})
 }
 
 // end stops the sampling with a last sample, so a run shorter than a
@@ -344,7 +345,7 @@ func (p *progressLine) show(pr load.Progress) {
 	line := fmt.Sprintf("%3ds  %7.0f req/s  p99 %-9v  %d answers  %d errors", sec, pr.Rate, pr.P99.Round(time.Microsecond), pr.Requests, pr.Errors)
 	if p.sampler != nil {
 		if s, ok := p.sampler.last(); ok {
-			line += fmt.Sprintf("  instances %d/%d (%s)  buffered %d", s.Ready, s.Desired, s.State, s.Buffered)
+			line += fmt.Sprintf("  instances %d/%d (%s)  buffered %d  cold starts %d", s.Ready, s.Desired, s.State, s.Buffered, s.ColdStarts)
 			if s.Panic {
 				line += "  panic"
 			}
@@ -440,9 +441,8 @@ func runQueue(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFla
 // since start, from the admin API's summary of its records.
 func handledSince(c *adminClient, path string, start time.Time) func(context.Context) (int64, error) {
 	return func(context.Context) (int64, error) {
-		window := time.Since(start).Round(time.Millisecond) + time.Millisecond
-		var sum invocation.Summary
-		if _, err := c.get(fmt.Sprintf("%s/invocations/summary?window=%dms", path, window.Milliseconds()), &sum); err != nil {
+		sum, err := summarySince(c, path, start)
+		if err != nil {
 			return 0, err
 		}
 		for _, t := range sum.Triggers {
@@ -452,4 +452,12 @@ func handledSince(c *adminClient, path string, start time.Time) func(context.Con
 		}
 		return 0, nil
 	}
+}
+
+// summarySince is the summary of the function's records since start.
+func summarySince(c *adminClient, path string, start time.Time) (invocation.Summary, error) {
+	window := time.Since(start).Round(time.Millisecond) + time.Millisecond
+	var sum invocation.Summary
+	_, err := c.get(fmt.Sprintf("%s/invocations/summary?window=%dms", path, window.Milliseconds()), &sum)
+	return sum, err
 }

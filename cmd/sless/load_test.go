@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -44,10 +43,10 @@ func TestLoadBadInput(t *testing.T) {
 	}
 }
 
-// `sless load` against the Go hello through a real sless dev: 2,000
-// requests a second for 5 s arrive at that rate, the run ends on time, the
-// platform's instances are sampled, and the --json files of two runs
-// compare.
+// `sless load` against the Go hello, at zero, through a real sless dev:
+// 2,000 requests a second for 5 s arrive at that rate, the run ends on
+// time, the platform's instances and the cold start are sampled, and the
+// --json files of two runs compare.
 func TestLoadAgainstDev(t *testing.T) {
 	needs.Commands(t, "go")
 	hello, err := filepath.Abs("../../config/samples/functions/hello-go")
@@ -56,16 +55,12 @@ func TestLoadAgainstDev(t *testing.T) {
 	}
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"hello.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: hello}\n" +
-		"spec: {runtime: go, source: " + hello + ", handler: Handle, scale: {initial: 1}}\n"})
+		"spec: {runtime: go, source: " + hello + ", handler: Handle, scale: {initial: 0}}\n"})
 	d := startDevIn(t, dir, nil, "--allow-external-sources")
 	url := d.invoke + "/fn/default/hello"
-	eventually.TrueWithin(t, 2*time.Minute, "hello answers", func() bool {
-		resp, err := http.Get(url)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
+	eventually.TrueWithin(t, 2*time.Minute, "hello built, at zero", func() bool {
+		out, err := run("functions", "--admin", d.admin)
+		return err == nil && strings.Contains(out, "idle")
 	})
 
 	a, b := filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")
@@ -83,8 +78,8 @@ func TestLoadAgainstDev(t *testing.T) {
 	if took > 7*time.Second {
 		t.Errorf("a 5 s run took %v", took)
 	}
-	if len(r.Platform) < 3 || r.Platform[0].Ready != 1 {
-		t.Errorf("platform samples %+v, want one a second with the ready instance", r.Platform)
+	if n := len(r.Platform); n < 3 || r.Platform[n-1].Ready != 1 || r.Platform[n-1].ColdStarts < 1 {
+		t.Errorf("platform samples %+v, want one a second, the instance ready at the end after a cold start", r.Platform)
 	}
 	if !strings.Contains(out, "open loop, rate 2000") || !strings.Contains(out, "200: ") {
 		t.Errorf("summary:\n%s", out)

@@ -43,6 +43,9 @@ type PlatformSample struct {
 	Buffered   int           `json:"buffered"`
 	Panic      bool          `json:"panic,omitempty"`
 	QueueDepth int64         `json:"queueDepth,omitempty"`
+	// ColdStarts counts the invocations since the run began that waited
+	// for an instance to start from zero (the platform's records).
+	ColdStarts int64 `json:"coldStarts"`
 }
 
 // WriteJSON writes r to file.
@@ -131,7 +134,8 @@ func platformSummary(w io.Writer, p []PlatformSample) {
 	}
 	last := p[len(p)-1]
 	fmt.Fprintf(w, "instances\tready at most %d, at the end %d of %d desired\n", peak, last.Ready, last.Desired)
-	fmt.Fprintf(w, "platform\tat most %d requests buffered; %d of %d seconds in panic mode\n", buffered, panicked, len(p))
+	fmt.Fprintf(w, "platform\tat most %d requests buffered; %d of %d seconds in panic mode; %d invocations waited for a cold start\n",
+		buffered, panicked, len(p), last.ColdStarts)
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/1e6) }
