@@ -206,6 +206,17 @@ func runLoad(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlag
 	if err := report.Summary(cmd.OutOrStdout(), run); err != nil {
 		return err
 	}
+	if err := f.write(cmd, run); err != nil {
+		return err
+	}
+	if c.output == "json" {
+		return json.NewEncoder(cmd.OutOrStdout()).Encode(run)
+	}
+	return nil
+}
+
+// write saves the run as --json and --report ask.
+func (f *loadFlags) write(cmd *cobra.Command, run report.Run) error {
 	if f.jsonFile != "" {
 		if err := report.WriteJSON(f.jsonFile, run); err != nil {
 			return fmt.Errorf("--json: %w", err)
@@ -216,9 +227,6 @@ func runLoad(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlag
 			return err
 		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "report: %s\n", filepath.Join(f.reportDir, report.Files.Page))
-	}
-	if c.output == "json" {
-		return json.NewEncoder(cmd.OutOrStdout()).Encode(run)
 	}
 	return nil
 }
@@ -429,10 +437,8 @@ func runQueue(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFla
 	if werr := report.Summary(cmd.OutOrStdout(), run); werr != nil {
 		return werr
 	}
-	if f.jsonFile != "" {
-		if werr := report.WriteJSON(f.jsonFile, run); werr != nil {
-			return fmt.Errorf("--json: %w", werr)
-		}
+	if werr := f.write(cmd, run); werr != nil {
+		return werr
 	}
 	return err
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -126,15 +127,18 @@ func TestLoadQueue(t *testing.T) {
 		_, err := run("functions", "--admin", d.admin)
 		return err == nil
 	})
-	file := filepath.Join(t.TempDir(), "queue.json")
+	file, reportDir := filepath.Join(t.TempDir(), "queue.json"), t.TempDir()
 	out, err := run("load", "--queue", q, "--messages", "2000", "--function", "default/worker", "--admin", d.admin,
-		"--amqp-url", amqptest.URL(), "--json", file, "-d", "2m")
+		"--amqp-url", amqptest.URL(), "--json", file, "--report", reportDir, "-d", "2m")
 	if err != nil {
 		t.Fatalf("sless load --queue: %v\n%s", err, out)
 	}
 	r := readLoadRun(t, file)
 	if r.Queue == nil || !r.Queue.ByProcessed || r.Queue.Drained <= 0 || r.Queue.Rate <= 0 || r.Queue.Messages != 2000 {
 		t.Fatalf("queue run %+v", r.Queue)
+	}
+	if _, err := os.Stat(filepath.Join(reportDir, report.Files.Drain)); err != nil {
+		t.Errorf("the report: %v", err)
 	}
 	if amqptest.Depth(t, ch, q) != 0 {
 		t.Errorf("the queue still holds messages after the drain")

@@ -24,8 +24,8 @@ const (
 )
 
 // Files are the report's files, by what they show.
-var Files = struct{ Latency, CDF, Throughput, Page string }{
-	"latency.png", "latency-cdf.png", "throughput.png", "report.md"}
+var Files = struct{ Latency, CDF, Throughput, Drain, Page string }{
+	"latency.png", "latency-cdf.png", "throughput.png", "drain.png", "report.md"}
 
 var (
 	blue   = color.RGBA{R: 0x0b, G: 0x5f, B: 0xd0, A: 0xff}
@@ -40,26 +40,34 @@ func Write(dir string, r Run) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
-	for _, p := range []struct {
-		file string
-		draw func(Run) (*canvas, error)
-	}{{Files.Latency, latencyPlot}, {Files.CDF, cdfPlot}, {Files.Throughput, throughputPlot}} {
-		c, err := p.draw(r)
-		if err != nil {
-			return fmt.Errorf("report: %s: %w", p.file, err)
-		}
-		if err := c.save(filepath.Join(dir, p.file)); err != nil {
-			return fmt.Errorf("report: %s: %w", p.file, err)
-		}
+	type figure struct {
+		file, title, caption string
+		draw                 func(Run) (*canvas, error)
+	}
+	figures := []figure{
+		{Files.Latency, "Latency over time", "Percentiles of each second's answers, by when they ended; instances ready and desired on the right-hand scale.", latencyPlot},
+		{Files.CDF, "Latency distribution", "Every answer's latency (HDR histogram), the share of answers at or below each.", cdfPlot},
+		{Files.Throughput, "Throughput and errors", "Answers, answers other than 2xx, and requests without an answer, each second.", throughputPlot},
+	}
+	if r.Queue != nil {
+		figures = []figure{{Files.Drain, "The drain", "Messages ready on the queue each second; instances ready and desired on the right-hand scale.", drainPlot}}
 	}
 	var page strings.Builder
 	fmt.Fprintf(&page, "# Load on %s\n\n%s, from %s.\n\n```\n", r.URL, r.Mode(), r.Started.Format(time.RFC3339))
 	if err := Summary(&page, r); err != nil {
 		return err
 	}
-	fmt.Fprintf(&page, "```\n\n## Latency over time\nPercentiles of each second's answers, by when they ended; instances ready and desired on the right-hand scale.\n\n![latency over time](%s)\n\n", Files.Latency)
-	fmt.Fprintf(&page, "## Latency distribution\nEvery answer's latency (HDR histogram), the share of answers at or below each.\n\n![latency CDF](%s)\n\n", Files.CDF)
-	fmt.Fprintf(&page, "## Throughput and errors\nAnswers, answers other than 2xx, and requests without an answer, each second.\n\n![throughput and errors](%s)\n", Files.Throughput)
+	page.WriteString("```\n")
+	for _, f := range figures {
+		c, err := f.draw(r)
+		if err != nil {
+			return fmt.Errorf("report: %s: %w", f.file, err)
+		}
+		if err := c.save(filepath.Join(dir, f.file)); err != nil {
+			return fmt.Errorf("report: %s: %w", f.file, err)
+		}
+		fmt.Fprintf(&page, "\n## %s\n%s\n\n![%s](%s)\n", f.title, f.caption, strings.ToLower(f.title), f.file)
+	}
 	return os.WriteFile(filepath.Join(dir, Files.Page), []byte(page.String()), 0o644)
 }
 
@@ -125,6 +133,9 @@ func span(r Run) float64 {
 	if n := len(r.Platform); n > 0 {
 		end = max(end, r.Platform[n-1].At.Seconds())
 	}
+	if q := r.Queue; q != nil && len(q.Depth) > 0 {
+		end = max(end, q.Depth[len(q.Depth)-1].At.Seconds())
+	}
 	return max(end, 1)
 }
 
@@ -154,30 +165,46 @@ func latencyPlot(r Run) (*canvas, error) {
 			return nil, err
 		}
 	}
+	return withInstances(p, r), nil
+}
+
+// drainPlot draws the queue's ready messages each second against the left
+// axis and the instances against a right-hand one.
+func drainPlot(r Run) (*canvas, error) {
+	p := newPlot("The drain", "seconds", "messages ready")
+	xys := plotter.XYs{{}}
+	for _, d := range r.Queue.Depth {
+		xys = append(xys, plotter.XY{X: seconds(d.At), Y: float64(d.Ready)})
+	}
+	if _, err := addLine(p, "ready", orange, xys); err != nil {
+		return nil, err
+	}
+	return withInstances(p, r), nil
+}
+
+// withInstances draws p over the run's span, with the instances ready and
+// desired on a right-hand scale when the platform was sampled.
+func withInstances(p *plot.Plot, r Run) *canvas {
 	p.Y.Min, p.X.Min, p.X.Max = 0, 0, span(r)
 	p.Y.Max *= legendRoom
 	c := newCanvas()
 	if len(r.Platform) == 0 {
 		p.Draw(c.dc)
-		return c, nil
+		return c
 	}
 	// The instances' scale needs room on the right.
 	area := draw.Crop(c.dc, 0, -vg.Points(36), 0, 0)
 	inst := plot.New()
-	inst.X = p.X
 	ready, desired := instanceLines(r.Platform, inst)
-	for _, l := range []*plotter.Line{ready, desired} {
-		if l != nil {
-			p.Legend.Add(map[*plotter.Line]string{ready: "ready (right)", desired: "desired (right)"}[l], l)
-		}
-	}
+	p.Legend.Add("ready (right)", ready)
+	p.Legend.Add("desired (right)", desired)
 	p.Draw(area)
 	dc := p.DataCanvas(area)
 	inst.X.Min, inst.X.Max = p.X.Min, p.X.Max
 	ready.Plot(dc, inst)
 	desired.Plot(dc, inst)
 	rightAxis(dc, inst, "instances")
-	return c, nil
+	return c
 }
 
 // instanceLines are the ready and desired steps, on inst's Y range.

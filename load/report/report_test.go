@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/load"
+	"sless.dev/sless/load/queue"
 )
 
 // run loads a real server for two seconds, ramping up, with instances as
@@ -97,5 +98,32 @@ func TestReport(t *testing.T) {
 	}
 	if _, err := ReadJSON(filepath.Join(dir, Files.Page)); err == nil {
 		t.Error("a Markdown page read as a run")
+	}
+}
+
+// A queue run's report is its drain: the queue's depth with the instances.
+func TestDrainReport(t *testing.T) {
+	r := Run{URL: "amqp://127.0.0.1:5672/ queue q", Started: time.Now(), Queue: &queue.Result{Queue: "q", Messages: 100,
+		Published: time.Second, Drained: 3 * time.Second, Rate: 33.3, ByProcessed: true,
+		Depth: []queue.Depth{{At: 0, Ready: 100}, {At: time.Second, Ready: 60}, {At: 2 * time.Second, Ready: 0}}},
+		Platform: []PlatformSample{{At: 0, State: "idle"}, {At: time.Second, State: "ready", Desired: 2, Ready: 1}}}
+	dir := t.TempDir()
+	if err := Write(dir, r); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(dir, Files.Drain))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if img, err := png.Decode(f); err != nil || img.Bounds().Dx() != 768 {
+		t.Fatalf("drain plot: %v", err)
+	}
+	page, _ := os.ReadFile(filepath.Join(dir, Files.Page))
+	if !bytes.Contains(page, []byte("]("+Files.Drain+")")) || !bytes.Contains(page, []byte("33.3 messages/s")) {
+		t.Errorf("page:\n%s", page)
+	}
+	if _, err := os.Stat(filepath.Join(dir, Files.Latency)); err == nil {
+		t.Error("a queue run has a latency plot")
 	}
 }
