@@ -172,11 +172,14 @@ func latencyPlot(r Run) (*canvas, error) {
 // axis and the instances against a right-hand one.
 func drainPlot(r Run) (*canvas, error) {
 	p := newPlot("The drain", "seconds", "messages ready")
-	xys := plotter.XYs{{}}
+	var xys plotter.XYs
 	for _, d := range r.Queue.Depth {
 		xys = append(xys, plotter.XY{X: seconds(d.At), Y: float64(d.Ready)})
 	}
-	if _, err := addLine(p, "ready", orange, xys); err != nil {
+	if len(xys) == 0 {
+		xys = plotter.XYs{{}}
+	}
+	if _, err := addLine(p, "messages ready", orange, xys); err != nil {
 		return nil, err
 	}
 	return withInstances(p, r), nil
@@ -196,8 +199,8 @@ func withInstances(p *plot.Plot, r Run) *canvas {
 	area := draw.Crop(c.dc, 0, -vg.Points(36), 0, 0)
 	inst := plot.New()
 	ready, desired := instanceLines(r.Platform, inst)
-	p.Legend.Add("ready (right)", ready)
-	p.Legend.Add("desired (right)", desired)
+	p.Legend.Add("instances ready (right)", ready)
+	p.Legend.Add("instances desired (right)", desired)
 	p.Draw(area)
 	dc := p.DataCanvas(area)
 	inst.X.Min, inst.X.Max = p.X.Min, p.X.Max
