@@ -170,3 +170,19 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 }
+
+// A run keeps its first MaxSeconds seconds and counts the rest, so its
+// memory stops growing however long it runs.
+func TestSecondsBounded(t *testing.T) {
+	a := newAggregator(time.Now(), time.Second)
+	a.done = make([]Second, MaxSeconds-1)
+	a.lastDone = MaxSeconds - 2
+	for i := range 3 {
+		at := time.Duration(MaxSeconds-1+i) * time.Second
+		a.add([]sample{{at: at, latency: time.Millisecond, code: 200}})
+	}
+	r := a.result(time.Duration(MaxSeconds+2) * time.Second)
+	if len(r.Seconds) != MaxSeconds || r.SecondsLeftOut != 2 || r.Requests != 3 {
+		t.Errorf("%d seconds kept, %d left out, %d requests: want %d, 2, 3", len(r.Seconds), r.SecondsLeftOut, r.Requests, MaxSeconds)
+	}
+}

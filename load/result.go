@@ -64,8 +64,11 @@ type Result struct {
 	// Throughput is answers per second.
 	Throughput float64 `json:"throughput"`
 	Latency    Latency `json:"latency"`
-	// Seconds are the run second by second, by when requests ended.
-	Seconds []Second `json:"seconds"`
+	// Seconds are the run second by second, by when requests ended: the
+	// first MaxSeconds of it, SecondsLeftOut counting those past them
+	// (still in the run's totals and histogram).
+	Seconds        []Second `json:"seconds"`
+	SecondsLeftOut int      `json:"secondsLeftOut,omitempty"`
 	// Histogram holds every answer's latency, in microseconds.
 	Histogram *hdrhistogram.Snapshot `json:"histogram"`
 }
@@ -95,6 +98,10 @@ type Second struct {
 	Latency  Latency       `json:"latency"`
 }
 
+// MaxSeconds bounds the seconds a run keeps (a day): past it, a run's
+// memory stops growing.
+const MaxSeconds = 24 * 60 * 60
+
 // aggregator gathers the workers' samples: the whole run's histogram, and
 // each second's until no sample can still arrive for it (a request ends
 // within the timeout), when it becomes a Second and its histogram goes.
@@ -109,6 +116,8 @@ type aggregator struct {
 	requests, errs  int64
 	open            map[int64]*openSecond
 	done            []Second
+	lastDone        int64 // the last second closed, -1 before any
+	leftOut         int   // seconds closed past MaxSeconds
 	free            []*hdrhistogram.Histogram
 }
 
@@ -120,7 +129,7 @@ type openSecond struct {
 
 func newAggregator(start time.Time, timeout time.Duration) *aggregator {
 	return &aggregator{start: start, grace: timeout + 2*time.Second, total: newHistogram(),
-		codes: map[int]int64{}, transportErrors: map[string]int64{}, open: map[int64]*openSecond{}}
+		codes: map[int]int64{}, transportErrors: map[string]int64{}, open: map[int64]*openSecond{}, lastDone: -1}
 }
 
 func (a *aggregator) add(samples []sample) {
@@ -154,7 +163,7 @@ func (a *aggregator) second(i int64) *openSecond {
 	if s := a.open[i]; s != nil {
 		return s
 	}
-	if len(a.done) > 0 && i <= int64(a.done[len(a.done)-1].At/time.Second) {
+	if i <= a.lastDone {
 		return nil
 	}
 	h := newHistogram()
@@ -175,22 +184,27 @@ func (a *aggregator) close(i int64) {
 		}
 	}
 	slices.Sort(keys)
-	next := int64(0)
-	if len(a.done) > 0 {
-		next = int64(a.done[len(a.done)-1].At/time.Second) + 1
-	}
 	for _, k := range keys {
-		for ; next < k; next++ { // a second with nothing in it
-			a.done = append(a.done, Second{At: time.Duration(next) * time.Second, Codes: map[int]int64{}})
+		for next := a.lastDone + 1; next < k; next++ { // a second with nothing in it
+			a.keep(Second{At: time.Duration(next) * time.Second, Codes: map[int]int64{}})
 		}
 		s := a.open[k]
-		a.done = append(a.done, Second{At: time.Duration(k) * time.Second, Requests: s.requests, Errors: s.errs,
+		a.keep(Second{At: time.Duration(k) * time.Second, Requests: s.requests, Errors: s.errs,
 			Codes: s.codes, Latency: latencyOf(s.hist)})
 		s.hist.Reset()
 		a.free = append(a.free, s.hist)
 		delete(a.open, k)
-		next = k + 1
+		a.lastDone = k
 	}
+}
+
+// keep adds a closed second, up to MaxSeconds of them.
+func (a *aggregator) keep(s Second) {
+	if len(a.done) < MaxSeconds {
+		a.done = append(a.done, s)
+		return
+	}
+	a.leftOut++
 }
 
 // follow closes the seconds past the grace and reports progress every
@@ -228,7 +242,7 @@ func (a *aggregator) result(elapsed time.Duration) Result {
 	a.close(int64(elapsed/time.Second) + 1)
 	r := Result{Requests: a.requests, Errors: a.errs, Codes: a.codes, Elapsed: elapsed,
 		Throughput: float64(a.requests) / elapsed.Seconds(), Latency: latencyOf(a.total),
-		Seconds: a.done, Histogram: a.total.Export()}
+		Seconds: a.done, SecondsLeftOut: a.leftOut, Histogram: a.total.Export()}
 	if len(a.transportErrors) > 0 {
 		r.TransportErrors = a.transportErrors
 	}

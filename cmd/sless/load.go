@@ -296,6 +296,9 @@ func (s *platformSampler) sample(start time.Time) {
 	sum, _ := summarySince(s.c, s.path, start) // without records, no cold starts
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if len(s.samples) == load.MaxSeconds {
+		return // a day of samples: a longer run keeps its first day
+	}
 	s.samples = append(s.samples, report.PlatformSample{At: time.Since(start).Round(time.Millisecond), State: st.State,
 		Desired: st.Desired, Ready: st.Ready, Starting: st.Starting, Buffered: st.Buffered, Panic: st.Panic,
 		QueueDepth: st.QueueDepth, ColdStarts: sum.Total.ColdStarts})

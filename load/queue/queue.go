@@ -64,6 +64,9 @@ type Depth struct {
 	Ready int           `json:"ready"`
 }
 
+// maxDepths bounds the depth samples a run keeps: a day's.
+const maxDepths = 24 * 60 * 60
+
 // ErrNotDrained is the error of a queue still not drained after MaxWait.
 var ErrNotDrained = errors.New("not drained")
 
@@ -154,7 +157,9 @@ func (r *Result) watch(ctx context.Context, ch *amqp.Channel, o Options, start t
 		elapsed := time.Since(start)
 		if elapsed-lastSample >= time.Second {
 			lastSample = elapsed
-			r.Depth = append(r.Depth, Depth{At: elapsed, Ready: q.Messages})
+			if len(r.Depth) < maxDepths {
+				r.Depth = append(r.Depth, Depth{At: elapsed, Ready: q.Messages})
+			}
 			if o.Progress != nil {
 				o.Progress(Progress{Elapsed: elapsed, Ready: q.Messages, Processed: processed})
 			}
