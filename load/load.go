@@ -212,6 +212,8 @@ type worker struct {
 	next          *atomic.Int64
 	limit         int64
 	buf           []sample
+	done          <-chan struct{} // the run's end, ctx.Done
+	timer         *time.Timer     // waits for the next request due, reused
 }
 
 // maxBuffered bounds the samples a worker keeps before it hands them to
@@ -230,10 +232,10 @@ func (w *worker) run(ctx context.Context, client *fasthttp.HostClient, o Options
 	req.SetBody(o.Body)
 	w.buf = make([]sample, 0, maxBuffered)
 	defer w.flush()
-	done := ctx.Done() // read once: ctx.Err takes a lock every worker would share
+	w.done = ctx.Done() // read once: ctx.Err takes a lock every worker would share
 	for {
 		select {
-		case <-done:
+		case <-w.done:
 			return
 		default:
 		}
@@ -276,10 +278,29 @@ func (w *worker) due() (sent time.Time, ok bool) {
 		if d > 100*time.Millisecond {
 			w.flush() // a long wait: the progress line should not lag
 		}
-		time.Sleep(d)
+		if !w.wait(d) {
+			return time.Time{}, false
+		}
 		return time.Now(), true
 	}
 	return intended, true
+}
+
+// wait sleeps for d, or until the run ends (false): at a low rate a
+// worker may wait long for its next request.
+func (w *worker) wait(d time.Duration) bool {
+	if w.timer == nil {
+		w.timer = time.NewTimer(d)
+	} else {
+		w.timer.Reset(d)
+	}
+	select {
+	case <-w.timer.C:
+		return true
+	case <-w.done:
+		w.timer.Stop()
+		return false
+	}
 }
 
 func (w *worker) flush() {

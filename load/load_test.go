@@ -186,3 +186,16 @@ func TestSecondsBounded(t *testing.T) {
 		t.Errorf("%d seconds kept, %d left out, %d requests: want %d, 2, 3", len(r.Seconds), r.SecondsLeftOut, r.Requests, MaxSeconds)
 	}
 }
+
+// A run ends with its context at once, even while its workers wait for
+// requests due far ahead at a low rate.
+func TestCancelEndsTheWait(t *testing.T) {
+	url := serve(t, func(*fasthttp.RequestCtx) {})
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	r, err := Run(ctx, Options{URL: url, Rate: 1, Connections: 50, Duration: time.Minute})
+	if err == nil || time.Since(start) > 5*time.Second {
+		t.Errorf("Run = %+v, %v after %v: want the deadline's error at once", r.Requests, err, time.Since(start))
+	}
+}
