@@ -3,7 +3,6 @@ package activator
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/valyala/fasthttp"
 
+	"sless.dev/sless/adminapi"
 	"sless.dev/sless/internal/adminauth"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/wire"
@@ -48,7 +48,7 @@ type Server struct {
 	AcceptRecords bool
 	// API, when set, serves every /v1/ route but the invocations', behind
 	// the token, in place of the activator's own list of functions: the
-	// local platform adds builds, instances and logs to it.
+	// admin API (adminapi) of the local platform or of the cluster.
 	API http.Handler
 	// Console, when set, serves the web console on every path the
 	// other routes leave: it guards its own pages and login.
@@ -138,14 +138,14 @@ func (s *Server) readError(ctx *fasthttp.RequestCtx, err error) {
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if s.draining.Load() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			adminapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
 	if s.Console != nil {
@@ -155,7 +155,7 @@ func (s *Server) adminHandler() http.Handler {
 		mux.Handle("/v1/", s.authorized(s.API.ServeHTTP))
 	} else {
 		mux.Handle("GET /v1/functions", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
-			writeJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
+			adminapi.WriteJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
 		}))
 	}
 	mux.Handle(wire.FirePattern, s.authorized(s.fire))
@@ -174,20 +174,20 @@ const maxFireBody = 64 << 10
 func (s *Server) fire(w http.ResponseWriter, r *http.Request) {
 	scheduled, err := time.Parse(time.RFC3339Nano, r.Header.Get(wire.ScheduledTimeHeader))
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": wire.ScheduledTimeHeader + ": not an RFC 3339 time"})
+		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": wire.ScheduledTimeHeader + ": not an RFC 3339 time"})
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFireBody))
 	if err != nil {
-		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("a fire's body is at most %d bytes", maxFireBody)})
+		adminapi.WriteJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("a fire's body is at most %d bytes", maxFireBody)})
 		return
 	}
 	code, err := s.Activator.Fire(r.Context(), r.PathValue("namespace"), r.PathValue("name"), r.PathValue("trigger"), scheduled, body)
 	if err != nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		adminapi.WriteJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]int{"status": code})
+	adminapi.WriteJSON(w, http.StatusOK, map[string]int{"status": code})
 }
 
 // RecordReader answers the invocation routes: the in-memory ring or the
@@ -205,19 +205,19 @@ const invocationsRoute = "/v1/namespaces/{namespace}/functions/{name}/invocation
 func (s *Server) listInvocations(w http.ResponseWriter, r *http.Request) {
 	q, err := parseQuery(r)
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	page, err := s.Records.List(r.Context(), q)
 	if err != nil {
 		s.Log.Warn("list invocations", "namespace", q.Namespace, "function", q.Function, "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "invocation records unavailable: " + err.Error()})
+		adminapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "invocation records unavailable: " + err.Error()})
 		return
 	}
 	if page.Invocations == nil {
 		page.Invocations = []invocation.Record{}
 	}
-	writeJSON(w, http.StatusOK, page)
+	adminapi.WriteJSON(w, http.StatusOK, page)
 }
 
 func parseQuery(r *http.Request) (invocation.Query, error) {
@@ -258,18 +258,18 @@ func parseQuery(r *http.Request) (invocation.Query, error) {
 func (s *Server) summarizeInvocations(w http.ResponseWriter, r *http.Request) {
 	window, err := invocation.ParseWindow(r.URL.Query().Get("window"))
 	if err != nil {
-		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
 	}
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	sum, err := s.Records.Summary(r.Context(), ns, name, time.Now().Add(-window))
 	if err != nil {
 		s.Log.Warn("summarize invocations", "namespace", ns, "function", name, "err", err)
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "invocation records unavailable: " + err.Error()})
+		adminapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "invocation records unavailable: " + err.Error()})
 		return
 	}
 	sum.Window = cmp.Or(r.URL.Query().Get("window"), "1h")
-	writeJSON(w, http.StatusOK, sum)
+	adminapi.WriteJSON(w, http.StatusOK, sum)
 }
 
 // authorized requires the admin token, when one is configured: as a
@@ -279,17 +279,11 @@ func (s *Server) authorized(h http.HandlerFunc) http.Handler {
 		switch adminauth.Check(r, s.Token) {
 		case adminauth.Missing:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sless"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "a bearer token is required"})
+			adminapi.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "a bearer token is required"})
 		case adminauth.Forged:
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "a change made with the session cookie must send a JSON body"})
+			adminapi.WriteJSON(w, http.StatusForbidden, map[string]string{"error": "a change made with the session cookie must send a JSON body"})
 		default:
 			h(w, r)
 		}
 	})
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }

@@ -236,7 +236,7 @@ func (h handler[S]) setTrigger(w http.ResponseWriter, r *http.Request) {
 	var body struct {
 		Enabled *bool `json:"enabled"`
 	}
-	if !ReadJSON(w, r, &body, maxActionBody) {
+	if !readJSON(w, r, &body, maxActionBody) {
 		return
 	}
 	if body.Enabled == nil {
@@ -250,7 +250,7 @@ func (h handler[S]) setTrigger(w http.ResponseWriter, r *http.Request) {
 // setScale answers PATCH .../scale {"min": n, "max": n}: either or both.
 func (h handler[S]) setScale(w http.ResponseWriter, r *http.Request) {
 	var s Scale
-	if !ReadJSON(w, r, &s, maxActionBody) {
+	if !readJSON(w, r, &s, maxActionBody) {
 		return
 	}
 	if s.Min == nil && s.Max == nil {
@@ -295,7 +295,7 @@ const maxShownBody = 1 << 20
 // came.
 func (h handler[S]) invoke(w http.ResponseWriter, r *http.Request) {
 	var in Invocation
-	if !ReadJSON(w, r, &in, maxInvokeBody) {
+	if !readJSON(w, r, &in, maxInvokeBody) {
 		return
 	}
 	target, err := h.b.Target(r.Context(), r.PathValue("namespace"), r.PathValue("name"))
@@ -376,9 +376,9 @@ func WriteJSON(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// ReadJSON decodes r's body, up to limit bytes, into v, or answers 400 or
+// readJSON decodes r's body, up to limit bytes, into v, or answers 400 or
 // 413 and reports false.
-func ReadJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
+func readJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) bool {
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, limit))
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

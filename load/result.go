@@ -145,12 +145,12 @@ func (a *aggregator) add(samples []sample) {
 			}
 			continue
 		}
-		us := max(s.latency.Microseconds(), lowest)
-		_ = a.total.RecordValue(min(us, highest))
+		us := min(max(s.latency.Microseconds(), lowest), highest)
+		_ = a.total.RecordValue(us)
 		a.requests++
 		a.codes[s.code]++
 		if sec != nil {
-			_ = sec.hist.RecordValue(min(us, highest))
+			_ = sec.hist.RecordValue(us)
 			sec.requests++
 			sec.codes[s.code]++
 		}

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -9,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -79,20 +79,13 @@ func (b backend) SetTrigger(ctx context.Context, namespace, name, trigger string
 
 func (b backend) SetScale(ctx context.Context, namespace, name string, s adminapi.Scale) (FunctionStatus, error) {
 	return b.p.override(ctx, namespace, name, func(fn manifests.Function, o *overrides) error {
-		next := adminapi.Scale{Min: cmpOr(s.Min, o.Min), Max: cmpOr(s.Max, o.Max)}
+		next := adminapi.Scale{Min: cmp.Or(s.Min, o.Min), Max: cmp.Or(s.Max, o.Max)}
 		if err := next.Check(fn.Spec.Scale); err != nil {
 			return err
 		}
 		o.Min, o.Max = next.Min, next.Max
 		return nil
 	})
-}
-
-func cmpOr(a, b *int32) *int32 {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 func (b backend) Manifest(_ context.Context, namespace, name string) (adminapi.Manifest, error) {
@@ -172,10 +165,6 @@ type SourceFile struct {
 	Omitted string `json:"omitted,omitempty"`
 }
 
-// skipDirs are the dependency and build directories runtimes make inside
-// a source: not the user's code.
-var skipDirs = []string{".git", "node_modules", ".venv", "__pycache__"}
-
 // source answers GET .../source: the files of the function's source
 // directory, read-only.
 func (p *Platform) source(w http.ResponseWriter, r *http.Request) {
@@ -199,7 +188,7 @@ func readSource(dir string) (files []SourceFile, truncated bool, err error) {
 			return err
 		}
 		if d.IsDir() {
-			if path != dir && slices.Contains(skipDirs, d.Name()) {
+			if path != dir && manifests.SkipDir(d.Name()) { // what a fingerprint leaves out too
 				return filepath.SkipDir
 			}
 			return nil

@@ -5,6 +5,7 @@
 package kubeadmin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -52,12 +53,13 @@ func (b *Backend) Functions(ctx context.Context) ([]adminapi.Function, error) {
 		out = append(out, b.status(&list.Items[i], now))
 	}
 	slices.SortFunc(out, func(x, y adminapi.Function) int {
-		return strings.Compare(x.Namespace+"/"+x.Name, y.Namespace+"/"+y.Name)
+		return cmp.Or(strings.Compare(x.Namespace, y.Namespace), strings.Compare(x.Name, y.Name))
 	})
 	return out, nil
 }
 
-func (b *Backend) get(ctx context.Context, namespace, name string) (*v1alpha1.Function, error) {
+// read is the Function as the watch holds it.
+func (b *Backend) read(ctx context.Context, namespace, name string) (*v1alpha1.Function, error) {
 	fn := &v1alpha1.Function{}
 	err := b.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, fn)
 	switch {
@@ -66,8 +68,16 @@ func (b *Backend) get(ctx context.Context, namespace, name string) (*v1alpha1.Fu
 	case err != nil:
 		return nil, fmt.Errorf("get function %s/%s: %w", namespace, name, err)
 	}
-	fn.Default()
 	return fn, nil
+}
+
+// get is the Function with its defaults, as the platform runs it.
+func (b *Backend) get(ctx context.Context, namespace, name string) (*v1alpha1.Function, error) {
+	fn, err := b.read(ctx, namespace, name)
+	if err == nil {
+		fn.Default()
+	}
+	return fn, err
 }
 
 // Function reports one Function.
@@ -134,12 +144,9 @@ func (b *Backend) patch(ctx context.Context, fn *v1alpha1.Function, pt types.Pat
 // Manifest is the Function as the API server has it, without the fields
 // the server manages.
 func (b *Backend) Manifest(ctx context.Context, namespace, name string) (adminapi.Manifest, error) {
-	fn := &v1alpha1.Function{}
-	if err := b.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, fn); err != nil {
-		if apierrors.IsNotFound(err) {
-			return adminapi.Manifest{}, adminapi.Unknown(namespace, name)
-		}
-		return adminapi.Manifest{}, fmt.Errorf("get function %s/%s: %w", namespace, name, err)
+	fn, err := b.read(ctx, namespace, name)
+	if err != nil {
+		return adminapi.Manifest{}, err
 	}
 	fn.ManagedFields = nil
 	fn.APIVersion, fn.Kind = v1alpha1.GroupVersion.String(), "Function"
@@ -222,22 +229,27 @@ func triggers(fn *v1alpha1.Function) []adminapi.TriggerStatus {
 	return out
 }
 
-// Sample records every Function's instances and the activator's
-// buffered requests in the timeline each period, until ctx ends.
-func (b *Backend) Sample(ctx context.Context, period time.Duration, buffered func() map[string]int) {
+// Sample records every Function's instances and the requests Waiting at
+// this activator in the timeline each period, until ctx ends.
+func (b *Backend) Sample(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		var list v1alpha1.FunctionList
 		if err := b.Reader.List(ctx, &list); err == nil {
-			now, waiting := time.Now(), buffered()
-			exists := make(map[string]bool, len(list.Items))
+			now := time.Now()
+			exists := make(map[types.NamespacedName]bool, len(list.Items))
 			for _, fn := range list.Items {
-				exists[fn.Namespace+"/"+fn.Name] = true
-				b.Timeline.Sample(now, fn.Namespace, fn.Name, timeline.Gauges{Desired: int(fn.Status.DesiredReplicas),
-					Ready: int(fn.Status.ReadyReplicas), Buffered: waiting[fn.Namespace+"/"+fn.Name]})
+				exists[types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}] = true
+				g := timeline.Gauges{Desired: int(fn.Status.DesiredReplicas), Ready: int(fn.Status.ReadyReplicas)}
+				if b.Waiting != nil {
+					g.Buffered = b.Waiting(fn.Namespace, fn.Name)
+				}
+				b.Timeline.Sample(now, fn.Namespace, fn.Name, g)
 			}
-			b.Timeline.Retain(func(namespace, name string) bool { return exists[namespace+"/"+name] })
+			b.Timeline.Retain(func(namespace, name string) bool {
+				return exists[types.NamespacedName{Namespace: namespace, Name: name}]
+			})
 		}
 		select {
 		case <-ctx.Done():

@@ -58,8 +58,9 @@ func TestBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	tl := timeline.New()
-	b := &kubeadmin.Backend{Reader: fns.Reader(), Writer: c, Timeline: tl, Invoke: "http://127.0.0.1:1"}
-	go b.Sample(wctx, 50*time.Millisecond, func() map[string]int { return map[string]int{"default/web": 3} })
+	b := &kubeadmin.Backend{Reader: fns.Reader(), Writer: c, Timeline: tl, Invoke: "http://127.0.0.1:1",
+		Waiting: func(namespace, name string) int { return map[string]int{"default/web": 3}[namespace+"/"+name] }}
+	go b.Sample(wctx, 50*time.Millisecond)
 	srv := httptest.NewServer(adminapi.NewMux(b, tl))
 	t.Cleanup(srv.Close)
 

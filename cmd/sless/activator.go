@@ -107,7 +107,7 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 				return err
 			}
 			api.Waiting = a.Waiting
-			go api.Sample(ctx, time.Second, a.Buffered)
+			go api.Sample(ctx, time.Second)
 			token := os.Getenv("SLESS_ADMIN_TOKEN")
 			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Token: token,
 				API: adminapi.NewMux(api, tl), Console: console.Handler{Token: token}, AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}

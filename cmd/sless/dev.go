@@ -80,7 +80,7 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 	f.StringVar(&opts.Admin, "admin", "127.0.0.1:9090", "address of the admin API, health and metrics (:9090 for every interface)")
 	f.StringVar(&opts.CacheDir, "cache-dir", "", "builds and installed dependencies (default: the user cache directory/sless)")
 	db.register(f)
-	f.StringVar(&opts.AMQPURL, "amqp-url", cmp.Or(os.Getenv("SLESS_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/"),
+	f.StringVar(&opts.AMQPURL, "amqp-url", defaultAMQPURL(),
 		"RabbitMQ broker of every rabbitmq trigger (default $SLESS_AMQP_URL, else the local broker; empty: none consumed)")
 	f.BoolVar(&prom, "prometheus", false, "also run Prometheus (the prometheus binary on PATH) on the platform, with sless's rules and alerts")
 	f.StringVar(&promListen, "prometheus-listen", "127.0.0.1:9092", "address of Prometheus's web UI and API, with --prometheus")
@@ -111,4 +111,10 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 		return nil
 	}
 	return cmd
+}
+
+// defaultAMQPURL is the broker of commands that take --amqp-url:
+// $SLESS_AMQP_URL, else the local RabbitMQ.
+func defaultAMQPURL() string {
+	return cmp.Or(os.Getenv("SLESS_AMQP_URL"), "amqp://guest:guest@127.0.0.1:5672/")
 }

@@ -74,7 +74,7 @@ second from the admin API (--function, or a /fn/<namespace>/<name> URL).
 	fl.StringVar(&f.queue, "queue", "", "publish --messages to this RabbitMQ queue and report how fast the function drains it")
 	fl.IntVar(&f.messages, "messages", 0, "with --queue: how many messages to publish")
 	fl.BoolVar(&f.declareQueue, "declare-queue", false, "with --queue: declare the queue, durable, when it is missing")
-	fl.StringVar(&f.amqpURL, "amqp-url", envOr("SLESS_AMQP_URL", "amqp://guest:guest@127.0.0.1:5672/"), "with --queue: the broker (default $SLESS_AMQP_URL or the local RabbitMQ)")
+	fl.StringVar(&f.amqpURL, "amqp-url", defaultAMQPURL(), "with --queue: the broker (default $SLESS_AMQP_URL or the local RabbitMQ)")
 	fl.BoolVar(&f.allowRemote, "allow-remote", false, "allow a target off this machine (loopback only by default)")
 	check := cmd.PreRunE
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error {
@@ -248,7 +248,7 @@ func resolveTarget(c *adminClient, f loadFlags, args []string) (target, fnPath s
 	}
 	// A platform URL names its function: sample it when the API answers.
 	if parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/"); len(parts) >= 3 && parts[0] == "fn" {
-		fnPath = "/v1/namespaces/" + url.PathEscape(parts[1]) + "/functions/" + url.PathEscape(parts[2])
+		_, _, fnPath = functionPath(parts[1] + "/" + parts[2])
 	}
 	return args[0], fnPath, nil
 }
@@ -392,13 +392,6 @@ func compareRuns(w io.Writer, fileA, fileB string) error {
 // maxMessages bounds --messages.
 const maxMessages = 10_000_000
 
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
-}
-
 // runQueue publishes messages and reports the drain, with the function's
 // instances when --function names it.
 func runQueue(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlags) error {
@@ -407,7 +400,7 @@ func runQueue(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFla
 		return err
 	}
 	o := queue.Options{URL: f.amqpURL, Queue: f.queue, Messages: f.messages, Body: body, MaxWait: f.duration, Declare: f.declareQueue}
-	if f.duration == 10*time.Second && !cmd.Flags().Changed("duration") {
+	if !cmd.Flags().Changed("duration") {
 		o.MaxWait = 10 * time.Minute // the default run length is for HTTP
 	}
 	run := report.Run{URL: f.amqpURL + " queue " + f.queue, Started: time.Now()}

@@ -193,9 +193,9 @@ func unjoin(err error) []error {
 	return []error{err}
 }
 
-// skipDir reports directories whose content is not the function's source:
+// SkipDir reports directories whose content is not the function's source:
 // installed dependencies, caches and hidden directories.
-func skipDir(name string) bool {
+func SkipDir(name string) bool {
 	return strings.HasPrefix(name, ".") || name == "node_modules" || name == "__pycache__"
 }
 
@@ -213,7 +213,7 @@ func Fingerprint(fn Function) (string, error) {
 		if err != nil {
 			return err
 		}
-		if d.IsDir() && path != fn.SourceDir && skipDir(d.Name()) {
+		if d.IsDir() && path != fn.SourceDir && SkipDir(d.Name()) {
 			return filepath.SkipDir
 		}
 		if !d.Type().IsRegular() {
