@@ -203,6 +203,10 @@ func TestManifestsInstall(t *testing.T) {
 		checkAccess(t, c, "sless-activator", []access{
 			{"sless.dev", "functions", "", "list", "", true},
 			{"sless.dev", "functions", "", "watch", "", true},
+			// The console's actions: a Function read afresh, then patched.
+			{"sless.dev", "functions", "", "get", "", true},
+			{"sless.dev", "functions", "", "patch", "", true},
+			{"sless.dev", "functions", "", "delete", "", false},
 			{"discovery.k8s.io", "endpointslices", "", "watch", "", true},
 			{"sless.dev", "functions", "status", "update", "", false},
 			{"apps", "deployments", "scale", "patch", "", false},

@@ -28,10 +28,12 @@ import (
 
 // Backend serves the admin API from the cluster (an adminapi.Backend).
 type Backend struct {
-	// Reader reads Functions: the activator's watch.
+	// Reader reads Functions for the views: the activator's watch.
 	Reader client.Reader
-	// Writer patches Functions: the activator's role allows patch.
-	Writer client.Writer
+	// Client reads Functions for the actions, from the API server, so
+	// that an action sees the one before it even when the watch lags,
+	// and patches them: the activator's role allows get and patch.
+	Client client.Client
 	// Timeline gives each function its stats.
 	Timeline *timeline.Timeline
 	// Invoke is the base URL of the activator's invocation port, as this
@@ -58,10 +60,10 @@ func (b *Backend) Functions(ctx context.Context) ([]adminapi.Function, error) {
 	return out, nil
 }
 
-// read is the Function as the watch holds it.
-func (b *Backend) read(ctx context.Context, namespace, name string) (*v1alpha1.Function, error) {
+// read is the Function as r has it.
+func read(ctx context.Context, r client.Reader, namespace, name string) (*v1alpha1.Function, error) {
 	fn := &v1alpha1.Function{}
-	err := b.Reader.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, fn)
+	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, fn)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil, adminapi.Unknown(namespace, name)
@@ -71,9 +73,9 @@ func (b *Backend) read(ctx context.Context, namespace, name string) (*v1alpha1.F
 	return fn, nil
 }
 
-// get is the Function with its defaults, as the platform runs it.
-func (b *Backend) get(ctx context.Context, namespace, name string) (*v1alpha1.Function, error) {
-	fn, err := b.read(ctx, namespace, name)
+// get is the Function from r with its defaults, as the platform runs it.
+func get(ctx context.Context, r client.Reader, namespace, name string) (*v1alpha1.Function, error) {
+	fn, err := read(ctx, r, namespace, name)
 	if err == nil {
 		fn.Default()
 	}
@@ -82,7 +84,7 @@ func (b *Backend) get(ctx context.Context, namespace, name string) (*v1alpha1.Fu
 
 // Function reports one Function.
 func (b *Backend) Function(ctx context.Context, namespace, name string) (adminapi.Function, error) {
-	fn, err := b.get(ctx, namespace, name)
+	fn, err := get(ctx, b.Reader, namespace, name)
 	if err != nil {
 		return adminapi.Function{}, err
 	}
@@ -93,7 +95,7 @@ func (b *Backend) Function(ctx context.Context, namespace, name string) (adminap
 // trigger's place, so a concurrent edit that moved it fails rather than
 // change another trigger.
 func (b *Backend) SetTrigger(ctx context.Context, namespace, name, trigger string, enabled bool) (adminapi.Function, error) {
-	fn, err := b.get(ctx, namespace, name)
+	fn, err := get(ctx, b.Client, namespace, name)
 	if err != nil {
 		return adminapi.Function{}, err
 	}
@@ -111,7 +113,7 @@ func (b *Backend) SetTrigger(ctx context.Context, namespace, name, trigger strin
 
 // SetScale merges min and max into the Function's scale.
 func (b *Backend) SetScale(ctx context.Context, namespace, name string, s adminapi.Scale) (adminapi.Function, error) {
-	fn, err := b.get(ctx, namespace, name)
+	fn, err := get(ctx, b.Client, namespace, name)
 	if err != nil {
 		return adminapi.Function{}, err
 	}
@@ -128,7 +130,7 @@ func (b *Backend) patch(ctx context.Context, fn *v1alpha1.Function, pt types.Pat
 	if err != nil {
 		return adminapi.Function{}, err
 	}
-	err = b.Writer.Patch(ctx, fn, client.RawPatch(pt, raw))
+	err = b.Client.Patch(ctx, fn, client.RawPatch(pt, raw))
 	switch {
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsConflict(err):
 		return adminapi.Function{}, adminapi.BadInput("the API server refused the change: %v", err)
@@ -144,7 +146,7 @@ func (b *Backend) patch(ctx context.Context, fn *v1alpha1.Function, pt types.Pat
 // Manifest is the Function as the API server has it, without the fields
 // the server manages.
 func (b *Backend) Manifest(ctx context.Context, namespace, name string) (adminapi.Manifest, error) {
-	fn, err := b.read(ctx, namespace, name)
+	fn, err := read(ctx, b.Reader, namespace, name)
 	if err != nil {
 		return adminapi.Manifest{}, err
 	}
@@ -159,7 +161,7 @@ func (b *Backend) Manifest(ctx context.Context, namespace, name string) (adminap
 
 // Target is the function's route on this activator.
 func (b *Backend) Target(ctx context.Context, namespace, name string) (adminapi.Target, error) {
-	fn, err := b.get(ctx, namespace, name)
+	fn, err := get(ctx, b.Reader, namespace, name)
 	if err != nil {
 		return adminapi.Target{}, err
 	}

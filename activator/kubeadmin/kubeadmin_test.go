@@ -58,7 +58,7 @@ func TestBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	tl := timeline.New()
-	b := &kubeadmin.Backend{Reader: fns.Reader(), Writer: c, Timeline: tl, Invoke: "http://127.0.0.1:1",
+	b := &kubeadmin.Backend{Reader: fns.Reader(), Client: c, Timeline: tl, Invoke: "http://127.0.0.1:1",
 		Waiting: func(namespace, name string) int { return map[string]int{"default/web": 3}[namespace+"/"+name] }}
 	go b.Sample(wctx, 50*time.Millisecond)
 	srv := httptest.NewServer(adminapi.NewMux(b, tl))

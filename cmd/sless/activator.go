@@ -148,12 +148,12 @@ func adminBackend(cfg *rest.Config, fns *kubewatch.Functions, tl *timeline.Timel
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	writer, err := client.New(cfg, client.Options{Scheme: scheme})
+	live, err := client.New(cfg, client.Options{Scheme: scheme}) // uncached: the actions read their own writes
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	port := serving.Addr().(*net.TCPAddr).Port
-	return &kubeadmin.Backend{Reader: fns.Reader(), Writer: writer, Timeline: tl,
+	return &kubeadmin.Backend{Reader: fns.Reader(), Client: live, Timeline: tl,
 		Invoke: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
 }
 
