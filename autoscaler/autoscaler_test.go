@@ -26,6 +26,7 @@ import (
 	"sless.dev/sless/autoscaler/kpa"
 	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testinstance"
 )
@@ -70,11 +71,15 @@ func TestAutoscalerLoop(t *testing.T) {
 			a.Step(ctx, now)
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); replicas(t, c, "loop") != 3; {
-		if time.Now().After(deadline) {
-			t.Fatalf("replicas %d with 3 requests in flight, want 3", replicas(t, c, "loop"))
+	var n int32
+	if !eventually.Holds(eventually.Within, func() bool {
+		if n = replicas(t, c, "loop"); n == 3 {
+			return true
 		}
 		step(1)
+		return false
+	}) {
+		t.Fatalf("replicas %d with 3 requests in flight, want 3", n)
 	}
 	if got := metric(t, reg, "sless_autoscaler_desired_replicas"); got != 3 {
 		t.Errorf("sless_autoscaler_desired_replicas = %v, want 3", got)
@@ -568,12 +573,16 @@ func TestStalledAPIServer(t *testing.T) {
 		t.Errorf("the other function while the API server stalls: %d written, want 2", got)
 	}
 	proxy.stall(false)
-	for deadline := time.Now().Add(30 * time.Second); replicas(t, c, "slow") != 4; {
-		if time.Now().After(deadline) {
-			t.Fatalf("after the API server answers again: %d replicas, want 4", replicas(t, c, "slow"))
+	var n int32
+	if !eventually.Holds(eventually.Within, func() bool {
+		if n = replicas(t, c, "slow"); n == 4 {
+			return true
 		}
 		now = now.Add(time.Second)
 		a.SetBuffered(now, "a", "default", "slow", 250)
 		a.Step(context.Background(), now)
+		return false
+	}) {
+		t.Fatalf("after the API server answers again: %d replicas, want 4", n)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"sless.dev/sless/autoscaler"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/testinstance"
 )
@@ -46,18 +47,17 @@ func TestScraperSumsRealQueueProxies(t *testing.T) {
 	}
 	hold(one.Addr, 3)
 	hold(two.Addr, 2)
-	// Wait until the five are in flight, by what the instances report.
+	// Wait until the five are in flight, by what the instances report; if
+	// they never are, the check below reports the last observation.
 	var obs autoscaler.Observation
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	eventually.Holds(eventually.Within, func() bool {
 		time.Sleep(100 * time.Millisecond) // an interval long enough to average over
 		var err error
 		if obs, err = s.Scrape(ctx, []string{one.AdminAddr, two.AdminAddr}); err != nil {
 			t.Fatal(err)
 		}
-		if obs.Concurrency > 4.99 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return obs.Concurrency > 4.99
+	})
 	if obs.Scraped != 2 || obs.Concurrency < 4.99 || obs.Concurrency > 5.01 {
 		t.Errorf("observation %+v, want 5 requests in flight from 2 instances", obs)
 	}

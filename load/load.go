@@ -194,10 +194,16 @@ func run(ctx context.Context, clients []*fasthttp.HostClient, o Options) (Result
 		w := &worker{agg: agg, start: start, stopAt: stopAt, sched: sched, next: &next, limit: o.Requests}
 		wg.Go(func() { w.run(ctx, client, o) })
 	}
-	done := make(chan struct{})
-	go agg.follow(ctx, done, o.Progress)
+	// The progress reporter ends before Run returns, so nothing it writes
+	// can interleave with what the caller writes next (the summary).
+	done, followed := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(followed)
+		agg.follow(ctx, done, o.Progress)
+	}()
 	wg.Wait()
 	close(done)
+	<-followed
 	if err := context.Cause(ctx); err != nil && ctx.Err() != context.Canceled {
 		return Result{}, err
 	}

@@ -5,12 +5,15 @@ import (
 	"encoding/json"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/eventually"
 )
 
 func serve(t *testing.T, h fasthttp.RequestHandler) string {
@@ -197,5 +200,36 @@ func TestCancelEndsTheWait(t *testing.T) {
 	r, err := Run(ctx, Options{URL: url, Rate: 1, Connections: 50, Duration: time.Minute})
 	if err == nil || time.Since(start) > 5*time.Second {
 		t.Errorf("Run = %+v, %v after %v: want the deadline's error at once", r.Requests, err, time.Since(start))
+	}
+}
+
+// Run returns only after its last progress report: a caller writes its
+// summary to the same terminal next, and the two must not interleave.
+func TestProgressEndsBeforeRunReturns(t *testing.T) {
+	url := serve(t, func(*fasthttp.RequestCtx) {})
+	var returned, late atomic.Bool
+	var once sync.Once
+	reported := make(chan struct{})
+	progress := func(Progress) {
+		once.Do(func() {
+			defer close(reported)
+			// The first report holds on until Run has returned, or long
+			// past the run's end; had Run not waited for it, it sees so.
+			eventually.Holds(3*time.Second, returned.Load)
+			late.Store(returned.Load())
+		})
+	}
+	_, err := Run(context.Background(), Options{URL: url, Rate: 10, Connections: 1, Duration: 1500 * time.Millisecond, Progress: progress})
+	returned.Store(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-reported:
+	case <-time.After(eventually.Within):
+		t.Fatal("no progress report in a run of 1.5 s")
+	}
+	if late.Load() {
+		t.Error("a progress report ran after Run returned")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/needs"
 )
 
@@ -189,7 +190,7 @@ func startSamples(t *testing.T) *platform {
 func (p *platform) waitForSamples() {
 	const within = 10 * time.Minute // a cold Go build cache compiles the standard library first
 	var seen []string
-	for deadline := time.Now().Add(within); ; time.Sleep(100 * time.Millisecond) {
+	if !eventually.Holds(within, func() bool {
 		seen = seen[:0]
 		prepared := 0
 		for _, st := range p.functions() {
@@ -201,12 +202,9 @@ func (p *platform) waitForSamples() {
 			}
 			seen = append(seen, st.Name+": "+st.State)
 		}
-		if prepared == len(samples) && len(seen) == len(samples) {
-			break
-		}
-		if time.Now().After(deadline) {
-			p.t.Fatalf("after %s the platform has %v, want every one of %v ready or idle", within, seen, samples)
-		}
+		return prepared == len(samples) && len(seen) == len(samples)
+	}) {
+		p.t.Fatalf("after %s the platform has %v, want every one of %v ready or idle", within, seen, samples)
 	}
 	var names []string
 	for _, st := range p.functions() {

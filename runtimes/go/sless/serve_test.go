@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/eventually"
 )
 
 // send sends one request to url and returns status, Content-Type and body.
@@ -257,17 +259,15 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	stop()
 	// Shutdown closes the listener first: wait for that, then let the
 	// request in flight finish.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	if !eventually.Holds(eventually.Within, func() bool {
 		conn, err := net.Dial("tcp", ln.Addr().String())
 		if err != nil {
-			break
+			return true
 		}
 		conn.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("listener still open after shutdown began")
-		}
-		time.Sleep(10 * time.Millisecond)
+		return false
+	}) {
+		t.Fatal("listener still open after shutdown began")
 	}
 	close(release)
 	if body := <-answered; body != "done" {
