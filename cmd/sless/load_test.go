@@ -118,8 +118,8 @@ func TestLoadQueue(t *testing.T) {
 	})
 	d := startDevIn(t, dir, nil, "--amqp-url", amqptest.URL())
 	eventually.TrueWithin(t, time.Minute, "worker known", func() bool {
-		_, err := run("functions", "--admin", d.admin)
-		return err == nil
+		out, err := run("functions", "--admin", d.admin)
+		return err == nil && strings.Contains(out, "default/worker")
 	})
 	file, reportDir := filepath.Join(t.TempDir(), "queue.json"), t.TempDir()
 	out, err := run("load", "--queue", q, "--messages", "2000", "--function", "default/worker", "--admin", d.admin,

@@ -101,7 +101,9 @@ func TestQueueProxyCommandDrainsOnSIGTERM(t *testing.T) {
 
 func waitStatus(t *testing.T, url string, want int) {
 	t.Helper()
-	eventually.True(t, fmt.Sprintf("%s to answer %d", url, want), func() bool {
+	// A process of the race-enabled test binary can take a minute to
+	// start and sync its caches on a loaded machine.
+	eventually.TrueWithin(t, 2*time.Minute, fmt.Sprintf("%s to answer %d", url, want), func() bool {
 		resp, err := http.Get(url)
 		if err != nil {
 			return false
