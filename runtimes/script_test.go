@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,6 +75,7 @@ func scriptPrepare(t *testing.T, src Source, cacheDir string) (Process, string, 
 // scriptInstance is a started runtime process.
 type scriptInstance struct {
 	url    string
+	proc   *os.Process
 	output *syncbuf.Buffer
 	exited chan struct{} // closed when the process has exited
 	err    error         // Wait's result, set before exited closes
@@ -99,6 +101,7 @@ func scriptLaunch(t *testing.T, p Process) *scriptInstance {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	inst.proc = cmd.Process
 	go func() {
 		inst.err = cmd.Wait()
 		close(inst.exited)
@@ -427,6 +430,60 @@ func scriptLoadFailures(t *testing.T, rt v1alpha1.Runtime, dir string, cases []s
 				if out := inst.output.String(); !strings.Contains(out, want) {
 					t.Errorf("output does not contain %q:\n%s", want, out)
 				}
+			}
+		})
+	}
+}
+
+// SIGTERM, the platform stopping an instance, ends each script runtime
+// gracefully: the request in flight is answered, then the process exits 0.
+// (Without a handler, a runtime that is PID 1 of a container ignored it,
+// and its pod waited out its whole grace period.)
+func TestScriptRuntimesStopOnSIGTERM(t *testing.T) {
+	for _, tc := range []struct {
+		runtime      v1alpha1.Runtime
+		interpreter  string
+		file, source string
+	}{
+		{v1alpha1.RuntimePython, "python3", "main.py",
+			"import sys, time\ndef handle(event):\n    print('started', file=sys.stderr, flush=True)\n    time.sleep(1)\n    return 'done'\n"},
+		{v1alpha1.RuntimeNode, "node", "index.js",
+			"exports.handle = async () => { console.error('started'); await new Promise((r) => setTimeout(r, 1000)); return 'done'; };\n"},
+	} {
+		t.Run(string(tc.runtime), func(t *testing.T) {
+			t.Parallel()
+			scriptNeed(t, tc.interpreter)
+			dir := scriptSource(t, map[string]string{tc.file: tc.source})
+			p, _, err := scriptPrepare(t, Source{Runtime: tc.runtime, Dir: dir}, t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := scriptLaunchReady(t, p)
+			type answer struct {
+				code int
+				body string
+				err  error
+			}
+			answered := make(chan answer, 1)
+			go func() {
+				resp, err := http.Get(inst.url + "/slow")
+				if err != nil {
+					answered <- answer{err: err}
+					return
+				}
+				defer resp.Body.Close()
+				body, err := io.ReadAll(resp.Body)
+				answered <- answer{resp.StatusCode, string(body), err}
+			}()
+			eventually.True(t, "the request in the handler", func() bool { return strings.Contains(inst.output.String(), "started") })
+			if err := inst.proc.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			if a := <-answered; a.err != nil || a.code != http.StatusOK || a.body != "done" {
+				t.Errorf("the request in flight at SIGTERM: %d %q %v, want 200 done", a.code, a.body, a.err)
+			}
+			if code := inst.scriptExit(t); code != 0 {
+				t.Errorf("exit code %d after SIGTERM, want 0", code)
 			}
 		})
 	}

@@ -88,7 +88,12 @@ function describe(err) {
   return err instanceof Error ? `${err.name}: ${err.message}` : String(err);
 }
 
+// stopping is set by SIGTERM: answers then close their connection, so that
+// the server's close does not wait for idle keep-alive ones.
+let stopping = false;
+
 function send(res, status, contentType, payload) {
+  if (stopping) res.shouldKeepAlive = false;
   if (status === 204) {
     res.writeHead(204).end();
     return;
@@ -129,6 +134,15 @@ function main() {
   server.requestTimeout = 0; // timeouts are the platform's (timeoutSeconds)
   server.listen(Number(port), '127.0.0.1', () => {
     console.error(`sless: serving ${name} from ${source} on 127.0.0.1:${port}`);
+  });
+  // SIGTERM, the platform stopping the instance, ends serving: the
+  // requests in flight finish and the process exits 0. Without a handler,
+  // a runtime that is PID 1 of a container would ignore it, and its pod
+  // would wait out its whole grace period.
+  process.once('SIGTERM', () => {
+    stopping = true;
+    server.close(() => process.exit(0));
+    server.closeIdleConnections();
   });
 }
 

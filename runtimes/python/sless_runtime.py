@@ -17,7 +17,9 @@ import http.server
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
 import traceback
 import types
 import urllib.parse
@@ -106,6 +108,16 @@ class RequestHandler(http.server.BaseHTTPRequestHandler):
         if self.command == "GET" and self.path.partition("?")[0] == "/healthz":
             self.respond(200, "text/plain; charset=utf-8", b"ok")
             return
+        with self.server.in_flight:
+            self.server.active += 1
+        try:
+            self.call()
+        finally:
+            with self.server.in_flight:
+                self.server.active -= 1
+                self.server.in_flight.notify_all()
+
+    def call(self):
         try:
             body = self.read_body()
         except ValueError as e:
@@ -167,7 +179,21 @@ class Server(http.server.ThreadingHTTPServer):
 
     def __init__(self, address, handler):
         self.handler = handler
+        self.active = 0  # requests being answered
+        self.in_flight = threading.Condition()
         super().__init__(address, RequestHandler)
+
+    def stop(self, signum, frame):
+        # serve_forever runs in this (the main) thread, and shutdown waits
+        # for it to return: it must be called from another.
+        threading.Thread(target=self.shutdown, daemon=True).start()
+
+    def drain(self):
+        """Closes the listener and waits for the requests in flight; idle
+        keep-alive connections are not waited for."""
+        self.server_close()
+        with self.in_flight:
+            self.in_flight.wait_for(lambda: self.active == 0)
 
 
 def main():
@@ -177,8 +203,14 @@ def main():
     source = os.path.abspath(os.environ.get("SLESS_SOURCE") or os.getcwd())
     name = os.environ.get("SLESS_HANDLER") or DEFAULT_HANDLER
     server = Server(("127.0.0.1", int(port)), load_handler(source, name))
+    # SIGTERM, the platform stopping the instance, ends serving: the
+    # requests in flight finish and the process exits 0. Without a handler,
+    # a runtime that is PID 1 of a container would ignore it, and its pod
+    # would wait out its whole grace period.
+    signal.signal(signal.SIGTERM, server.stop)
     print(f"sless: serving {name} from {source} on 127.0.0.1:{port}", file=sys.stderr, flush=True)
     server.serve_forever()
+    server.drain()
 
 
 if __name__ == "__main__":
