@@ -13,13 +13,20 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build console run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative generate verify lint controlplane tools clean
+.PHONY: all build images console run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative generate verify lint controlplane tools clean
 
 all: build
 
 ## build: the sless binary, to bin/sless, with the console's chart library
 build: console
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/sless ./cmd/sless
+
+## images: the sless image and the runtime base images (runtime-python,
+## runtime-node from Debian's packages), built without a container engine
+## into OCI layouts under bin/images; REGISTRY=host:port/path pushes them too
+images: console
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/linux/sless ./cmd/sless
+	$(GO) run ./hack/images -sless bin/linux/sless -version $(VERSION) -out bin/images $(if $(REGISTRY),-push $(REGISTRY))
 
 ## run: the local platform (sless dev) on the samples in config/samples/functions;
 ## ARGS adds flags (ARGS=--prometheus runs Prometheus beside it)

@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -46,9 +47,10 @@ const (
 // prepareGo builds src into a server binary, or finds it already built.
 // The binary lives under opts.CacheDir/go/<hash of everything the build
 // reads>, so an unchanged function starts without running go at all.
-func prepareGo(ctx context.Context, src Source, opts Options) (Process, error) {
-	fail := func(err error) (Process, error) {
-		return Process{}, fmt.Errorf("go function %s/%s: %w", src.Namespace, src.Name, err)
+// forImage builds a static Linux binary, for an image.
+func prepareGo(ctx context.Context, src Source, opts Options, forImage bool) (prepared, error) {
+	fail := func(err error) (prepared, error) {
+		return prepared{}, fmt.Errorf("go function %s/%s: %w", src.Namespace, src.Name, err)
 	}
 	if !token.IsIdentifier(src.Handler) || !token.IsExported(src.Handler) {
 		return fail(fmt.Errorf("handler %q is not an exported Go function name, such as Handle", src.Handler))
@@ -62,20 +64,25 @@ func prepareGo(ctx context.Context, src Source, opts Options) (Process, error) {
 	if err != nil {
 		return fail(fmt.Errorf("cache directory: %w", err))
 	}
-	key, err := goBuildKey(src, goTool)
+	var env []string
+	if forImage {
+		env = goImageEnv
+	}
+	key, err := goBuildKey(src, goTool, env)
 	if err != nil {
 		return fail(err)
 	}
 	entry := filepath.Join(cacheDir, key)
 	bin := filepath.Join(entry, goBinaryName(src.Name))
+	built := prepared{src: src, handler: src.Handler, command: bin}
 	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
 		now := time.Now()
 		_ = os.Chtimes(entry, now, now) // used: the last to be pruned
-		return Process{Path: bin, Dir: src.Dir}, nil
+		return built, nil
 	}
 	fmt.Fprintf(opts.Progress, "go %s/%s: building\n", src.Namespace, src.Name)
 	start := time.Now()
-	b := goBuild{goTool: goTool, src: src, dir: cacheDir}
+	b := goBuild{goTool: goTool, src: src, dir: cacheDir, env: env}
 	if err := b.run(ctx, entry, bin); err != nil {
 		return fail(err)
 	}
@@ -83,8 +90,12 @@ func prepareGo(ctx context.Context, src Source, opts Options) (Process, error) {
 	if err := pruneGoBuilds(cacheDir, src); err != nil {
 		fmt.Fprintf(opts.Progress, "go %s/%s: pruning older builds: %v\n", src.Namespace, src.Name, err)
 	}
-	return Process{Path: bin, Dir: src.Dir}, nil
+	return built, nil
 }
+
+// goImageEnv builds a binary for an image: static (no libc to find in a
+// minimal base), for Linux on this machine's architecture.
+var goImageEnv = []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=" + runtime.GOARCH}
 
 // goKeptBuilds is how many builds of one function the cache keeps: the
 // newest and the ones used just before, so that undoing an edit starts
@@ -142,7 +153,7 @@ func goBinaryName(name string) string {
 // goBuildKey hashes what decides the binary: the function's files, its
 // handler and name, the go command, the generated files and the sless
 // package.
-func goBuildKey(src Source, goTool string) (string, error) {
+func goBuildKey(src Source, goTool string, env []string) (string, error) {
 	h := sha256.New()
 	resolved, err := filepath.EvalSymlinks(goTool)
 	if err != nil {
@@ -154,7 +165,7 @@ func goBuildKey(src Source, goTool string) (string, error) {
 	}
 	fmt.Fprintf(h, "go %s %d %d\x00", resolved, fi.Size(), fi.ModTime().UnixNano())
 	for _, name := range goBuildEnv {
-		fmt.Fprintf(h, "%s=%s\x00", name, os.Getenv(name))
+		fmt.Fprintf(h, "%s=%s\x00", name, goGetenv(env, name))
 	}
 	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00", src.Name, src.Handler, goMainTemplate, goModTemplate)
 	if err := goHashSDK(h); err != nil {
@@ -164,6 +175,17 @@ func goBuildKey(src Source, goTool string) (string, error) {
 		return "", fmt.Errorf("read source: %w", err)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:32], nil
+}
+
+// goGetenv is name's value in env, the build's own settings, or else in
+// this process's environment, which the go command also reads.
+func goGetenv(env []string, name string) string {
+	for _, kv := range slices.Backward(env) {
+		if k, v, _ := strings.Cut(kv, "="); k == name {
+			return v
+		}
+	}
+	return os.Getenv(name)
 }
 
 // goHashTree feeds every regular file under dir, by relative path, into h.

@@ -81,6 +81,9 @@ type goBuild struct {
 	src    Source
 	// dir is the Go runtime's cache directory.
 	dir string
+	// env is added to the go command's environment: goImageEnv for an
+	// image, whose binary is also built without this machine's paths.
+	env []string
 }
 
 // run builds the binary and moves it to entry/<name> in one rename, so
@@ -107,6 +110,9 @@ func (b goBuild) run(ctx context.Context, entry, bin string) error {
 	}
 	out := filepath.Join(work, "bin")
 	args = append([]string{"build", "-mod=mod", "-buildvcs=false", "-o", filepath.Join(out, filepath.Base(bin))}, args...)
+	if b.env != nil {
+		args = append(args, "-trimpath")
+	}
 	modDir := filepath.Join(work, "main")
 	if output, err := b.goCommand(ctx, modDir, append(args, ".")...); err != nil {
 		return b.explain(ctx, output, modDir, err)
@@ -221,7 +227,7 @@ func (b goBuild) goCommand(ctx context.Context, dir string, args ...string) ([]b
 	cmd := exec.CommandContext(ctx, b.goTool, args...)
 	cmd.Dir = dir
 	// A go.work above the cache would pull other modules into the build.
-	cmd.Env = append(cmd.Environ(), "GOWORK=off")
+	cmd.Env = append(append(cmd.Environ(), "GOWORK=off"), b.env...)
 	out := &goCappedOutput{limit: goBuildOutputLimit}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.WaitDelay = goWaitDelay

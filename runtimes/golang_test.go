@@ -441,7 +441,7 @@ func TestGoBuildKey(t *testing.T) {
 	}
 	dir := goSource(t, map[string]string{"fn.go": "package fn\n", "static/page.html": "<p>", ".git/HEAD": "ref"})
 	src := Source{Name: "fn", Dir: dir, Handler: "Handle"}
-	base, err := goBuildKey(src, goTool)
+	base, err := goBuildKey(src, goTool, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +462,7 @@ func TestGoBuildKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			changed := src
 			tt.change(t, &changed)
-			key, err := goBuildKey(changed, goTool)
+			key, err := goBuildKey(changed, goTool, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

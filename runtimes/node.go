@@ -21,32 +21,28 @@ var nodeRuntimeScript []byte
 // prepareNode checks the handler's module exists, installs package.json's
 // dependencies when the source has one, and returns node running the
 // runtime script.
-func prepareNode(ctx context.Context, src Source, opts Options) (Process, error) {
+func prepareNode(ctx context.Context, src Source, opts Options) (prepared, error) {
 	handler, module, err := scriptCheck(src, &opts)
 	if err != nil {
-		return Process{}, err
+		return prepared{}, err
 	}
 	file := filepath.FromSlash(module)
 	if !scriptExists(src.Dir, file+".js", file) {
-		return Process{}, fmt.Errorf("node handler %s of %s/%s: no %s.js in %s", handler, src.Namespace, src.Name, file, src.Dir)
+		return prepared{}, fmt.Errorf("node handler %s of %s/%s: no %s.js in %s", handler, src.Namespace, src.Name, file, src.Dir)
 	}
 	node, err := scriptInterpreter("node", "node")
 	if err != nil {
-		return Process{}, err
+		return prepared{}, err
 	}
 	script, err := scriptWrite(opts.CacheDir, "sless-runtime.js", nodeRuntimeScript)
 	if err != nil {
-		return Process{}, err
+		return prepared{}, err
 	}
-	env := scriptEnv(src, handler)
 	modules, err := nodePackages(ctx, src, opts, node)
 	if err != nil {
-		return Process{}, err
+		return prepared{}, err
 	}
-	if modules != "" {
-		env = append(env, "NODE_PATH="+modules)
-	}
-	return Process{Path: node, Args: []string{script}, Dir: src.Dir, Env: env}, nil
+	return prepared{src: src, handler: handler, command: node, script: script, deps: modules, depsVar: "NODE_PATH"}, nil
 }
 
 // nodePackages installs the dependencies of the source's package.json (and

@@ -21,37 +21,35 @@ var pythonRuntimeScript []byte
 // preparePython checks the handler's module file exists, installs
 // requirements.txt when the source has one, and returns python3 running
 // the runtime script.
-func preparePython(ctx context.Context, src Source, opts Options) (Process, error) {
+func preparePython(ctx context.Context, src Source, opts Options) (prepared, error) {
 	handler, module, err := scriptCheck(src, &opts)
 	if err != nil {
-		return Process{}, err
+		return prepared{}, err
 	}
 	file := filepath.Join(strings.Split(module, ".")...)
 	if !scriptExists(src.Dir, file+".py", filepath.Join(file, "__init__.py")) {
-		return Process{}, fmt.Errorf("python handler %s of %s/%s: no %s.py in %s", handler, src.Namespace, src.Name, file, src.Dir)
+		return prepared{}, fmt.Errorf("python handler %s of %s/%s: no %s.py in %s", handler, src.Namespace, src.Name, file, src.Dir)
 	}
 	python, version, err := pythonResolve(ctx)
 	if err != nil {
-		return Process{}, err
+		return prepared{}, err
 	}
 	script, err := scriptWrite(opts.CacheDir, "sless_runtime.py", pythonRuntimeScript)
 	if err != nil {
-		return Process{}, err
+		return prepared{}, err
 	}
-	env := append(scriptEnv(src, handler),
-		"PYTHONUNBUFFERED=1", // print() reaches the logs when it happens
-		// No bytecode written into the user's source directory. (A
-		// PYTHONPYCACHEPREFIX would move the standard library's bytecode
-		// too, and made every start about 370 ms slower here.)
-		"PYTHONDONTWRITEBYTECODE=1")
 	deps, err := pythonRequirements(ctx, src, opts, python, version)
 	if err != nil {
-		return Process{}, err
+		return prepared{}, err
 	}
-	if deps != "" {
-		env = append(env, "PYTHONPATH="+deps)
-	}
-	return Process{Path: python, Args: []string{script}, Dir: src.Dir, Env: env}, nil
+	return prepared{src: src, handler: handler, command: python, script: script, deps: deps, depsVar: "PYTHONPATH",
+		env: []string{
+			"PYTHONUNBUFFERED=1", // print() reaches the logs when it happens
+			// No bytecode written into the user's source directory. (A
+			// PYTHONPYCACHEPREFIX would move the standard library's
+			// bytecode too, and made every start about 370 ms slower here.)
+			"PYTHONDONTWRITEBYTECODE=1",
+		}}, nil
 }
 
 // pythonRequirements installs the source's requirements.txt with pip into

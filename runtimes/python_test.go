@@ -1,10 +1,6 @@
 package runtimes
 
 import (
-	"archive/zip"
-	"crypto/sha256"
-	"encoding/base64"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -14,6 +10,7 @@ import (
 	"testing"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/wheeltest"
 )
 
 // pythonContractHandler answers scriptContractCases.
@@ -134,7 +131,7 @@ func TestPythonRequirementsFailure(t *testing.T) {
 func TestPythonRequirementsInstalled(t *testing.T) {
 	t.Parallel()
 	scriptNeed(t, "python3")
-	wheel := pythonWheel(t, "slesstiny", map[string]string{"slesstiny/__init__.py": "VALUE = 'from the wheel'\n"})
+	wheel := wheeltest.Build(t, "slesstiny", map[string]string{"slesstiny/__init__.py": "VALUE = 'from the wheel'\n"})
 	dir := scriptSource(t, map[string]string{
 		"main.py":          "import slesstiny\n\ndef handle(event):\n    return slesstiny.VALUE\n",
 		"requirements.txt": wheel + "\n",
@@ -164,43 +161,6 @@ func TestPythonRequirementsInstalled(t *testing.T) {
 	if strings.Join(again.Env, " ") != strings.Join(p.Env, " ") {
 		t.Errorf("second Prepare env %q, want %q", again.Env, p.Env)
 	}
-}
-
-// pythonWheel builds a pure-Python wheel of files and returns its path.
-func pythonWheel(t *testing.T, name string, files map[string]string) string {
-	t.Helper()
-	info := name + "-1.0.dist-info/"
-	files[info+"METADATA"] = "Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n"
-	files[info+"WHEEL"] = "Wheel-Version: 1.0\nGenerator: sless-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"
-	var record strings.Builder
-	for path, content := range files {
-		sum := sha256.Sum256([]byte(content))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", path, base64.RawURLEncoding.EncodeToString(sum[:]), len(content))
-	}
-	record.WriteString(info + "RECORD,,\n")
-	files[info+"RECORD"] = record.String()
-	path := filepath.Join(t.TempDir(), name+"-1.0-py3-none-any.whl")
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	zw := zip.NewWriter(f)
-	for name, content := range files {
-		w, err := zw.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := io.WriteString(w, content); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // TestPythonSysExit checks that sys.exit in a handler ends the process, as

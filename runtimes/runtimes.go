@@ -49,19 +49,58 @@ type Options struct {
 // Errors name the cause the user must fix (a compile error with file:line,
 // a missing handler, a failed install).
 func Prepare(ctx context.Context, src Source, opts Options) (Process, error) {
+	p, err := prepare(ctx, src, opts, false)
+	if err != nil {
+		return Process{}, err
+	}
+	return p.process(), nil
+}
+
+// prepare is Prepare for this machine or, forImage, for a Linux image of
+// the runtime's base.
+func prepare(ctx context.Context, src Source, opts Options, forImage bool) (prepared, error) {
 	if !filepath.IsAbs(src.Dir) {
-		return Process{}, fmt.Errorf("source of %s/%s: %q is not an absolute directory", src.Namespace, src.Name, src.Dir)
+		return prepared{}, fmt.Errorf("source of %s/%s: %q is not an absolute directory", src.Namespace, src.Name, src.Dir)
 	}
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
 	}
 	switch src.Runtime {
 	case v1alpha1.RuntimeGo:
-		return prepareGo(ctx, src, opts)
+		return prepareGo(ctx, src, opts, forImage)
 	case v1alpha1.RuntimePython:
 		return preparePython(ctx, src, opts)
 	case v1alpha1.RuntimeNode:
 		return prepareNode(ctx, src, opts)
 	}
-	return Process{}, fmt.Errorf("function %s/%s: unknown runtime %q", src.Namespace, src.Name, src.Runtime)
+	return prepared{}, fmt.Errorf("function %s/%s: unknown runtime %q", src.Namespace, src.Name, src.Runtime)
+}
+
+// prepared is a function made ready to run: built, or its runtime script
+// written and its dependencies installed, in the cache.
+type prepared struct {
+	src     Source
+	handler string
+	// command is what runs: a Go function's binary, or the interpreter on
+	// this machine of a Python or Node function.
+	command string
+	// script is the runtime script the interpreter runs ("" for Go).
+	script string
+	// deps is the directory of installed dependencies, or "", and
+	// depsVar the variable that points the interpreter at it.
+	deps, depsVar string
+	// env is the runtime's own settings.
+	env []string
+}
+
+// process is how to start the function on this machine.
+func (p prepared) process() Process {
+	if p.script == "" {
+		return Process{Path: p.command, Dir: p.src.Dir}
+	}
+	env := append(scriptEnv(p.src.Dir, p.handler), p.env...)
+	if p.deps != "" {
+		env = append(env, p.depsVar+"="+p.deps)
+	}
+	return Process{Path: p.command, Args: []string{p.script}, Dir: p.src.Dir, Env: env}
 }

@@ -68,9 +68,10 @@ func scriptInterpreter(name, runtime string) (string, error) {
 	return path, nil
 }
 
-// scriptEnv is the environment the runtime scripts read (besides PORT).
-func scriptEnv(src Source, handler string) []string {
-	return []string{"SLESS_SOURCE=" + src.Dir, "SLESS_HANDLER=" + handler}
+// scriptEnv is the environment the runtime scripts read (besides PORT):
+// the source directory and the handler.
+func scriptEnv(dir, handler string) []string {
+	return []string{"SLESS_SOURCE=" + dir, "SLESS_HANDLER=" + handler}
 }
 
 // scriptWrite writes content as cacheDir/scripts/<hash>/name, once: the

@@ -68,7 +68,7 @@ type FunctionSpec struct {
 	Handler string `json:"handler,omitempty"`
 
 	// Image is the container image to run on Kubernetes, built from the
-	// runtime's Dockerfile with the handler inside. Required on Kubernetes.
+	// source by sless build or sless deploy. Required on Kubernetes.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Image string `json:"image,omitempty"`

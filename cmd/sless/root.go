@@ -35,6 +35,8 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 		newInvokeCommand(),
 		newInvocationsCommand(),
 		newLoadCommand(),
+		newBuildCommand(),
+		newDeployCommand(),
 	)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	for _, c := range root.Commands() {

@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"sless.dev/sless/apis/v1alpha1"
 )
 
@@ -48,17 +50,25 @@ type LoadOptions struct {
 	// manifests from elsewhere cannot make the platform build and serve
 	// files it was not given, through "../", an absolute path or a symlink.
 	AllowExternalSources bool
+	// Kubernetes validates for a cluster (`sless deploy`) rather than
+	// for the local platform: a Function needs an image or a source to
+	// build one from, and its triggers' secrets are the cluster's.
+	Kubernetes bool
 }
 
 // Load reads every *.yaml and *.yml file directly in dir (sources live in
 // subdirectories, which are not searched, so their own YAML files are
-// never mistaken for manifests). It returns the valid Functions, sorted by
-// key, and one error per problem, naming the file and the field; a bad
-// document or file does not keep the others from loading.
+// never mistaken for manifests), or the one manifest file dir names. It
+// returns the valid Functions, sorted by key, and one error per problem,
+// naming the file and the field; a bad document or file does not keep the
+// others from loading.
 func Load(dir string, opts LoadOptions) ([]Function, []error) {
 	files, err := manifestFiles(dir)
 	if err != nil {
 		return nil, []error{err}
+	}
+	if len(files) == 1 && files[0] == dir {
+		dir = filepath.Dir(dir)
 	}
 	srcs, err := newSources(dir, opts)
 	if err != nil {
@@ -86,6 +96,9 @@ func Load(dir string, opts LoadOptions) ([]Function, []error) {
 }
 
 func manifestFiles(dir string) ([]string, error) {
+	if st, err := os.Stat(dir); err == nil && st.Mode().IsRegular() {
+		return []string{dir}, nil
+	}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("functions directory: %w", err)
@@ -116,8 +129,12 @@ func loadFile(file string, srcs sources) ([]Function, []error) {
 	for i := range decoded {
 		fn := &decoded[i]
 		fn.Default()
-		if verrs := v1alpha1.Validate(fn, v1alpha1.ModeLocal); len(verrs) > 0 {
+		if verrs := srcs.validate(fn); len(verrs) > 0 {
 			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, verrs.ToAggregate())})
+			continue
+		}
+		if fn.Spec.Source == "" { // an image to run as it is, on a cluster
+			fns = append(fns, Function{Function: fn, File: file})
 			continue
 		}
 		src, err := srcs.resolve(file, fn.Spec.Source)
@@ -132,9 +149,24 @@ func loadFile(file string, srcs sources) ([]Function, []error) {
 
 // sources resolves the spec.source of the manifests of one directory.
 type sources struct {
-	dir      string // absolute, as given, for messages
-	realDir  string // dir with symlinks resolved, for comparisons
-	external bool   // LoadOptions.AllowExternalSources
+	dir        string // absolute, as given, for messages
+	realDir    string // dir with symlinks resolved, for comparisons
+	external   bool   // LoadOptions.AllowExternalSources
+	kubernetes bool   // LoadOptions.Kubernetes
+}
+
+// validate checks fn for where it will run. On a cluster, a source stands
+// for the image that will be built from it.
+func (s sources) validate(fn *v1alpha1.Function) field.ErrorList {
+	if !s.kubernetes {
+		return v1alpha1.Validate(fn, v1alpha1.ModeLocal)
+	}
+	if fn.Spec.Source != "" && fn.Spec.Image == "" {
+		built := fn.DeepCopy()
+		built.Spec.Image = "built/from/source"
+		return v1alpha1.Validate(built, v1alpha1.ModeKubernetes)
+	}
+	return v1alpha1.Validate(fn, v1alpha1.ModeKubernetes)
 }
 
 func newSources(dir string, opts LoadOptions) (sources, error) {
@@ -146,7 +178,7 @@ func newSources(dir string, opts LoadOptions) (sources, error) {
 	if err != nil {
 		return sources{}, fmt.Errorf("functions directory: %w", err)
 	}
-	return sources{dir: abs, realDir: resolved, external: opts.AllowExternalSources}, nil
+	return sources{dir: abs, realDir: resolved, external: opts.AllowExternalSources, kubernetes: opts.Kubernetes}, nil
 }
 
 // resolve returns the absolute directory that source, the spec.source of

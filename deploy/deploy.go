@@ -1,0 +1,156 @@
+// Package deploy takes the Function manifests that sless dev serves to a
+// cluster unchanged, the way ko resolves images: each Function with a
+// source is built into an image (package fnimage), pushed, and applied with
+// spec.image set to the pushed digest; a Function with only an image is
+// applied as it is.
+//
+// Nothing reaches the cluster unless everything can: the manifests are
+// checked before any build, and a failed build or push applies nothing.
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/fnimage"
+	"sless.dev/sless/local/manifests"
+	"sless.dev/sless/ociimage"
+	"sless.dev/sless/runtimes"
+)
+
+// FieldOwner is the field manager of what deploy applies.
+const FieldOwner = "sless-deploy"
+
+// Options configure a deploy.
+type Options struct {
+	// Registry receives the images, as Registry/<namespace>/<name>.
+	Registry string
+	// Builder builds them.
+	Builder *fnimage.Builder
+	// Client applies the Functions; nil builds and pushes only.
+	Client client.Client
+	// Progress receives a line per step.
+	Progress io.Writer
+}
+
+// Load reads and checks the Functions of a manifest file or directory for
+// a cluster, every problem at once.
+func Load(path string) ([]manifests.Function, error) {
+	fns, errs := manifests.Load(path, manifests.LoadOptions{Kubernetes: true, AllowExternalSources: true})
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%d problems in the manifests, nothing built or applied:\n  %w", len(errs), errors.Join(errs...))
+	}
+	if len(fns) == 0 {
+		return nil, fmt.Errorf("no Function in %s", path)
+	}
+	return fns, nil
+}
+
+// Deployed is a Function as it was applied.
+type Deployed struct {
+	Namespace, Name string
+	// Image is what it runs: the pushed digest, or the manifest's image.
+	Image string
+}
+
+// Run builds and pushes the image of each Function with a source, then,
+// only if all succeeded, applies every Function. The error of a build or
+// push names its function; the Functions of a failed run are not applied.
+func Run(ctx context.Context, fns []manifests.Function, o Options) ([]Deployed, error) {
+	if o.Progress == nil {
+		o.Progress = io.Discard
+	}
+	deployed := make([]Deployed, len(fns))
+	var errs []error
+	for i, fn := range fns {
+		deployed[i] = Deployed{Namespace: fn.Namespace, Name: fn.Name, Image: fn.Spec.Image}
+		if fn.SourceDir == "" {
+			continue
+		}
+		image, err := o.buildAndPush(ctx, fn)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("function %s: %w", fn.Key(), err))
+			continue
+		}
+		deployed[i].Image = image
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("nothing applied:\n  %w", errors.Join(errs...))
+	}
+	if o.Client == nil {
+		return deployed, nil
+	}
+	// A dry run of every apply first: what the API server would refuse (a
+	// missing namespace, a rule of the CRD, an admission webhook) is found
+	// before anything changes.
+	for i, fn := range fns {
+		if err := apply(ctx, o.Client, fn, deployed[i].Image, client.DryRunAll); err != nil {
+			errs = append(errs, fmt.Errorf("function %s: %w", fn.Key(), err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("nothing applied:\n  %w", errors.Join(errs...))
+	}
+	for i, fn := range fns {
+		if err := apply(ctx, o.Client, fn, deployed[i].Image); err != nil {
+			return deployed[:i], fmt.Errorf("apply function %s: %w", fn.Key(), err)
+		}
+		fmt.Fprintf(o.Progress, "%s: applied\n", fn.Key())
+	}
+	return deployed, nil
+}
+
+// Repository is where the image of a Function goes in registry.
+func Repository(registry, namespace, name string) string {
+	return strings.TrimSuffix(registry, "/") + "/" + namespace + "/" + name
+}
+
+func (o Options) buildAndPush(ctx context.Context, fn manifests.Function) (string, error) {
+	if o.Registry == "" {
+		return "", errors.New("no registry to push its image to")
+	}
+	start := time.Now()
+	fmt.Fprintf(o.Progress, "%s: building %s\n", fn.Key(), fn.SourceDir)
+	img, err := o.Builder.Build(ctx, runtimes.Source{Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,
+		Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler()})
+	if err != nil {
+		return "", err
+	}
+	ref, err := ociimage.Push(ctx, img, Repository(o.Registry, fn.Namespace, fn.Name)+":latest")
+	if err != nil {
+		return "", err
+	}
+	fmt.Fprintf(o.Progress, "%s: pushed %s in %s\n", fn.Key(), ref, time.Since(start).Round(100*time.Millisecond))
+	return ref, nil
+}
+
+// apply applies fn by server-side apply, with image as its image: the
+// fields deploy applied before and no longer sets are removed.
+func apply(ctx context.Context, c client.Client, fn manifests.Function, image string, opts ...client.ApplyOption) error {
+	f := fn.DeepCopy()
+	f.Spec.Image = image
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(f)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "sless.dev/v1alpha1", "kind": "Function", "spec": obj["spec"],
+		"metadata": map[string]any{"name": f.Name, "namespace": f.Namespace},
+	}}
+	if len(f.Labels) > 0 {
+		_ = unstructured.SetNestedStringMap(u.Object, f.Labels, "metadata", "labels")
+	}
+	if len(f.Annotations) > 0 {
+		_ = unstructured.SetNestedStringMap(u.Object, f.Annotations, "metadata", "annotations")
+	}
+	opts = append(opts, client.FieldOwner(FieldOwner), client.ForceOwnership)
+	return c.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), opts...)
+}
