@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build images console run test test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative generate verify lint controlplane tools clean
+.PHONY: all build images cluster-bins cluster cluster-down cluster-wipe deploy console run test test-e2e test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative generate verify lint controlplane tools clean
 
 all: build
 
@@ -37,6 +37,12 @@ run: build
 ## against a real kube-apiserver and etcd (built on first use)
 test: verify controlplane console
 	KUBEBUILDER_ASSETS=$(K8S_ASSETS) $(GO) test -race -count=1 ./...
+
+## test-e2e: the end-to-end tests (e2e/) on the one-node cluster, with sless
+## installed from its own images (make cluster deploy); the cluster stays up
+## for the next run (make cluster-down stops it)
+test-e2e: cluster deploy build
+	SLESS_E2E_KUBECTL=$(K8S_ASSETS)/kubectl $(GO) test -tags e2e -race -count=1 -timeout 45m ./e2e/
 
 ## test-unit: the tests that need no control plane (the others skip)
 test-unit:
@@ -117,7 +123,9 @@ lint: $(TOOLS)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted >&2; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/
 	$(TOOLS)/staticcheck ./...
+	$(TOOLS)/staticcheck -tags e2e ./e2e/
 	@# Samples with a go.mod of their own are modules apart from sless's.
 	for mod in $$(git ls-files 'config/samples/**/go.mod'); do \
 		(cd $$(dirname $$mod) && $(GO) vet ./... && $(TOOLS)/staticcheck ./...) || exit 1; \
@@ -135,13 +143,51 @@ $(CONSOLE_VENDOR) &: console/web/package.json console/web/package-lock.json
 ## controlplane: kube-apiserver and etcd for envtest, built from Go modules
 controlplane: $(K8S_ASSETS)/kube-apiserver $(K8S_ASSETS)/etcd
 
-$(K8S_ASSETS)/kube-apiserver: hack/tools/go.mod
-	@echo "building kube-apiserver $(K8S_VERSION) from source (about 5 minutes the first time)"
-	cd hack/tools && $(GO) build -o $@ ./kube-apiserver
+# Every Kubernetes binary, etcd too, from the versions of hack/tools/go.mod
+# (the first build of each takes minutes; the Go cache keeps what they share).
+$(K8S_ASSETS)/%: hack/tools/go.mod hack/tools/go.sum
+	@echo "building $* from source (k8s.io/kubernetes $(K8S_VERSION), etcd $(ETCD_VERSION))"
+	cd hack/tools && $(GO) build -o $@ ./$*
 
-$(K8S_ASSETS)/etcd: hack/tools/go.mod
-	@echo "building etcd $(ETCD_VERSION) from source"
-	cd hack/tools && $(GO) build -o $@ ./etcd
+# The one-node test cluster's other parts: CoreDNS and the image registry,
+# built from their own modules at these versions.
+COREDNS_VERSION  := v1.15.0
+REGISTRY_VERSION := v3.1.2
+CLUSTER_TOOLS    := $(CURDIR)/bin/cluster-tools/coredns-$(COREDNS_VERSION)-registry-$(REGISTRY_VERSION)
+CLUSTER_BINS     := $(addprefix $(K8S_ASSETS)/,etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl) \
+	$(CLUSTER_TOOLS)/coredns $(CLUSTER_TOOLS)/registry
+
+$(CLUSTER_TOOLS)/coredns:
+	GOBIN=$(CLUSTER_TOOLS) CGO_ENABLED=0 $(GO) install -trimpath -ldflags '-s -w' github.com/coredns/coredns@$(COREDNS_VERSION)
+
+$(CLUSTER_TOOLS)/registry:
+	GOBIN=$(CLUSTER_TOOLS) CGO_ENABLED=0 $(GO) install -trimpath -ldflags '-s -w' github.com/distribution/distribution/v3/cmd/registry@$(REGISTRY_VERSION)
+
+## cluster-bins: every binary of the one-node test cluster, from Go modules
+cluster-bins: $(CLUSTER_BINS)
+
+CLUSTER_ENV      := K8S_BIN=$(K8S_ASSETS) TOOLS_BIN=$(CLUSTER_TOOLS)
+CLUSTER_REGISTRY := 127.0.0.1:5000
+
+## cluster: a one-node Kubernetes cluster on this machine, pods on a
+## host-only bridge, a registry on $(CLUSTER_REGISTRY); the kubeconfig is
+## bin/cluster/kubeconfig (hack/cluster/cluster.sh; idempotent)
+cluster: cluster-bins
+	$(CLUSTER_ENV) hack/cluster/cluster.sh up
+
+## cluster-down: stop the cluster and restore what it changed on the machine
+## (cluster-wipe also deletes its state: etcd, images, certificates)
+cluster-down:
+	$(CLUSTER_ENV) hack/cluster/cluster.sh down
+
+cluster-wipe:
+	$(CLUSTER_ENV) hack/cluster/cluster.sh wipe
+
+## deploy: the images pushed to the cluster's registry, then sless installed
+## with kubectl apply -k config/default and an image override
+deploy:
+	$(MAKE) images REGISTRY=$(CLUSTER_REGISTRY)/sless
+	$(CLUSTER_ENV) VERSION=$(VERSION) hack/cluster/deploy.sh
 
 tools: $(TOOLS)/controller-gen $(TOOLS)/staticcheck
 

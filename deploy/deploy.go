@@ -42,9 +42,10 @@ type Options struct {
 }
 
 // Load reads and checks the Functions of a manifest file or directory for
-// a cluster, every problem at once.
-func Load(path string) ([]manifests.Function, error) {
-	fns, errs := manifests.Load(path, manifests.LoadOptions{Kubernetes: true, AllowExternalSources: true})
+// a cluster, every problem at once; namespace is the one of Functions
+// whose manifest names none ("" for "default").
+func Load(path, namespace string) ([]manifests.Function, error) {
+	fns, errs := manifests.Load(path, manifests.LoadOptions{Kubernetes: true, AllowExternalSources: true, Namespace: namespace})
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%d problems in the manifests, nothing built or applied:\n  %w", len(errs), errors.Join(errs...))
 	}

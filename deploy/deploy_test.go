@@ -95,7 +95,7 @@ func TestDeploy(t *testing.T) {
 	}
 	host, pushes := testRegistry(t)
 	dir := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest, "prebuilt.yaml": imageOnly})
-	fns, err := Load(dir)
+	fns, err := Load(dir, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,13 +142,13 @@ func TestDeployChangesNothingOnError(t *testing.T) {
 	host, pushes := testRegistry(t)
 
 	invalid := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest, "bad.yaml": brokenYAML})
-	if _, err := Load(invalid); err == nil || !strings.Contains(err.Error(), "metadata.name") || !strings.Contains(err.Error(), "bad.yaml") {
+	if _, err := Load(invalid, ""); err == nil || !strings.Contains(err.Error(), "metadata.name") || !strings.Contains(err.Error(), "bad.yaml") {
 		t.Errorf("Load of an invalid manifest: %v, want the file and the field", err)
 	}
 
 	broken := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest,
 		"broken/broken.go": brokenGo, "broken.yaml": brokenBuild})
-	fns, err := Load(broken)
+	fns, err := Load(broken, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func TestDeployChangesNothingOnError(t *testing.T) {
 	}
 
 	noNamespace := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest, "prebuilt.yaml": imageOnly})
-	fns, err = Load(noNamespace)
+	fns, err = Load(noNamespace, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestDeployChangesNothingOnError(t *testing.T) {
 	}
 
 	unreachable := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest, "prebuilt.yaml": imageOnly})
-	fns, err = Load(unreachable)
+	fns, err = Load(unreachable, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,6 +65,7 @@ func newBuildCommand() *cobra.Command {
 		images                   imageFlags
 		file, runtime, handler   string
 		name, push, output, regy string
+		namespace                string
 	)
 	cmd := &cobra.Command{
 		Use:   "build [DIR]",
@@ -89,7 +90,7 @@ image. The image is pushed (--push) or written as an OCI archive (--output).
 				if (regy == "") == (output == "") {
 					return usageError{fmt.Errorf("-f needs --registry to push to or --output, a directory for the archives")}
 				}
-				return buildManifests(cmd, b, file, regy, output)
+				return buildManifests(cmd, b, file, namespace, regy, output)
 			}
 			if len(args) != 1 || !validRuntime(v1alpha1.Runtime(runtime)) {
 				return usageError{fmt.Errorf("give a source directory and --runtime go, python or node (or -f MANIFEST)")}
@@ -116,6 +117,7 @@ image. The image is pushed (--push) or written as an OCI archive (--output).
 	f := cmd.Flags()
 	images.add(f)
 	f.StringVarP(&file, "file", "f", "", "build every Function with a source in this manifest file or directory")
+	f.StringVarP(&namespace, "namespace", "n", "", "with -f: the namespace of Functions whose manifest names none (default \"default\")")
 	f.StringVar(&runtime, "runtime", "", "the runtime of DIR: go, python or node")
 	f.StringVar(&handler, "handler", "", "the handler (default: the runtime's)")
 	f.StringVar(&name, "name", "", "the function's name, which its Go binary is named after (default: DIR's name)")
@@ -127,8 +129,8 @@ image. The image is pushed (--push) or written as an OCI archive (--output).
 
 // buildManifests builds the Functions with a source of a manifest file or
 // directory, pushing them to registry or writing archives into output.
-func buildManifests(cmd *cobra.Command, b *fnimage.Builder, file, registry, output string) error {
-	fns, err := deploy.Load(file)
+func buildManifests(cmd *cobra.Command, b *fnimage.Builder, file, namespace, registry, output string) error {
+	fns, err := deploy.Load(file, namespace)
 	if err != nil {
 		return err
 	}
@@ -181,6 +183,7 @@ func newDeployCommand() *cobra.Command {
 		images     imageFlags
 		file, regy string
 		kubeconfig string
+		namespace  string
 	)
 	cmd := &cobra.Command{
 		Use:   "deploy -f FILE|DIR",
@@ -199,7 +202,7 @@ before any build, and a failed build or push applies nothing.
 			if file == "" || regy == "" {
 				return usageError{fmt.Errorf("deploy needs -f FILE|DIR and --registry (or $SLESS_REGISTRY)")}
 			}
-			fns, err := deploy.Load(file)
+			fns, err := deploy.Load(file, namespace)
 			if err != nil {
 				return err
 			}
@@ -223,6 +226,7 @@ before any build, and a failed build or push applies nothing.
 	f.StringVarP(&file, "file", "f", "", "a manifest file or a directory of them")
 	f.StringVar(&regy, "registry", os.Getenv("SLESS_REGISTRY"), "push images to REGISTRY/<namespace>/<name> (default $SLESS_REGISTRY)")
 	f.StringVar(&kubeconfig, "kubeconfig", "", "the cluster's kubeconfig (default $KUBECONFIG, then ~/.kube/config)")
+	f.StringVarP(&namespace, "namespace", "n", "", "the namespace of Functions whose manifest names none (default \"default\")")
 	return cmd
 }
 

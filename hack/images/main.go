@@ -6,7 +6,9 @@
 //	runtime-node    Debian's Node.js: the base of Node functions
 //
 // Go functions need no base of their own: `sless build` puts them on
-// ociimage.Static, as the sless image is.
+// ociimage.Static, as the sless image is. With -binary, a static binary
+// becomes an image of its own on that base (the test cluster's pause and
+// CoreDNS images).
 //
 // Each image is written into an OCI layout directory under -out and, with
 // -push, pushed to that registry. The Debian packages are resolved by apt
@@ -53,16 +55,26 @@ var bases = map[v1alpha1.Runtime]baseSpec{
 type options struct {
 	sless, version, out, push string
 	only                      []string
+	// binaries are images of one static binary each: name:tag → path.
+	binaries map[string]string
 }
 
 func main() {
-	var o options
+	o := options{binaries: map[string]string{}}
 	var only string
 	flag.StringVar(&o.sless, "sless", "bin/linux/sless", "the static Linux sless binary")
 	flag.StringVar(&o.version, "version", "dev", "the sless image's tag (it is also tagged latest)")
 	flag.StringVar(&o.out, "out", "bin/images", "directory of the OCI layouts and the downloaded packages")
 	flag.StringVar(&o.push, "push", "", "registry to push the images to, such as 127.0.0.1:5000/sless (none: layouts only)")
 	flag.StringVar(&only, "only", "", "comma-separated images to build (default all)")
+	flag.Func("binary", "NAME:TAG=PATH: an image NAME:TAG of the static binary PATH (repeatable)", func(v string) error {
+		ref, path, ok := strings.Cut(v, "=")
+		if !ok || !strings.Contains(ref, ":") || path == "" {
+			return fmt.Errorf("want NAME:TAG=PATH, not %q", v)
+		}
+		o.binaries[ref] = path
+		return nil
+	})
 	flag.Parse()
 	if only != "" {
 		o.only = strings.Split(only, ",")
@@ -83,6 +95,10 @@ func run(ctx context.Context, o options) error {
 		builds[fnimage.BaseName(rt)] = func(ctx context.Context) (v1.Image, error) {
 			return debianImage(ctx, filepath.Join(o.out, "debs"), spec)
 		}
+	}
+	for ref, path := range o.binaries {
+		name, _, _ := strings.Cut(ref, ":")
+		builds[name] = func(context.Context) (v1.Image, error) { return binaryImage(path) }
 	}
 	names := o.only
 	if names == nil {
@@ -110,10 +126,15 @@ func run(ctx context.Context, o options) error {
 }
 
 // tags are an image's tags: the sless image's version and latest, a
-// base's one tag.
+// binary's own, a base's one tag.
 func tags(o options, name string) []string {
 	if name == "sless" {
 		return []string{o.version, "latest"}
+	}
+	for ref := range o.binaries {
+		if n, tag, _ := strings.Cut(ref, ":"); n == name {
+			return []string{tag}
+		}
 	}
 	return []string{fnimage.BaseTag}
 }
@@ -142,8 +163,20 @@ func ship(ctx context.Context, o options, name string, img v1.Image) error {
 // slessImage is the sless binary on the static base, run as non-root with
 // its subcommand as the arguments.
 func slessImage(binary, version string) (v1.Image, error) {
+	return staticImage(binary, "/usr/local/bin/sless", map[string]string{
+		"org.opencontainers.image.title":   "sless",
+		"org.opencontainers.image.version": version,
+	})
+}
+
+// binaryImage is a static binary on the static base, its entrypoint.
+func binaryImage(binary string) (v1.Image, error) {
+	return staticImage(binary, "/"+filepath.Base(binary), nil)
+}
+
+func staticImage(binary, at string, labels map[string]string) (v1.Image, error) {
 	var tree ociimage.Tree
-	if err := tree.AddPath(binary, "usr/local/bin/sless", nil); err != nil {
+	if err := tree.AddPath(binary, at, nil); err != nil {
 		return nil, err
 	}
 	layer, err := tree.Layer()
@@ -154,13 +187,7 @@ func slessImage(binary, version string) (v1.Image, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ociimage.Build(base, ociimage.Config{
-		Entrypoint: []string{"/usr/local/bin/sless"},
-		Labels: map[string]string{
-			"org.opencontainers.image.title":   "sless",
-			"org.opencontainers.image.version": version,
-		},
-	}, layer)
+	return ociimage.Build(base, ociimage.Config{Entrypoint: []string{at}, Labels: labels}, layer)
 }
 
 // debianImage is a base of Debian packages: the system files of

@@ -54,6 +54,9 @@ type LoadOptions struct {
 	// for the local platform: a Function needs an image or a source to
 	// build one from, and its triggers' secrets are the cluster's.
 	Kubernetes bool
+	// Namespace is the namespace of the Functions whose manifest names
+	// none (default "default"), as kubectl's --namespace.
+	Namespace string
 }
 
 // Load reads every *.yaml and *.yml file directly in dir (sources live in
@@ -128,6 +131,9 @@ func loadFile(file string, srcs sources) ([]Function, []error) {
 	var fns []Function
 	for i := range decoded {
 		fn := &decoded[i]
+		if fn.Namespace == "" {
+			fn.Namespace = srcs.namespace
+		}
 		fn.Default()
 		if verrs := srcs.validate(fn); len(verrs) > 0 {
 			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, verrs.ToAggregate())})
@@ -153,6 +159,7 @@ type sources struct {
 	realDir    string // dir with symlinks resolved, for comparisons
 	external   bool   // LoadOptions.AllowExternalSources
 	kubernetes bool   // LoadOptions.Kubernetes
+	namespace  string // LoadOptions.Namespace
 }
 
 // validate checks fn for where it will run. On a cluster, a source stands
@@ -178,7 +185,8 @@ func newSources(dir string, opts LoadOptions) (sources, error) {
 	if err != nil {
 		return sources{}, fmt.Errorf("functions directory: %w", err)
 	}
-	return sources{dir: abs, realDir: resolved, external: opts.AllowExternalSources, kubernetes: opts.Kubernetes}, nil
+	return sources{dir: abs, realDir: resolved, external: opts.AllowExternalSources, kubernetes: opts.Kubernetes,
+		namespace: opts.Namespace}, nil
 }
 
 // resolve returns the absolute directory that source, the spec.source of

@@ -1,0 +1,135 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// manifest writes a manifest of one Function whose source is a sample's,
+// and returns its path.
+func manifest(t *testing.T, name, runtime, sample, handler, extra string) string {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), name+".yaml")
+	yaml := fmt.Sprintf("apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: %s}\nspec:\n  runtime: %s\n  source: %s\n  handler: %s\n%s",
+		name, runtime, filepath.Join(root, "config/samples/functions", sample), handler, extra)
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+// readyPods counts a function's pods that are ready.
+func readyPods(t *testing.T, ns, name string) int {
+	n := 0
+	for _, p := range pods(t, ns, name) {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue && p.DeletionTimestamp == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// At zero, 300 concurrent requests all succeed while the first instance
+// starts; under load the function scales out; idle, it returns to zero
+// after its window and grace, its pods gone.
+func TestFromZero(t *testing.T) {
+	ns := namespace(t, "e2e-zero")
+	sless(t, "deploy", "-n", ns, "-f", manifest(t, "slow", "python", "stress-slow", "main.handle",
+		"  scale: {initial: 0, max: 4, target: 5, window: 10s, scaleToZeroGracePeriod: 5s}\n"))
+	waitFor(t, "the function created at zero", func() bool {
+		return function(t, ns, "slow").Status.ObservedGeneration > 0 && len(pods(t, ns, "slow")) == 0
+	})
+
+	var ok, failed atomic.Int64
+	var first sync.Once
+	var wg sync.WaitGroup
+	for range 300 {
+		wg.Go(func() {
+			code, body, err := invoke(ns, "slow", "?seconds=0")
+			if err == nil && code == 200 {
+				ok.Add(1)
+				return
+			}
+			failed.Add(1)
+			first.Do(func() { t.Errorf("a request at zero: %d %q %v", code, body, err) })
+		})
+	}
+	wg.Wait()
+	if ok.Load() != 300 {
+		t.Fatalf("%d of 300 requests at zero succeeded, %d failed", ok.Load(), failed.Load())
+	}
+
+	// 30 clients of 1 s requests: 30 in flight at a target of 5 is 6
+	// instances, the max of 4. Load goes on until it has scaled out.
+	ctx, stop := context.WithCancel(context.Background())
+	var loadErrors atomic.Int64
+	for range 30 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if code, _, err := invoke(ns, "slow", "?seconds=1"); err != nil || code != 200 {
+					loadErrors.Add(1)
+				}
+			}
+		})
+	}
+	waitFor(t, "the function to scale out under load", func() bool { return readyPods(t, ns, "slow") >= 2 })
+	stop()
+	wg.Wait()
+	if n := loadErrors.Load(); n > 0 {
+		t.Errorf("%d requests failed under load", n)
+	}
+	waitFor(t, "the function back at zero, its pods gone", func() bool { return len(pods(t, ns, "slow")) == 0 })
+}
+
+// Every runtime's pod leaves within seconds of a scale-down: the runtime
+// honours SIGTERM (it used to wait out the pod's whole grace period, the
+// function's timeout plus 10 s).
+func TestPodsLeaveOnScaleDown(t *testing.T) {
+	ns := namespace(t, "e2e-leave")
+	sless(t, "deploy", "-f", filepath.Join(root, "config/samples/functions/hello.yaml"), "-n", ns)
+	names := []string{"hello-go", "hello-python", "hello-node"}
+	for _, name := range names {
+		waitFor(t, name+" answering", func() bool {
+			code, _, err := invoke(ns, name, "")
+			return err == nil && code == 200
+		})
+	}
+	// Idle, each scales to zero after its window (30 s) and grace (10 s).
+	// A pod's time from its deletion to its end is what the runtime adds.
+	deleting := map[string]time.Time{}
+	var slowest time.Duration
+	waitFor(t, "every runtime's pods gone", func() bool {
+		listed := map[string]bool{}
+		for _, name := range names {
+			for _, p := range pods(t, ns, name) {
+				listed[p.Name] = true
+				if _, seen := deleting[p.Name]; !seen && p.DeletionTimestamp != nil {
+					deleting[p.Name] = time.Now()
+				}
+			}
+		}
+		for pod, since := range deleting {
+			if !listed[pod] {
+				slowest = max(slowest, time.Since(since))
+				delete(deleting, pod)
+			}
+		}
+		return len(listed) == 0
+	})
+	// The grace period is 310 s; preStop waits 5 s, the drain about 1 s.
+	if slowest > 60*time.Second {
+		t.Errorf("a pod took %s to leave after its deletion: its runtime ignores SIGTERM", slowest)
+	}
+}
