@@ -40,8 +40,14 @@ type Server struct {
 	Registry prometheus.Gatherer
 	// Records answers each function's invocations and their summary.
 	Records RecordReader
-	// Token, when set, is the bearer token the /v1/ API requires.
+	// Token, when set, is the bearer token the /v1/ API requires (fixed:
+	// `sless dev`, or SLESS_ADMIN_TOKEN).
 	Token string
+	// Guard, when set, replaces Token: the token of the moment, which
+	// the watch of its Secret swaps in place, or why there is none, in
+	// which case every admin route but /metrics, /healthz and /readyz
+	// answers 503 (the activator on Kubernetes).
+	Guard *adminauth.Guard
 	// AcceptRecords serves wire.RecordsPattern, where queue-proxies on
 	// other hosts send their records (Kubernetes); the local platform's
 	// are in process.
@@ -53,6 +59,10 @@ type Server struct {
 	// Console, when set, serves the web console on every path the
 	// other routes leave: it guards its own pages and login.
 	Console http.Handler
+	// ConsoleFor, with Guard, is the console for the token the Guard
+	// holds at each request (the token changes when its Secret is
+	// rotated); with a Guard, Console is not served.
+	ConsoleFor func(token string) http.Handler
 	// DrainTimeout bounds the drain at shutdown.
 	DrainTimeout time.Duration
 	// PropagationDelay is how long the activator keeps taking new
@@ -148,8 +158,8 @@ func (s *Server) adminHandler() http.Handler {
 		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
-	if s.Console != nil {
-		mux.Handle("/", s.Console)
+	if console := s.console(); console != nil {
+		mux.Handle("/", console)
 	}
 	if s.API != nil {
 		mux.Handle("/v1/", s.authorized(s.API.ServeHTTP))
@@ -160,7 +170,10 @@ func (s *Server) adminHandler() http.Handler {
 	}
 	mux.Handle(wire.FirePattern, s.authorized(s.fire))
 	if s.AcceptRecords {
-		mux.HandleFunc(wire.RecordsPattern, s.addRecords) // vouched for by the instance's address
+		// Vouched for by the instance's address, not the token, which a
+		// queue-proxy in a user's namespace cannot read: served while
+		// the admin API is refused too.
+		mux.HandleFunc(wire.RecordsPattern, s.addRecords)
 	}
 	mux.Handle("GET "+invocationsRoute, s.authorized(s.listInvocations))
 	mux.Handle("GET "+invocationsRoute+"/summary", s.authorized(s.summarizeInvocations))
@@ -272,11 +285,49 @@ func (s *Server) summarizeInvocations(w http.ResponseWriter, r *http.Request) {
 	adminapi.WriteJSON(w, http.StatusOK, sum)
 }
 
+// state is what guards the admin API for one request: the Guard's token
+// of the moment, or the fixed Token.
+func (s *Server) state() adminauth.State {
+	if s.Guard != nil {
+		return s.Guard.Load()
+	}
+	return adminauth.State{Token: s.Token}
+}
+
+// console serves the web console: with a Guard, ConsoleFor with the
+// Guard's token of the moment (refused without one; Console, whose token
+// is fixed, is not served); else Console.
+func (s *Server) console() http.Handler {
+	switch {
+	case s.Guard == nil:
+		return s.Console
+	case s.ConsoleFor == nil:
+		return nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st := s.Guard.Load()
+		if st.Refused != "" {
+			refuse(w, st)
+			return
+		}
+		s.ConsoleFor(st.Token).ServeHTTP(w, r)
+	})
+}
+
+// refuse answers a request for the admin API while no token can be had.
+func refuse(w http.ResponseWriter, st adminauth.State) {
+	adminapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": st.Refused})
+}
+
 // authorized requires the admin token, when one is configured: as a
-// bearer token, or the console's session cookie.
+// bearer token, or the console's session cookie. Without one to require
+// on Kubernetes (Guard refuses), it answers 503: never open.
 func (s *Server) authorized(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		switch adminauth.Check(r, s.Token) {
+		st := s.state()
+		switch st.Check(r) {
+		case adminauth.Refused:
+			refuse(w, st)
 		case adminauth.Missing:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sless"`)
 			adminapi.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "a bearer token is required"})

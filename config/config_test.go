@@ -48,9 +48,15 @@ const namespace = "sless-system"
 // render runs kustomize on config/default, as `kubectl apply -k` would.
 func render(t *testing.T) []*unstructured.Unstructured {
 	t.Helper()
-	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), "default")
+	return renderDir(t, "default")
+}
+
+// renderDir runs kustomize on the kustomization in dir.
+func renderDir(t *testing.T, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	resources, err := krusty.MakeKustomizer(krusty.MakeDefaultOptions()).Run(filesys.MakeFsOnDisk(), dir)
 	if err != nil {
-		t.Fatalf("kustomize config/default: %v", err)
+		t.Fatalf("kustomize %s: %v", dir, err)
 	}
 	var objs []*unstructured.Unstructured
 	for _, r := range resources.Resources() {
@@ -149,8 +155,20 @@ func TestManifestsAgree(t *testing.T) {
 	var d appsv1.Deployment
 	find(t, objs, "Deployment", "sless-controller", &d)
 	c := d.Spec.Template.Spec.Containers[0]
-	if img := flag(c.Args, "image"); img != c.Image {
-		t.Errorf("controller --image=%q, its own image %q: sidecars must run the controller's version", img, c.Image)
+	// The sidecars run the controller's own image, read from its Pod: a
+	// flag naming an image would escape kustomize's images override.
+	if slices.ContainsFunc(c.Args, func(a string) bool { return a == "--image" || strings.HasPrefix(a, "--image=") }) {
+		t.Errorf("controller args %v name an image: the sidecars must run the controller's own", c.Args)
+	}
+	downward := map[string]string{}
+	for _, e := range c.Env {
+		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			downward[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if c.Name != controller.ControllerContainer || downward["POD_NAME"] != "metadata.name" || downward["POD_NAMESPACE"] != "metadata.namespace" {
+		t.Errorf("controller container %q, env %v: want %q with POD_NAME and POD_NAMESPACE from the downward API, to find its own image",
+			c.Name, downward, controller.ControllerContainer)
 	}
 	activator := services["activator"]
 	if host := flag(c.Args, "activator-host"); host != activator.Name+"."+namespace+".svc" || activator.Spec.Ports[0].Port != 80 {
@@ -169,6 +187,43 @@ func TestManifestsAgree(t *testing.T) {
 	find(t, objs, "NetworkPolicy", "sless-autoscaler", &policy.Object)
 	var role unstructured.Unstructured
 	find(t, objs, "ClusterRole", "sless-controller", &role.Object)
+}
+
+// TestImageOverride installs config/default as a user would with another
+// registry, through a kustomization with an images override: every
+// component, the controller whose image the sidecars run among them, runs
+// the image the user chose, and nothing names the default one.
+func TestImageOverride(t *testing.T) {
+	defaults, err := filepath.Abs("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay := t.TempDir()
+	base, err := filepath.Rel(overlay, defaults)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "registry.example/team/sless@sha256:8d1b0c4e5f3a2b1c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c"
+	kustomization := "resources:\n  - " + base + "\nimages:\n  - name: ghcr.io/sless-dev/sless\n    newName: registry.example/team/sless\n" +
+		"    digest: sha256:8d1b0c4e5f3a2b1c9d8e7f6a5b4c3d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c\n"
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	objs := renderDir(t, overlay)
+	for _, component := range []string{"controller", "activator", "autoscaler"} {
+		var d appsv1.Deployment
+		find(t, objs, "Deployment", "sless-"+component, &d)
+		for _, c := range d.Spec.Template.Spec.Containers {
+			if c.Image != want {
+				t.Errorf("sless-%s container %s runs %q, want the override %q", component, c.Name, c.Image, want)
+			}
+			for _, a := range c.Args {
+				if strings.Contains(a, "ghcr.io/sless-dev") {
+					t.Errorf("sless-%s container %s has the argument %q, which the override does not reach", component, c.Name, a)
+				}
+			}
+		}
+	}
 }
 
 // TestManifestsInstall applies every rendered object to a real API server
@@ -198,7 +253,16 @@ func TestManifestsInstall(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Run("controller", func(t *testing.T) { runControllerAs(t, cfg, c) })
+	t.Run("controller", func(t *testing.T) {
+		checkAccess(t, c, "sless-controller", []access{
+			// Its own Pod, for its image; later the Functions' pods.
+			{"", "pods", "", "get", namespace, true},
+			{"", "pods", "", "watch", "", true},
+			{"", "pods", "", "create", "", false},
+			{"", "pods", "", "delete", "", false},
+		})
+		runControllerAs(t, cfg, c)
+	})
 	t.Run("activator", func(t *testing.T) {
 		checkAccess(t, c, "sless-activator", []access{
 			{"sless.dev", "functions", "", "list", "", true},
@@ -257,7 +321,21 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := controller.Options{Image: "registry.test/sless:1", ActivatorHost: controller.DefaultActivatorHost,
+	// The controller's own image, from its Pod, as `sless controller`
+	// reads it to give the sidecars.
+	bg := context.Background()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "sless-controller-5c7b9"}, Spec: corev1.PodSpec{
+		ServiceAccountName: "sless-controller",
+		Containers:         []corev1.Container{{Name: controller.ControllerContainer, Image: "registry.test/sless:1"}},
+	}}
+	if err := c.Create(bg, pod); err != nil {
+		t.Fatal(err)
+	}
+	image, err := controller.OwnImage(bg, mgr.GetAPIReader(), namespace, pod.Name)
+	if err != nil || image != "registry.test/sless:1" {
+		t.Fatalf("OwnImage as the controller = %q, %v; want its Pod's image", image, err)
+	}
+	opts := controller.Options{Image: image, ActivatorHost: controller.DefaultActivatorHost,
 		AutoscalerAddress: controller.DefaultAutoscalerAddress, KEDA: true}
 	if err := controller.New(mgr, opts).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
@@ -272,7 +350,6 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 		}
 	})
 
-	bg := context.Background()
 	fn := &v1alpha1.Function{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "orders"},
 		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "registry.test/orders:1", Triggers: []v1alpha1.Trigger{
@@ -292,7 +369,7 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 		}
 		return exists(&appsv1.Deployment{}, "orders") && exists(&corev1.Service{}, "orders") &&
 			exists(&kedav1alpha1.ScaledObject{}, "orders") && exists(&kedav1alpha1.TriggerAuthentication{}, "orders.new") &&
-			fn.Status.ObservedGeneration == fn.Generation && len(fn.Status.Conditions) == 4 &&
+			fn.Status.ObservedGeneration == fn.Generation && len(fn.Status.Conditions) == 5 &&
 			// Read as the controller: a role without it says "forbidden".
 			strings.Contains(conditionMessage(fn, v1alpha1.ConditionTriggersReady), "the Secret amqp not found")
 	})

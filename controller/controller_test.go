@@ -46,6 +46,11 @@ func TestReconcile(t *testing.T) {
 	t.Run("invalid", func(t *testing.T) { testInvalid(t, e) })
 	t.Run("invalid after valid", func(t *testing.T) { testInvalidAfterValid(t, e) })
 	t.Run("name taken", func(t *testing.T) { testNameTaken(t, e) })
+	t.Run("restricted", func(t *testing.T) { testRestricted(t, e) })
+	t.Run("security context overrides", func(t *testing.T) { testSecurityContextOverrides(t, e) })
+	t.Run("status at zero", func(t *testing.T) { testStatusAtZero(t, e) })
+	t.Run("refused by the API server", func(t *testing.T) { testRefusedByAPIServer(t, e) })
+	t.Run("instances failing", func(t *testing.T) { testInstancesFailing(t, e) })
 	t.Run("delete", func(t *testing.T) { testDelete(t, e, run) })
 }
 
@@ -227,17 +232,22 @@ func testEditsReverted(t *testing.T, e *env) {
 	d := waitObject(t, e, ns, "guarded", &appsv1.Deployment{})
 	edited := d.DeepCopy()
 	for i := range edited.Spec.Template.Spec.Containers {
-		if edited.Spec.Template.Spec.Containers[i].Name == controller.QueueProxyContainer {
-			edited.Spec.Template.Spec.Containers[i].Image = "registry.test/other:1"
+		c := &edited.Spec.Template.Spec.Containers[i]
+		switch c.Name {
+		case controller.QueueProxyContainer:
+			c.Image = "registry.test/other:1"
+		case controller.FunctionContainer:
+			c.SecurityContext.AllowPrivilegeEscalation = ptr.To(true)
 		}
 	}
 	if err := e.c.Patch(context.Background(), edited, client.MergeFrom(d)); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "the queue-proxy image restored", func() bool {
+	eventually.True(t, "the queue-proxy image and the function's security context restored", func() bool {
 		var got appsv1.Deployment
 		e.get(t, ns, "guarded", &got)
-		return container(t, &got, controller.QueueProxyContainer).Image == testOptions.Image
+		return container(t, &got, controller.QueueProxyContainer).Image == testOptions.Image &&
+			!ptr.Deref(container(t, &got, controller.FunctionContainer).SecurityContext.AllowPrivilegeEscalation, true)
 	})
 }
 
@@ -540,4 +550,31 @@ func testDelete(t *testing.T, e *env, run *running) {
 	if e.get(t, ns, "gone", &appsv1.Deployment{}) || e.get(t, ns, "gone", &corev1.Service{}) {
 		t.Error("the controller recreated objects of a deleted Function")
 	}
+}
+
+// A pod whose image cannot be pulled makes InstancesReady and Ready false
+// with the kubelet's cause; the pod gone, they recover.
+func testInstancesFailing(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "broken"))
+	e.waitCondition(t, ns, "broken", v1alpha1.ConditionInstancesReady, metav1.ConditionTrue, v1alpha1.ReasonInstancesHealthy)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "broken-1", Labels: map[string]string{wire.FunctionLabel: "broken"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "function", Image: "registry.test/nope:1"}}}}
+	e.create(t, pod)
+	pod.Status = corev1.PodStatus{Phase: corev1.PodPending, ContainerStatuses: []corev1.ContainerStatus{{Name: "function", Image: "registry.test/nope:1",
+		State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "registry.test/nope:1"`}}}}}
+	if err := e.c.Status().Update(context.Background(), pod); err != nil {
+		t.Fatal(err)
+	}
+	fn := e.waitCondition(t, ns, "broken", v1alpha1.ConditionInstancesReady, metav1.ConditionFalse, v1alpha1.ReasonImagePullFailed)
+	if cause, failing := fn.Status.InstancesFailing(); !failing || !strings.Contains(cause, "registry.test/nope:1") {
+		t.Errorf("InstancesFailing = %q, %v", cause, failing)
+	}
+	if ready := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != v1alpha1.ReasonImagePullFailed {
+		t.Errorf("Ready = %+v, want False for the image", ready)
+	}
+	if err := e.c.Delete(context.Background(), pod, client.GracePeriodSeconds(0)); err != nil {
+		t.Fatal(err)
+	}
+	e.waitCondition(t, ns, "broken", v1alpha1.ConditionInstancesReady, metav1.ConditionTrue, v1alpha1.ReasonInstancesHealthy)
 }

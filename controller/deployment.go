@@ -87,6 +87,12 @@ func (r *FunctionReconciler) deployment(fn *v1alpha1.Function) *appsv1.Deploymen
 					// the namespace into every pod: thousands with many
 					// functions, and none is needed.
 					EnableServiceLinks: ptr.To(false),
+					// Pod Security "restricted" asks for a seccomp
+					// profile; the function container also states it, so
+					// that its securityContext can change it.
+					SecurityContext: &corev1.PodSecurityContext{
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
 				},
 			},
 		},
@@ -94,7 +100,9 @@ func (r *FunctionReconciler) deployment(fn *v1alpha1.Function) *appsv1.Deploymen
 }
 
 // functionContainer runs the Function's image: the runtime listens on
-// 127.0.0.1:PORT and loads SLESS_HANDLER.
+// 127.0.0.1:PORT and loads SLESS_HANDLER. Its security context passes Pod
+// Security "restricted" unless spec.securityContext says otherwise
+// (v1alpha1.DefaultSecurityContext).
 func functionContainer(fn *v1alpha1.Function) corev1.Container {
 	env := []corev1.EnvVar{
 		{Name: "PORT", Value: strconv.Itoa(wire.UserPort)},
@@ -108,6 +116,11 @@ func functionContainer(fn *v1alpha1.Function) corev1.Container {
 		Lifecycle: &corev1.Lifecycle{
 			PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: preStopSleep}},
 		},
+		SecurityContext: fn.Spec.EffectiveSecurityContext(),
+		// A crash's last lines of output become its termination
+		// message, which ConditionInstancesReady quotes.
+		TerminationMessagePath:   corev1.TerminationMessagePathDefault,
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 	}
 }
 
@@ -150,7 +163,13 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 			FailureThreshold: 3,
 		},
 		Resources: queueProxyResources,
+		// Pod Security "restricted", and more: the sidecar writes no
+		// files. The user is the sless image's, by number, so that the
+		// kubelet can check runAsNonRoot.
 		SecurityContext: &corev1.SecurityContext{
+			RunAsNonRoot:             ptr.To(true),
+			RunAsUser:                ptr.To[int64](wire.NonRootUID),
+			RunAsGroup:               ptr.To[int64](wire.NonRootUID),
 			AllowPrivilegeEscalation: ptr.To(false),
 			ReadOnlyRootFilesystem:   ptr.To(true),
 			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},

@@ -1,12 +1,16 @@
 package controller
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
+	"github.com/go-logr/logr"
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
@@ -195,13 +199,17 @@ func (r *FunctionReconciler) deleteOwned(ctx context.Context, fn *v1alpha1.Funct
 }
 
 // KEDAInstalled reports whether the API server serves KEDA's ScaledObjects
-// and TriggerAuthentications. The answer holds for the controller's life:
-// KEDA installed later is seen after a restart.
+// and TriggerAuthentications. The manager is set up for the answer (see
+// ManagerOptions); KEDAWatch notices when it changes.
 func KEDAInstalled(cfg *rest.Config) (bool, error) {
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return false, fmt.Errorf("discover KEDA: %w", err)
 	}
+	return kedaServed(dc)
+}
+
+func kedaServed(dc discovery.ServerResourcesInterface) (bool, error) {
 	list, err := dc.ServerResourcesForGroupVersion(kedav1alpha1.GroupVersion.String())
 	if apierrors.IsNotFound(err) {
 		return false, nil
@@ -217,6 +225,68 @@ func KEDAInstalled(cfg *rest.Config) (bool, error) {
 	}
 	return served == 2, nil
 }
+
+// DefaultKEDARecheck is how often KEDAWatch asks the API server whether
+// KEDA is installed: one small discovery request, and KEDA installed is
+// taken up within it.
+const DefaultKEDARecheck = 30 * time.Second
+
+// ErrKEDAChanged is why KEDAWatch stops the manager: KEDA was installed or
+// removed since the manager was set up.
+var ErrKEDAChanged = errors.New("KEDA was installed or removed since the controller started")
+
+// KEDAWatch is a manager Runnable that notices KEDA being installed, or
+// removed, after the controller started. The manager cannot take it up in
+// place: its cache cannot be configured for kinds the API server did not
+// serve when it started (so ScaledObjects would be cached without the
+// label selector, cluster-wide), and its watches cannot be removed. So the
+// watch stops the manager with ErrKEDAChanged, and the controller's
+// Deployment starts it again, set up for what the cluster serves now
+// (docs/decisions.md). Every replica watches, leader or not, so that a
+// standby is ready when it leads.
+type KEDAWatch struct {
+	Config *rest.Config
+	// Installed is what the manager was set up for.
+	Installed bool
+	// Every is how often to ask; DefaultKEDARecheck when 0.
+	Every time.Duration
+	// Log gets the discovery errors, which are retried: an API server
+	// that does not answer for a moment is no reason to restart.
+	Log logr.Logger
+}
+
+// Start asks discovery every w.Every until KEDA's state differs from
+// w.Installed, and then returns ErrKEDAChanged; nil when ctx ends first.
+func (w *KEDAWatch) Start(ctx context.Context) error {
+	dc, err := discovery.NewDiscoveryClientForConfig(w.Config)
+	if err != nil {
+		return fmt.Errorf("watch for KEDA: %w", err)
+	}
+	ticker := time.NewTicker(cmp.Or(w.Every, DefaultKEDARecheck))
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-ticker.C:
+		}
+		installed, err := kedaServed(dc)
+		if err != nil {
+			w.Log.Error(err, "checking whether KEDA is installed; trying again")
+			continue
+		}
+		if installed != w.Installed {
+			now := "served now"
+			if !installed {
+				now = "no longer served"
+			}
+			return fmt.Errorf("%w: its ScaledObjects and TriggerAuthentications are %s; stopping, for a restart set up for that", ErrKEDAChanged, now)
+		}
+	}
+}
+
+// NeedLeaderElection is false: every replica watches.
+func (w *KEDAWatch) NeedLeaderElection() bool { return false }
 
 var scaledObjectPart = part[*kedav1alpha1.ScaledObject]{
 	owned: func(s *kedav1alpha1.ScaledObject) any { return &s.Spec },

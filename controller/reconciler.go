@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"sless.dev/sless/apis/v1alpha1"
@@ -46,7 +47,8 @@ const (
 // Options configure the reconciler.
 type Options struct {
 	// Image is the sless image; the queue-proxy sidecar runs its
-	// "queue-proxy" subcommand.
+	// "queue-proxy" subcommand. `sless controller` makes it its own
+	// image (OwnImage) unless told otherwise.
 	Image string
 	// ActivatorHost is the activator's host (and port, unless 80) as
 	// callers reach it; status.url is http://<ActivatorHost>/fn/<ns>/<name>.
@@ -85,7 +87,7 @@ func ManagerOptions(keda bool) (manager.Options, error) {
 		return manager.Options{}, err
 	}
 	owned := cache.ByObject{Label: labels.NewSelector().Add(*labelled)}
-	byObject := map[client.Object]cache.ByObject{&appsv1.Deployment{}: owned, &corev1.Service{}: owned}
+	byObject := map[client.Object]cache.ByObject{&appsv1.Deployment{}: owned, &corev1.Service{}: owned, &corev1.Pod{}: owned}
 	if keda {
 		byObject[&kedav1alpha1.ScaledObject{}] = owned
 		byObject[&kedav1alpha1.TriggerAuthentication{}] = owned
@@ -97,7 +99,9 @@ func ManagerOptions(keda bool) (manager.Options, error) {
 // generate`): what the reconciler reads and writes, nothing more. Owner
 // references that block their owner's deletion need update on the owner's
 // finalizers where the OwnerReferencesPermissionEnforcement admission
-// plugin runs. Leader election's Lease is in config/rbac, namespaced.
+// plugin runs. Pods are read for the controller's own image (OwnImage);
+// list and watch are for watching the Functions' pods. Leader election's
+// Lease is in config/rbac, namespaced.
 //
 // +kubebuilder:rbac:groups=sless.dev,resources=functions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=sless.dev,resources=functions/status;functions/finalizers,verbs=update
@@ -106,6 +110,7 @@ func ManagerOptions(keda bool) (manager.Options, error) {
 // +kubebuilder:rbac:groups=keda.sh,resources=scaledobjects;triggerauthentications,verbs=get;list;watch;create;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get
+// +kubebuilder:rbac:groups="",resources=pods,verbs=get;list;watch
 
 // FunctionReconciler makes the cluster match each Function. It keeps no
 // state between reconciles: everything it needs is read from the cache.
@@ -136,13 +141,16 @@ func New(mgr manager.Manager, opts Options) *FunctionReconciler {
 }
 
 // SetupWithManager registers the reconciler: it runs on every change of a
-// Function and of the objects it created.
+// Function, of the objects it created and of their pods.
 func (r *FunctionReconciler) SetupWithManager(mgr manager.Manager) error {
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("function").
 		For(&v1alpha1.Function{}).
 		Owns(&appsv1.Deployment{}).
 		Owns(&corev1.Service{}).
+		// The pods, owned through ReplicaSets, say when instances cannot
+		// start (ConditionInstancesReady).
+		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podsOfFunction)).
 		WithOptions(controller.Options{MaxConcurrentReconciles: r.opts.Workers})
 	if r.opts.KEDA {
 		b = b.Owns(&kedav1alpha1.ScaledObject{}).Owns(&kedav1alpha1.TriggerAuthentication{})
@@ -179,12 +187,22 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 			return ctrl.Result{}, werr
 		}
 		return ctrl.Result{}, err // retried with backoff until the name is free
+	case apierrors.IsInvalid(err):
+		// The API server refused an object made from the Function, for
+		// a value the shared validation lets through (a limit below its
+		// request). Retrying cannot help; changing the Function brings
+		// the next reconcile. Objects written before stay as they were.
+		setCondition(status, fn.Generation, invalid(err.Error()))
+		return ctrl.Result{}, r.writeStatus(ctx, &fn, status)
 	case err != nil:
 		return ctrl.Result{}, err
 	}
-	observed.apply(status, spec, r.opts.ActivatorHost, fn.Generation)
 	var result ctrl.Result
-	if failing := r.checkTriggers(ctx, spec, status); failing {
+	if result.RequeueAfter, err = r.observeInstances(ctx, spec, &observed); err != nil {
+		return ctrl.Result{}, err
+	}
+	observed.apply(status, spec, r.opts.ActivatorHost, fn.Generation)
+	if failing := r.checkTriggers(ctx, spec, status); failing && (result.RequeueAfter == 0 || triggerRecheck < result.RequeueAfter) {
 		result.RequeueAfter = triggerRecheck // a fixed Secret or queue is seen without an event
 	}
 	return result, r.writeStatus(ctx, &fn, status)

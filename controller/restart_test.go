@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -40,12 +41,17 @@ func TestRestartMakesNoWrites(t *testing.T) {
 			fn.Spec.Triggers = []v1alpha1.Trigger{{Name: "q", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "q", ConnectionSecret: "amqp"}}}
 		}),
 		newFunction(ns, "broken", func(fn *v1alpha1.Function) { fn.Spec.Image = "" }),
+		newFunction(ns, "root", func(fn *v1alpha1.Function) {
+			fn.Spec.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr.To(false), RunAsUser: ptr.To[int64](0),
+				Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}}}
+		}),
 	}
 	for _, fn := range functions {
 		e.create(t, fn)
 	}
 	e.waitCondition(t, ns, "plain", v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
 	e.waitCondition(t, ns, "broken", v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonInvalidSpec)
+	e.waitCondition(t, ns, "root", v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
 	e.waitCondition(t, ns, "queue", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, controller.ReasonWaitingForKEDA)
 	waitObject(t, e, ns, "keda", &kedav1alpha1.ScaledObject{})
 	e.markAvailable(t, ns, "ready")

@@ -39,10 +39,12 @@ type observed struct {
 	// scaledObject is the live ScaledObject, nil without one.
 	scaledObject             *kedav1alpha1.ScaledObject
 	needsKEDA, kedaInstalled bool
+	// instances is ConditionInstancesReady, from the function's pods.
+	instances metav1.Condition
 }
 
 // apply writes the observations into status: the replica counts, the URL
-// and the three conditions.
+// and the four conditions.
 func (o observed) apply(status *v1alpha1.FunctionStatus, fn *v1alpha1.Function, activatorHost string, generation int64) {
 	d := o.deployment
 	status.Replicas = d.Status.Replicas
@@ -57,7 +59,8 @@ func (o observed) apply(status *v1alpha1.FunctionStatus, fn *v1alpha1.Function, 
 	deployment, scaling := deploymentCondition(d), o.scalingCondition()
 	setCondition(status, generation, deployment)
 	setCondition(status, generation, scaling)
-	setCondition(status, generation, readyFrom(deployment, scaling))
+	setCondition(status, generation, o.instances)
+	setCondition(status, generation, readyFrom(deployment, scaling, o.instances))
 }
 
 // deploymentCondition says whether the function's instances are available,

@@ -10,6 +10,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net/http"
@@ -115,11 +116,12 @@ func waitAvailable(ctx context.Context, namespace, name string) error {
 	}
 }
 
-// namespace creates a namespace for one test, enforcing Pod Security
-// "restricted" as a careful cluster would, and deletes it when the test
-// ends.
-func namespace(t *testing.T, name string) string {
+// namespace creates a namespace for one test, prefix and a random suffix
+// (the last run's may still be going), enforcing Pod Security "restricted"
+// as a careful cluster would, and deletes it when the test ends.
+func namespace(t *testing.T, prefix string) string {
 	t.Helper()
+	name := prefix + "-" + strings.ToLower(rand.Text()[:6])
 	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
 		"pod-security.kubernetes.io/enforce": "restricted",
 	}}}

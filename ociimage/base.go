@@ -8,12 +8,12 @@ import (
 	"strconv"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"sless.dev/sless/internal/wire"
 )
 
-// NonRoot is the user sless images run as, by number so that a pod's
-// runAsNonRoot can check it without reading /etc/passwd (distroless's
-// "nonroot").
-const NonRoot = 65532
+// NonRoot is the user sless images run as (wire.NonRootUID).
+const NonRoot = wire.NonRootUID
 
 // NonRootUser is NonRoot as an image's User.
 var NonRootUser = strconv.Itoa(NonRoot) + ":" + strconv.Itoa(NonRoot)

@@ -188,15 +188,18 @@ func (b *Backend) status(fn *v1alpha1.Function, now time.Time) adminapi.Function
 }
 
 // state maps the controller's conditions and counts onto the states sless
-// dev reports: failed (the controller refuses it), crashing (its
-// Deployment's pods fail), ready, starting or idle.
+// dev reports: failed (the controller refuses it), crashing (its pods
+// cannot start, or its Deployment fails), ready, starting or idle.
 func state(fn *v1alpha1.Function) (state, cause string) {
 	s := fn.Status
 	ready := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady)
 	deploy := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionDeploymentReady)
+	cause, failing := s.InstancesFailing()
 	switch {
 	case ready != nil && ready.Status == metav1.ConditionFalse && (ready.Reason == controller.ReasonInvalidSpec || ready.Reason == controller.ReasonResourceConflict):
 		return "failed", ready.Message
+	case s.ReadyReplicas == 0 && failing:
+		return "crashing", cause
 	case s.ReadyReplicas == 0 && deploy != nil && deploy.Status == metav1.ConditionFalse &&
 		(deploy.Reason == controller.ReasonReplicaFailure || deploy.Reason == controller.ReasonProgressDeadlineExceeded):
 		return "crashing", deploy.Message

@@ -129,6 +129,7 @@ type sink struct{}
 
 func (sink) SetFunction(activator.Function) {}
 func (sink) RemoveFunction(_, _ string)     {}
+func (sink) SetUnavailable(_, _, _ string)  {}
 
 func send(t *testing.T, base, method, path, body string, out any) int {
 	t.Helper()

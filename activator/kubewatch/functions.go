@@ -17,10 +17,12 @@ import (
 	"sless.dev/sless/internal/cachesync"
 )
 
-// FunctionSink receives the Functions to serve.
+// FunctionSink receives the Functions to serve, and why one cannot be
+// served while its instances fail (activator.Activator.SetUnavailable).
 type FunctionSink interface {
 	SetFunction(activator.Function)
 	RemoveFunction(namespace, name string)
+	SetUnavailable(namespace, name, cause string)
 }
 
 // Functions pushes the cluster's valid Functions to a FunctionSink as they
@@ -90,6 +92,10 @@ func (f *Functions) set(obj any) {
 		return
 	}
 	f.sink.SetFunction(activator.FunctionFor(fn))
+	// The controller reads the pods: an image that cannot be pulled or an
+	// instance that crashes fails requests at once, with the cause.
+	cause, _ := fn.Status.InstancesFailing()
+	f.sink.SetUnavailable(fn.Namespace, fn.Name, cause)
 }
 
 func (f *Functions) remove(obj any) {

@@ -11,11 +11,13 @@ import (
 
 	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -33,6 +35,8 @@ func TestAPIServer(t *testing.T) {
 	t.Run("defaults match Go defaulting", func(t *testing.T) { testDefaults(t, c) })
 	t.Run("invalid functions are refused", func(t *testing.T) { testRejects(t, c) })
 	t.Run("printer columns and short name", func(t *testing.T) { testPrinting(t, c, cfg) })
+	t.Run("replicas at zero are printed", func(t *testing.T) { testPrintingZero(t, c, cfg) })
+	t.Run("security context", func(t *testing.T) { testSecurityContext(t, c) })
 	t.Run("KEDA CRDs are installed", func(t *testing.T) { testKEDA(t, c) })
 }
 
@@ -101,6 +105,10 @@ func testRejects(t *testing.T, c client.Client) {
 		{"bad trigger name", `{runtime: go, triggers: [{name: Web, http: {}}]}`, []string{`spec.triggers[0].name: Invalid value: "Web"`}},
 		{"rabbitmq without queue", `{runtime: go, triggers: [{name: q, rabbitmq: {}}]}`, []string{`spec.triggers[0].rabbitmq.queue: Required value`}},
 		{"unknown field", `{runtime: go, replicas: 3}`, []string{`unknown field "spec.replicas"`}},
+		{"root without runAsNonRoot false", `{runtime: go, image: x, securityContext: {runAsUser: 0}}`,
+			[]string{`spec.securityContext.runAsUser: Invalid value`, `runAsUser 0 is root: set runAsNonRoot false too`}},
+		{"privileged without escalation", `{runtime: go, image: x, securityContext: {privileged: true}}`,
+			[]string{`spec.securityContext.privileged: Invalid value`, `privileged needs allowPrivilegeEscalation true`}},
 	}
 	ctx := context.Background()
 	for i, tt := range tests {
@@ -168,6 +176,90 @@ func testPrinting(t *testing.T, c client.Client, cfg *rest.Config) {
 	got := fmt.Sprint(table.Rows[0].Cells[:5])
 	if want := "[printed True 2 3 http://activator/fn/default/printed]"; got != want {
 		t.Errorf("row = %s, want %s", got, want)
+	}
+}
+
+// testPrintingZero: a Function at zero shows 0 under REPLICAS and DESIRED,
+// not nothing; also one whose status was written without the counts, as
+// controllers before them did (omitempty): they read as 0.
+func testPrintingZero(t *testing.T, c client.Client, cfg *rest.Config) {
+	ctx := context.Background()
+	ready := []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
+	fn := &v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Name: "idle", Namespace: "default"},
+		Spec:       v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x"},
+	}
+	if err := c.Create(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	fn.Status = v1alpha1.FunctionStatus{Conditions: ready}
+	if err := c.Status().Update(ctx, fn); err != nil {
+		t.Fatalf("update status: %v", err)
+	}
+	old := &unstructured.Unstructured{}
+	old.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Function"))
+	old.SetNamespace("default")
+	old.SetName("older")
+	if err := unstructured.SetNestedField(old.Object, map[string]any{"runtime": "go", "image": "x"}, "spec"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, old); err != nil {
+		t.Fatal(err)
+	}
+	conditions, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&ready[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unstructured.SetNestedSlice(old.Object, []any{conditions}, "status", "conditions"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Status().Update(ctx, old); err != nil {
+		t.Fatalf("update status without the counts: %v", err)
+	}
+	for _, name := range []string{"idle", "older"} {
+		var got unstructured.Unstructured
+		got.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Function"))
+		if err := c.Get(ctx, types.NamespacedName{Namespace: "default", Name: name}, &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{"replicas", "readyReplicas", "desiredReplicas"} {
+			if v, found, err := unstructured.NestedInt64(got.Object, "status", f); !found || err != nil || v != 0 {
+				t.Errorf("%s: status.%s = %v (found %v, %v), want 0", name, f, v, found, err)
+			}
+		}
+		table := getTable(t, cfg, "/apis/sless.dev/v1alpha1/namespaces/default/functions/"+name)
+		if len(table.Rows) != 1 {
+			t.Fatalf("%s: table has %d rows, want 1", name, len(table.Rows))
+		}
+		if got, want := fmt.Sprint(table.Rows[0].Cells[:4]), "["+name+" True 0 0]"; got != want {
+			t.Errorf("row = %s, want %s", got, want)
+		}
+	}
+}
+
+// testSecurityContext: the API server keeps a Function's securityContext
+// as given, and no default is stored in it (the controller applies them).
+func testSecurityContext(t *testing.T, c client.Client) {
+	ctx := context.Background()
+	root, nonRoot := int64(0), false
+	fn := &v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Name: "root", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x",
+			SecurityContext: &corev1.SecurityContext{RunAsUser: &root, RunAsNonRoot: &nonRoot}},
+	}
+	want := fn.Spec.SecurityContext.DeepCopy()
+	if err := c.Create(ctx, fn); err != nil {
+		t.Fatalf("create a Function that runs as root: %v", err)
+	}
+	var got v1alpha1.Function
+	if err := c.Get(ctx, client.ObjectKeyFromObject(fn), &got); err != nil {
+		t.Fatal(err)
+	}
+	if !equality.Semantic.DeepEqual(got.Spec.SecurityContext, want) {
+		t.Errorf("securityContext stored as %s, want %s", toJSON(t, got.Spec.SecurityContext), toJSON(t, want))
+	}
+	if errs := v1alpha1.Validate(&got, v1alpha1.ModeKubernetes); len(errs) != 0 {
+		t.Errorf("Validate() = %v, want the API server's verdict: valid", errs)
 	}
 }
 

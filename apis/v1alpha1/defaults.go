@@ -1,8 +1,10 @@
 package v1alpha1
 
 import (
+	"reflect"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -126,6 +128,50 @@ func (s *FunctionSpec) EffectiveHandler() string {
 		return "index.handle"
 	}
 	return ""
+}
+
+// DefaultSecurityContext is the function container's security context where
+// the Function sets none: what the Pod Security "restricted" level asks of
+// a container, so that functions run in namespaces that enforce it. The
+// user is left to the image: sless build's images run as 65532, by number,
+// which the kubelet needs to check runAsNonRoot. Not a CRD default, since
+// a user's securityContext replaces a CRD default as a whole.
+func DefaultSecurityContext() *corev1.SecurityContext {
+	nonRoot, escalation := true, false
+	return &corev1.SecurityContext{
+		RunAsNonRoot:             &nonRoot,
+		AllowPrivilegeEscalation: &escalation,
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// EffectiveSecurityContext is the function container's security context on
+// Kubernetes: DefaultSecurityContext with every field spec.securityContext
+// sets in place of the default. Within capabilities and seccompProfile too:
+// capabilities {add: [NET_BIND_SERVICE]} keeps drop ALL.
+func (s *FunctionSpec) EffectiveSecurityContext() *corev1.SecurityContext {
+	sc := DefaultSecurityContext()
+	if s.SecurityContext != nil {
+		overlay(reflect.ValueOf(sc).Elem(), reflect.ValueOf(s.SecurityContext.DeepCopy()).Elem())
+	}
+	return sc
+}
+
+// overlay sets each field of the struct dst that is set (not zero) in src,
+// going into structs both hold by pointer. By reflection, so that fields
+// Kubernetes adds to SecurityContext later are overlaid too, not dropped.
+func overlay(dst, src reflect.Value) {
+	for i := range src.NumField() {
+		from, to := src.Field(i), dst.Field(i)
+		switch {
+		case from.IsZero():
+		case from.Kind() == reflect.Pointer && from.Elem().Kind() == reflect.Struct && !to.IsNil():
+			overlay(to.Elem(), from.Elem())
+		default:
+			to.Set(from)
+		}
+	}
 }
 
 // IsEnabled reports whether the trigger runs: enabled is unset or true.

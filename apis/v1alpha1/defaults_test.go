@@ -1,6 +1,11 @@
 package v1alpha1
 
-import "testing"
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+)
 
 func TestInitialReplicas(t *testing.T) {
 	tests := []struct {
@@ -46,5 +51,49 @@ func TestDefaultKeepsExplicitValues(t *testing.T) {
 	if *f.Spec.Triggers[2].RabbitMQ.MaxRetries != 0 || f.Spec.Scale.ScaleToZeroGracePeriod.Duration != 0 {
 		t.Errorf("Default() overwrote explicit zeros: maxRetries=%d grace=%v",
 			*f.Spec.Triggers[2].RabbitMQ.MaxRetries, f.Spec.Scale.ScaleToZeroGracePeriod.Duration)
+	}
+}
+
+// TestEffectiveSecurityContext: each field the user sets replaces its
+// default, inside capabilities and seccompProfile too, and the rest of the
+// defaults stay.
+func TestEffectiveSecurityContext(t *testing.T) {
+	restricted := DefaultSecurityContext()
+	if got := (&FunctionSpec{}).EffectiveSecurityContext(); !equality.Semantic.DeepEqual(got, restricted) {
+		t.Errorf("without spec.securityContext: %+v, want the defaults %+v", got, restricted)
+	}
+	if !*restricted.RunAsNonRoot || *restricted.AllowPrivilegeEscalation ||
+		len(restricted.Capabilities.Drop) != 1 || restricted.Capabilities.Drop[0] != "ALL" ||
+		restricted.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("defaults %+v: want non-root, no escalation, drop ALL, seccomp RuntimeDefault", restricted)
+	}
+
+	user := &corev1.SecurityContext{
+		RunAsNonRoot: ptr(false), RunAsUser: ptr(int64(0)), ReadOnlyRootFilesystem: ptr(true),
+		Capabilities:   &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}},
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr("fn.json")},
+	}
+	spec := &FunctionSpec{SecurityContext: user}
+	got := spec.EffectiveSecurityContext()
+	want := &corev1.SecurityContext{
+		RunAsNonRoot: ptr(false), RunAsUser: ptr(int64(0)), ReadOnlyRootFilesystem: ptr(true),
+		AllowPrivilegeEscalation: ptr(false),
+		Capabilities:             &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE"}, Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr("fn.json")},
+	}
+	if !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("EffectiveSecurityContext() = %+v\nwant %+v", got, want)
+	}
+	// The result is a copy: changing it changes neither the spec nor the
+	// next defaults.
+	got.Capabilities.Add[0] = "CHOWN"
+	*got.RunAsNonRoot = true
+	if user.Capabilities.Add[0] != "NET_BIND_SERVICE" || *user.RunAsNonRoot || !*DefaultSecurityContext().RunAsNonRoot {
+		t.Error("EffectiveSecurityContext shares memory with the spec or the defaults")
+	}
+	// An explicitly empty drop list replaces drop ALL.
+	spec.SecurityContext = &corev1.SecurityContext{Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{}}}
+	if drop := spec.EffectiveSecurityContext().Capabilities.Drop; drop == nil || len(drop) != 0 {
+		t.Errorf("capabilities.drop = %v, want the user's empty list", drop)
 	}
 }

@@ -84,6 +84,20 @@ type FunctionSpec struct {
 	// +optional
 	Resources corev1.ResourceRequirements `json:"resources,omitempty"`
 
+	// SecurityContext is the function container's security context on
+	// Kubernetes. Unset, the container runs with defaults that pass the
+	// Pod Security "restricted" level: runAsNonRoot true,
+	// allowPrivilegeEscalation false, capabilities drop ALL and seccomp
+	// profile RuntimeDefault (images built by sless build run as user
+	// 65532). Each field set here replaces its default and the others
+	// stay. An image that needs root sets runAsNonRoot false and
+	// runAsUser 0; a namespace that enforces "restricted" then refuses
+	// its pods. Ignored by the local platform, which runs processes.
+	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.runAsUser) || self.runAsUser != 0 || (has(self.runAsNonRoot) && !self.runAsNonRoot)",message="runAsUser 0 is root: set runAsNonRoot false too, since it defaults to true",fieldPath=".runAsUser"
+	// +kubebuilder:validation:XValidation:rule="!has(self.privileged) || !self.privileged || (has(self.allowPrivilegeEscalation) && self.allowPrivilegeEscalation)",message="privileged needs allowPrivilegeEscalation true, since it defaults to false",fieldPath=".privileged"
+	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
+
 	// TimeoutSeconds bounds one request, queueing included; the activator
 	// and the queue-proxy both enforce it.
 	// +optional
@@ -338,7 +352,10 @@ type RabbitMQTrigger struct {
 	DeadLetterQueue string `json:"deadLetterQueue,omitempty"`
 }
 
-// FunctionStatus is what sless observed and did.
+// FunctionStatus is what sless observed and did. The replica counts are
+// written even when 0, and a stored status without them (written before
+// they were) reads as 0, so that the REPLICAS and DESIRED columns of
+// kubectl get show 0 at zero rather than nothing.
 type FunctionStatus struct {
 	// Conditions: Ready, and the detail conditions behind it.
 	// +optional
@@ -356,15 +373,18 @@ type FunctionStatus struct {
 
 	// Replicas is the number of instances running.
 	// +optional
-	Replicas int32 `json:"replicas,omitempty"`
+	// +kubebuilder:default=0
+	Replicas int32 `json:"replicas"`
 
 	// ReadyReplicas is the number of instances ready for requests.
 	// +optional
-	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// +kubebuilder:default=0
+	ReadyReplicas int32 `json:"readyReplicas"`
 
 	// DesiredReplicas is the autoscaler's latest decision.
 	// +optional
-	DesiredReplicas int32 `json:"desiredReplicas,omitempty"`
+	// +kubebuilder:default=0
+	DesiredReplicas int32 `json:"desiredReplicas"`
 }
 
 // Condition types reported in FunctionStatus.Conditions.
@@ -380,4 +400,31 @@ const (
 	// queue), naming the trigger. It does not make Ready false: the other
 	// triggers work. Absent without RabbitMQ triggers.
 	ConditionTriggersReady = "TriggersReady"
+	// ConditionInstancesReady is false while the function's instances
+	// cannot serve, as their pods show: an image that cannot be pulled,
+	// a container that crashes or cannot be created, readiness failing
+	// for long. Its reason is one of the Reason* below, its message the
+	// cause, with the last lines of a crashed container's output.
+	ConditionInstancesReady = "InstancesReady"
 )
+
+// Reasons of ConditionInstancesReady.
+const (
+	ReasonInstancesHealthy = "Healthy"
+	ReasonImagePullFailed  = "ImagePullFailed"
+	ReasonCrashing         = "Crashing"
+	ReasonContainerFailed  = "ContainerFailed"
+	ReasonReadinessFailing = "ReadinessFailing"
+)
+
+// InstancesFailing returns why the function's instances cannot serve,
+// when its status says they cannot: the activator then answers 503 with
+// the cause at once rather than hold requests to their timeout.
+func (s *FunctionStatus) InstancesFailing() (cause string, failing bool) {
+	for _, c := range s.Conditions {
+		if c.Type == ConditionInstancesReady && c.Status == metav1.ConditionFalse {
+			return c.Message, true
+		}
+	}
+	return "", false
+}

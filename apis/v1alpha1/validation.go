@@ -10,6 +10,7 @@ import (
 	_ "time/tzdata" // time zones must parse the same on every machine and image
 
 	"github.com/robfig/cron/v3"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
@@ -36,6 +37,8 @@ const (
 	maxTriggers       = 16
 	minWindow         = 6 * time.Second
 	maxDuration       = time.Hour
+	// maxID is the highest user and group ID a pod may name.
+	maxID = 1<<31 - 1
 )
 
 // cronParser accepts the standard five fields and descriptors (@hourly,
@@ -86,6 +89,7 @@ func validateSpec(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
 		}
 	}
 	errs = append(errs, validateEnv(s, mode, p.Child("env"))...)
+	errs = append(errs, validateSecurityContext(s, p.Child("securityContext"))...)
 	errs = append(errs, inRange(p.Child("timeoutSeconds"), s.TimeoutSeconds, 1, maxTimeoutSeconds)...)
 	errs = append(errs, inRange(p.Child("concurrency"), s.Concurrency, 0, maxConcurrency)...)
 	errs = append(errs, validateScale(&s.Scale, p.Child("scale"))...)
@@ -146,6 +150,71 @@ func validateEnv(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
 		}
 	}
 	return errs
+}
+
+// validateSecurityContext checks the function container's security context
+// as it will be, the user's fields over the defaults, for what would keep
+// the function from running: the API server would refuse its Deployment,
+// or the kubelet its container. It names the field the user sets. Checked
+// in both modes, so that a manifest valid locally is valid on a cluster,
+// although the local platform ignores the field.
+func validateSecurityContext(s *FunctionSpec, p *field.Path) field.ErrorList {
+	user := s.SecurityContext
+	if user == nil {
+		return nil
+	}
+	sc := s.EffectiveSecurityContext()
+	var errs field.ErrorList
+	for _, id := range []struct {
+		name  string
+		value *int64
+	}{{"runAsUser", user.RunAsUser}, {"runAsGroup", user.RunAsGroup}} {
+		if id.value != nil && (*id.value < 0 || *id.value > maxID) {
+			errs = append(errs, field.Invalid(p.Child(id.name), *id.value, fmt.Sprintf("must be between 0 and %d", maxID)))
+		}
+	}
+	if id := user.RunAsUser; id != nil && *id == 0 && *sc.RunAsNonRoot {
+		errs = append(errs, field.Invalid(p.Child("runAsUser"), *id, "runAsUser 0 is root: set runAsNonRoot false too, since it defaults to true"))
+	}
+	if escalation := *sc.AllowPrivilegeEscalation; !escalation {
+		if user.Privileged != nil && *user.Privileged {
+			errs = append(errs, field.Invalid(p.Child("privileged"), true, "privileged needs allowPrivilegeEscalation true, since it defaults to false"))
+		}
+		if user.Capabilities != nil {
+			for i, c := range user.Capabilities.Add {
+				if c == "SYS_ADMIN" || c == "CAP_SYS_ADMIN" {
+					errs = append(errs, field.Invalid(p.Child("capabilities", "add").Index(i), c, "SYS_ADMIN needs allowPrivilegeEscalation true, since it defaults to false"))
+				}
+			}
+		}
+	}
+	if sp := user.SeccompProfile; sp != nil {
+		errs = append(errs, validateProfile(p.Child("seccompProfile"), string(sp.Type), sp.LocalhostProfile,
+			string(corev1.SeccompProfileTypeRuntimeDefault), string(corev1.SeccompProfileTypeUnconfined), string(corev1.SeccompProfileTypeLocalhost))...)
+	}
+	if ap := user.AppArmorProfile; ap != nil {
+		errs = append(errs, validateProfile(p.Child("appArmorProfile"), string(ap.Type), ap.LocalhostProfile,
+			string(corev1.AppArmorProfileTypeRuntimeDefault), string(corev1.AppArmorProfileTypeUnconfined), string(corev1.AppArmorProfileTypeLocalhost))...)
+	}
+	return errs
+}
+
+// validateProfile checks a seccomp or AppArmor profile: a known type, and a
+// localhostProfile exactly when the type is Localhost.
+func validateProfile(p *field.Path, typ string, localhost *string, runtimeDefault, unconfined, local string) field.ErrorList {
+	switch typ {
+	case runtimeDefault, unconfined:
+		if localhost != nil {
+			return field.ErrorList{field.Forbidden(p.Child("localhostProfile"), "only with type "+local)}
+		}
+	case local:
+		if localhost == nil || *localhost == "" {
+			return field.ErrorList{field.Required(p.Child("localhostProfile"), "the profile to load, with type "+local)}
+		}
+	default:
+		return field.ErrorList{field.NotSupported(p.Child("type"), typ, []string{runtimeDefault, unconfined, local})}
+	}
+	return nil
 }
 
 func validateScale(s *Scale, p *field.Path) field.ErrorList {

@@ -88,6 +88,36 @@ func TestValidate(t *testing.T) {
 		{name: "valueFrom is fine on kubernetes", mode: ModeKubernetes, mutate: func(f *Function) {
 			f.Spec.Env = []corev1.EnvVar{{Name: "TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{Key: "t"}}}}
 		}},
+		{name: "root, said twice", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.SecurityContext = &corev1.SecurityContext{RunAsNonRoot: ptr(false), RunAsUser: ptr(int64(0))}
+		}},
+		{name: "privileged with escalation", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.SecurityContext = &corev1.SecurityContext{Privileged: ptr(true), AllowPrivilegeEscalation: ptr(true)}
+		}},
+		{name: "localhost seccomp profile", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{
+				Type: corev1.SeccompProfileTypeLocalhost, LocalhostProfile: ptr("profiles/fn.json")}}
+		}},
+		{name: "root, said once", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.SecurityContext = &corev1.SecurityContext{RunAsUser: ptr(int64(0))}
+		}, want: []string{"spec.securityContext.runAsUser: Invalid value: 0: runAsUser 0 is root: set runAsNonRoot false too"}},
+		{name: "security context the API server would refuse", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.SecurityContext = &corev1.SecurityContext{
+				RunAsUser: ptr(int64(-1)), RunAsGroup: ptr(int64(1) << 31), Privileged: ptr(true),
+				Capabilities:    &corev1.Capabilities{Add: []corev1.Capability{"NET_BIND_SERVICE", "CAP_SYS_ADMIN"}},
+				SeccompProfile:  &corev1.SeccompProfile{Type: "runtimeDefault"},
+				AppArmorProfile: &corev1.AppArmorProfile{Type: corev1.AppArmorProfileTypeLocalhost},
+			}
+		}, want: []string{"spec.securityContext.runAsUser: Invalid value: -1: must be between 0 and 2147483647",
+			"spec.securityContext.runAsGroup: Invalid value: 2147483648",
+			"spec.securityContext.privileged: Invalid value: true: privileged needs allowPrivilegeEscalation true",
+			`spec.securityContext.capabilities.add[1]: Invalid value: "CAP_SYS_ADMIN": SYS_ADMIN needs allowPrivilegeEscalation true`,
+			`spec.securityContext.seccompProfile.type: Unsupported value: "runtimeDefault"`,
+			"spec.securityContext.appArmorProfile.localhostProfile: Required value"}},
+		{name: "profile of another type", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.SecurityContext = &corev1.SecurityContext{SeccompProfile: &corev1.SeccompProfile{
+				Type: corev1.SeccompProfileTypeRuntimeDefault, LocalhostProfile: ptr("fn.json")}}
+		}, want: []string{"spec.securityContext.seccompProfile.localhostProfile: Forbidden: only with type Localhost"}},
 		{name: "negative timeout", mode: ModeLocal, mutate: func(f *Function) { f.Spec.TimeoutSeconds = -1 },
 			want: []string{"spec.timeoutSeconds: Invalid value: -1: must be between 1 and 3600"}},
 		{name: "negative concurrency", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Concurrency = -1 },

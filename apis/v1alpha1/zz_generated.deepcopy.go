@@ -102,6 +102,11 @@ func (in *FunctionSpec) DeepCopyInto(out *FunctionSpec) {
 		}
 	}
 	in.Resources.DeepCopyInto(&out.Resources)
+	if in.SecurityContext != nil {
+		in, out := &in.SecurityContext, &out.SecurityContext
+		*out = new(v1.SecurityContext)
+		(*in).DeepCopyInto(*out)
+	}
 	in.Scale.DeepCopyInto(&out.Scale)
 	if in.Triggers != nil {
 		in, out := &in.Triggers, &out.Triggers

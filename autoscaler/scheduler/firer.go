@@ -18,8 +18,9 @@ import (
 type HTTPFirer struct {
 	// URL is the activators' admin Service, http://host:port.
 	URL string
-	// Token is the admin API's bearer token, when it has one.
-	Token  string
+	// Token, when set, returns the admin API's bearer token at the time
+	// of a fire (it may be rotated); "" sends none.
+	Token  func() string
 	Client *http.Client
 }
 
@@ -38,8 +39,10 @@ func (h HTTPFirer) Fire(ctx context.Context, f Fire) (int, error) {
 		return 0, fmt.Errorf("fire %s/%s/%s: %w", t.Namespace, t.Function, t.Name, err)
 	}
 	req.Header.Set(wire.ScheduledTimeHeader, f.Scheduled.UTC().Format(time.RFC3339Nano))
-	if h.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+h.Token)
+	if h.Token != nil {
+		if token := h.Token(); token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
 	}
 	resp, err := h.Client.Do(req)
 	if err != nil {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"strconv"
 	"time"
@@ -23,6 +25,8 @@ import (
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/console"
+	"sless.dev/sless/internal/adminauth"
+	"sless.dev/sless/internal/adminauth/kubetoken"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/timeline"
@@ -31,7 +35,7 @@ import (
 func newActivatorCommand() *cobra.Command {
 	var (
 		listen, admin, domain, autoscaler string
-		peersService                      string
+		peersService, adminSecret         string
 		cfg                               activator.Config
 		drain, readTimeout, propagation   time.Duration
 		records                           int
@@ -43,9 +47,17 @@ func newActivatorCommand() *cobra.Command {
 		Long: `activator is the front door of every function on Kubernetes. It learns the
 Functions and their ready instances by watching the API server (the cluster's
 in-cluster config, or KUBECONFIG), serves invocations on --listen and its
-health, metrics and admin API on --admin. SLESS_ADMIN_TOKEN, when set, is the
-bearer token the admin API requires. Invocation records go to PostgreSQL with
---database-url (or SLESS_DATABASE_URL), to memory without.`,
+health, metrics and admin API on --admin.
+
+The admin API requires a bearer token: the key "token" of the Secret
+--admin-secret in POD_NAMESPACE (sless-system when unset), which the
+activator creates with a random token when it is missing and follows as it
+is rotated; when it can neither read nor create it, the admin API answers
+503 saying so, and is never open. SLESS_ADMIN_TOKEN, when set, is the token
+instead, fixed for the process's life.
+
+Invocation records go to PostgreSQL with --database-url (or
+SLESS_DATABASE_URL), to memory without.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -108,9 +120,13 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 			}
 			api.Waiting = a.Waiting
 			go api.Sample(ctx, time.Second)
-			token := os.Getenv("SLESS_ADMIN_TOKEN")
-			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Token: token,
-				API: adminapi.NewMux(api, tl), Console: console.Handler{Token: token}, AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
+			guard, err := adminGuard(ctx, restCfg, adminSecret, true, log)
+			if err != nil {
+				return err
+			}
+			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Guard: guard, API: adminapi.NewMux(api, tl),
+				ConsoleFor:    func(token string) http.Handler { return console.Handler{Token: token} },
+				AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
 			return srv.Run(ctx, servingLn, adminLn)
 		},
 	}
@@ -129,12 +145,18 @@ bearer token the admin API requires. Invocation records go to PostgreSQL with
 		"most a client may take to send a request head, or each part of its body (408 beyond)")
 	f.IntVar(&records, "records", 10_000, "invocation records kept in memory, without --database-url")
 	db.register(f)
+	f.StringVar(&adminSecret, "admin-secret", kubetoken.DefaultName,
+		"the Secret, in the pod's namespace (POD_NAMESPACE, else "+kubetoken.DefaultNamespace+"), whose key "+kubetoken.Key+
+			" is the admin API's token: created with a random one when missing, followed when rotated (unused with SLESS_ADMIN_TOKEN)")
 	f.StringVar(&peersService, "peers-service", "sless-activator",
 		"the activators' Service, in the pod's namespace (POD_NAMESPACE): its ready endpoints share every instance's concurrency; POD_IP names this one")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		cfg.Domain = domain
 		if cfg.MaxBodyBytes < 1 || cfg.QueueDepth < 1 || cfg.MaxBuffered < 1 || records < 1 || readTimeout <= 0 || propagation < 0 {
 			return fmt.Errorf("--max-body-bytes, --queue-depth, --max-buffered, --records and --read-timeout must be positive, --propagation-delay not negative")
+		}
+		if adminSecret == "" {
+			return fmt.Errorf("--admin-secret must name the Secret of the admin token (or set SLESS_ADMIN_TOKEN)")
 		}
 		return nil
 	}
@@ -155,6 +177,32 @@ func adminBackend(cfg *rest.Config, fns *kubewatch.Functions, tl *timeline.Timel
 	port := serving.Addr().(*net.TCPAddr).Port
 	return &kubeadmin.Backend{Reader: fns.Reader(), Client: live, Timeline: tl,
 		Invoke: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
+}
+
+// adminGuard holds the admin API's token: with SLESS_ADMIN_TOKEN, that
+// token; else the token of the Secret name in the pod's namespace,
+// followed as it changes, so that a rotation needs no restart. generate
+// creates the Secret with a random token when it is missing (the
+// activators, which guard the API: an install is never open); the
+// autoscaler only reads it, to send with cron fires. It returns once the
+// guard holds that token, or refuses and says why.
+func adminGuard(ctx context.Context, cfg *rest.Config, name string, generate bool, log *slog.Logger) (*adminauth.Guard, error) {
+	guard := &adminauth.Guard{}
+	if token := os.Getenv("SLESS_ADMIN_TOKEN"); token != "" {
+		guard.Set(token)
+		log.Info("admin API guarded by SLESS_ADMIN_TOKEN")
+		return guard, nil
+	}
+	namespace := cmp.Or(os.Getenv("POD_NAMESPACE"), kubetoken.DefaultNamespace)
+	secret, err := kubetoken.New(cfg, namespace, name, guard, log)
+	if err != nil {
+		return nil, err
+	}
+	secret.Generate = generate
+	if err := secret.Run(ctx); err != nil {
+		return nil, err
+	}
+	return guard, nil
 }
 
 // watchPeers makes the activator share every instance's concurrency with

@@ -56,7 +56,7 @@ func (c *adminClient) get(path string, v any) (raw []byte, err error) {
 		return nil, fmt.Errorf("read the admin API's answer: %w", err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return raw, apiError(resp.StatusCode, raw)
+		return raw, c.apiError(resp.StatusCode, raw)
 	}
 	if v != nil {
 		if err := json.Unmarshal(raw, v); err != nil {
@@ -89,10 +89,13 @@ func (c *adminClient) do(path string, hc *http.Client) (*http.Response, error) {
 	return resp, nil
 }
 
-func apiError(code int, body []byte) error {
+// apiError says what an answer other than 200 means.
+func (c *adminClient) apiError(code int, body []byte) error {
 	var e struct{ Error string }
 	_ = json.Unmarshal(body, &e)
 	switch {
+	case code == http.StatusUnauthorized && c.token != "":
+		return errors.New("the admin API refused the token in SLESS_ADMIN_TOKEN")
 	case code == http.StatusUnauthorized:
 		return errors.New("the admin API needs a token: set SLESS_ADMIN_TOKEN")
 	case e.Error != "":

@@ -40,6 +40,8 @@ import (
 	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/autoscaler/scheduler/kubeledger"
 	"sless.dev/sless/controller"
+	"sless.dev/sless/internal/adminauth"
+	"sless.dev/sless/internal/adminauth/kubetoken"
 )
 
 // autoscalerOptions are the flags of `sless autoscaler`.
@@ -49,6 +51,7 @@ type autoscalerOptions struct {
 	leaderNamespace     string
 	rabbitmqURL         string
 	activatorAdmin      string // where cron fires are sent
+	adminSecret         string // the Secret of the admin token they carry
 	cronLedger          string // the ConfigMap of the fires sent
 }
 
@@ -88,7 +91,10 @@ Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
 	f.BoolVar(&o.leaderElect, "leader-elect", true, "run as one of several replicas, the leader deciding")
 	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", leaderNamespaceUsage)
 	f.StringVar(&o.activatorAdmin, "activator-admin", "http://sless-activator.sless-system.svc:9090",
-		"the activators' admin API, which cron fires are sent through ($SLESS_ADMIN_TOKEN is its token)")
+		"the activators' admin API, which cron fires are sent through")
+	f.StringVar(&o.adminSecret, "admin-secret", kubetoken.DefaultName,
+		"the Secret, in the pod's namespace (POD_NAMESPACE, else "+kubetoken.DefaultNamespace+"), whose key "+kubetoken.Key+
+			" is the admin API's token, sent with cron fires and followed when rotated ($SLESS_ADMIN_TOKEN instead, when set)")
 	f.StringVar(&o.cronLedger, "cron-ledger", "sless-cron", "the ConfigMap, in the leader election namespace, of the cron fires sent")
 	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker of every queue, whatever its trigger's Secret ["+rabbitmqURLEnv+"] (each trigger's Secret when empty)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -176,7 +182,11 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	if err != nil {
 		return err
 	}
-	cron, err := newCronScheduler(o, kube, a, reg, log)
+	guard, err := adminGuard(ctx, restCfg, o.adminSecret, false, log)
+	if err != nil {
+		return err
+	}
+	cron, err := newCronScheduler(o, kube, a, guard, reg, log)
 	if err != nil {
 		return err
 	}
@@ -265,12 +275,12 @@ func brokerURLs(kube client.Client, override string) func(context.Context, strin
 // newCronScheduler is the leader's scheduler: it fires through the
 // activators, and claims each fire in a ConfigMap so that a fire happens
 // once across leader changes.
-func newCronScheduler(o autoscalerOptions, kube client.Client, a *autoscaler.Autoscaler, reg prometheus.Registerer, log *slog.Logger) (*scheduler.Scheduler, error) {
+func newCronScheduler(o autoscalerOptions, kube client.Client, a *autoscaler.Autoscaler, admin *adminauth.Guard, reg prometheus.Registerer, log *slog.Logger) (*scheduler.Scheduler, error) {
 	m, err := scheduler.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
-	firer := scheduler.HTTPFirer{URL: o.activatorAdmin, Token: os.Getenv("SLESS_ADMIN_TOKEN"), Client: &http.Client{}}
+	firer := scheduler.HTTPFirer{URL: o.activatorAdmin, Token: func() string { return admin.Load().Token }, Client: &http.Client{}}
 	ledger := &kubeledger.Ledger{Client: kube, Namespace: leaderElectionNamespace(o.leaderNamespace), Name: o.cronLedger}
 	return scheduler.New(firer, a, ledger, m, log), nil
 }

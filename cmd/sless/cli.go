@@ -291,7 +291,7 @@ func (c *adminClient) follow(cmd *cobra.Command, path string, out io.Writer) err
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
-		return apiError(resp.StatusCode, body)
+		return c.apiError(resp.StatusCode, body)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)

@@ -50,7 +50,7 @@ func (f *fireLog) count() (fires, dup int, bad []string) {
 
 // TestCronOnceAcrossAutoscalers runs two `sless autoscaler` processes on a
 // real API server: only the leader fires, through the activators' admin
-// API with the token, and each fire is sent once, across a change of
+// API with the token of the admin Secret, and each fire is sent once, across a change of
 // leader too (the ledger is a ConfigMap).
 func TestCronOnceAcrossAutoscalers(t *testing.T) {
 	cfg := controlplane.Start(t)
@@ -65,7 +65,12 @@ func TestCronOnceAcrossAutoscalers(t *testing.T) {
 	if err := c.Create(context.Background(), fn); err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"SLESS_ADMIN_TOKEN=tok"}
+	// The token the fires carry is the Secret's, as on a cluster.
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "sless-admin", Namespace: "default"}, StringData: map[string]string{"token": "tok"}}
+	if err := c.Create(context.Background(), secret); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"POD_NAMESPACE=default"}
 	one := startAutoscalerWith(t, kubeconfig, env, "--activator-admin", activator.URL)
 	two := startAutoscalerWith(t, kubeconfig, env, "--activator-admin", activator.URL)
 	var leader, standby *autoscalerProcess

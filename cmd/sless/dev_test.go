@@ -21,7 +21,9 @@ metadata: {name: hi}
 spec:
   runtime: python
   source: ./hi
-  scale: {initial: 2}
+  # Two instances throughout: the tests count them, and the autoscaler
+  # would otherwise scale an idle function down as soon as it decides.
+  scale: {initial: 2, min: 2}
 `
 
 // devHandler is hi: it prints a line per request (its method, path,

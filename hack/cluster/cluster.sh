@@ -296,6 +296,11 @@ up() {
 	local t0=$SECONDS
 	preflight
 	prerequisites
+	# Images unpacked under the state directory hold Go sources (the
+	# functions'): a go.mod of its own keeps `go test ./...` of the
+	# checkout out of it.
+	mkdir -p "$STATE"
+	printf '// The test cluster'"'"'s state: not a part of the sless module.\nmodule sless.invalid/cluster-state\n' >"$STATE/go.mod"
 	network
 	certificates
 	registry

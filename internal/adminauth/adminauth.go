@@ -1,12 +1,16 @@
 // Package adminauth guards the admin port: a script sends the admin token
 // as a bearer token, a browser once through the console's login form,
-// which keeps it in a session cookie the page's scripts cannot read.
+// which keeps it in a session cookie the page's scripts cannot read. A
+// Guard holds a token that changes while the port serves (a Kubernetes
+// Secret, rotated), or why there is none to require, in which case the
+// guarded routes are refused rather than opened.
 package adminauth
 
 import (
 	"crypto/subtle"
 	"mime"
 	"net/http"
+	"sync/atomic"
 )
 
 // Cookie names the console's session cookie.
@@ -24,7 +28,63 @@ const (
 	// something did not come from the console's scripts (its body is not
 	// JSON), so it may be another site's form riding on the cookie.
 	Forged
+	// Refused: no token can be had (State.Refused says why), so nobody
+	// may use the admin API: an unguarded API would be open to every pod
+	// that reaches the port.
+	Refused
 )
+
+// Guard holds the token the admin port requires while it changes: the
+// watch of its Secret swaps it in place, and every request reads it
+// without a lock. The zero Guard refuses until Set, so that a port never
+// serves open while its token is being fetched.
+type Guard struct{ p atomic.Pointer[State] }
+
+// State is what a Guard holds at one moment: a token, or why there is
+// none.
+type State struct {
+	// Token is the token a request must carry.
+	Token string
+	// Refused, when set, is why the admin API is refused: no token can
+	// be had. It names what to fix, never a token.
+	Refused string
+}
+
+// notLoaded is a Guard's state before its first Set or Refuse.
+var notLoaded = State{Refused: "the admin token is not loaded yet"}
+
+// Set makes token the one requests must carry. An empty token refuses:
+// a Guard never opens the API.
+func (g *Guard) Set(token string) {
+	if token == "" {
+		g.Refuse("the admin token is empty")
+		return
+	}
+	g.p.Store(&State{Token: token})
+}
+
+// Refuse refuses every guarded request, saying why.
+func (g *Guard) Refuse(reason string) { g.p.Store(&State{Refused: reason}) }
+
+// Load is the Guard's state now. A request reads it once and decides on
+// that snapshot, so that a rotation in its middle cannot mix two states.
+func (g *Guard) Load() State {
+	if s := g.p.Load(); s != nil {
+		return *s
+	}
+	return notLoaded
+}
+
+// Check reports whether r may use the admin API in state s: Refused when
+// s is a refusal, else as Check with s's token (an empty one, which only
+// a State made by hand can have, opens it, as for `sless dev` without a
+// token).
+func (s State) Check(r *http.Request) Verdict {
+	if s.Refused != "" {
+		return Refused
+	}
+	return Check(r, s.Token)
+}
 
 // Check reports whether r may use the admin API guarded by token.
 func Check(r *http.Request, token string) Verdict {

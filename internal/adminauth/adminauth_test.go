@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -62,4 +63,65 @@ func TestLogin(t *testing.T) {
 	if cs := w.Result().Cookies(); len(cs) != 1 || cs[0].MaxAge >= 0 {
 		t.Fatalf("logout cookie %+v: want it cleared", cs)
 	}
+}
+
+// TestGuard: a Guard refuses until it has a token, never opens for an
+// empty one, and its state decides a request as Check does.
+func TestGuard(t *testing.T) {
+	var g Guard
+	r := httptest.NewRequest("GET", "/v1/functions", nil)
+	r.Header.Set("Authorization", "Bearer s3")
+	if st := g.Load(); st.Refused == "" || st.Check(r) != Refused {
+		t.Errorf("a new Guard: %+v, verdict %v: want refused until its token is set", st, st.Check(r))
+	}
+	g.Set("s3")
+	if v := g.Load().Check(r); v != Allowed {
+		t.Errorf("the token set: %v, want Allowed", v)
+	}
+	g.Set("s4")
+	if v := g.Load().Check(r); v != Missing {
+		t.Errorf("the token rotated: the old one is %v, want Missing", v)
+	}
+	g.Set("")
+	if st := g.Load(); st.Check(r) != Refused || st.Refused != "the admin token is empty" {
+		t.Errorf("an empty token: %+v, want refused, never open", st)
+	}
+	g.Refuse("create the Secret x/y")
+	if st := g.Load(); st.Check(r) != Refused || st.Refused != "create the Secret x/y" || st.Token != "" {
+		t.Errorf("refused: %+v", st)
+	}
+	// A hand-made State without a token is open, as `sless dev` without
+	// one is.
+	if v := (State{}).Check(httptest.NewRequest("POST", "/v1/x", nil)); v != Allowed {
+		t.Errorf("State{} = %v, want Allowed", v)
+	}
+}
+
+// TestGuardSwapsUnderLoad: readers see one whole state or the other while
+// the token rotates (run with -race).
+func TestGuardSwapsUnderLoad(t *testing.T) {
+	var g Guard
+	g.Set("a")
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if st := g.Load(); st.Token != "a" && st.Token != "b" {
+					t.Errorf("a reader saw %+v", st)
+					return
+				}
+			}
+		})
+	}
+	for i := range 1000 {
+		g.Set([]string{"a", "b"}[i%2])
+	}
+	close(done)
+	wg.Wait()
 }

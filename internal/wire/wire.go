@@ -74,6 +74,11 @@ const (
 	DeliveryCountHeader = "Sless-Delivery-Count"
 )
 
+// NonRootUID is the user (and group) sless's images run as, and the
+// queue-proxy sidecar is told to run as: distroless's "nonroot", by number
+// so that a pod's runAsNonRoot can check it without reading /etc/passwd.
+const NonRootUID = 65532
+
 // AMQPURLKey is the key of a RabbitMQ trigger's connectionSecret that
 // holds the broker's URL, which the queue-proxy, KEDA and the autoscaler
 // read.
