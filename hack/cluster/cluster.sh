@@ -328,12 +328,13 @@ down() {
 	fi
 	stop containerd
 	stop registry
-	# What the pods left: network namespaces, addresses, mounts.
+	# What the pods left: network namespaces, mounts (sandboxes' shm,
+	# volumes, overlay roots), addresses.
 	local ns
 	for ns in $(ip netns list 2>/dev/null | awk '/^cni-/{print $1}'); do ip netns delete "$ns" 2>/dev/null || true; done
-	rm -rf "$RUN"
-	local m
-	for m in $(awk -v s="$STATE/" 'index($2, s) == 1 {print $2}' /proc/mounts | sort -r); do umount -l "$m" 2>/dev/null || true; done
+	unmount_under "$RUN"
+	unmount_under "$STATE"
+	rm -rf "$RUN" || log "could not remove $RUN"
 	[ -x "$K8S_BIN/kube-proxy" ] && "$K8S_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
 	local dir t chain
 	for dir in -i -o; do iptables -t mangle -D FORWARD ! "$dir" "$BRIDGE" -j DROP 2>/dev/null || true; done
@@ -350,6 +351,14 @@ down() {
 		rm -f "$STATE/sysctl.saved"
 	fi
 	log "down"
+}
+
+# unmount_under DIR unmounts every mount below DIR, deepest first.
+unmount_under() {
+	local m
+	for m in $(awk -v s="$1/" 'index($2, s) == 1 {print $2}' /proc/mounts | sort -r); do
+		umount -l "$m" 2>/dev/null || log "could not unmount $m"
+	done
 }
 
 status() {
