@@ -13,7 +13,7 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
-.PHONY: all build images cluster-bins cluster cluster-down cluster-wipe deploy console run test test-e2e test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative generate verify lint controlplane tools clean
+.PHONY: all build images cluster-bins cluster cluster-down cluster-wipe deploy console run test test-e2e test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative bench-cluster generate verify lint controlplane tools clean
 
 all: build
 
@@ -42,6 +42,8 @@ test: verify controlplane console
 ## installed from its own images (make cluster deploy); the cluster stays up
 ## for the next run (make cluster-down stops it)
 test-e2e: cluster deploy build
+	@# Up again: it must leave a running cluster as it is.
+	$(CLUSTER_ENV) hack/cluster/cluster.sh up
 	SLESS_E2E_KUBECTL=$(K8S_ASSETS)/kubectl $(GO) test -tags e2e -race -count=1 -timeout 45m ./e2e/
 
 ## test-unit: the tests that need no control plane (the others skip)
@@ -95,6 +97,12 @@ bin/hey:
 ## minutes; needs RabbitMQ and PostgreSQL), reports in benchmarks/reports
 bench-scenarios: build
 	benchmarks/scenarios/run.sh
+
+## bench-cluster: on the one-node cluster, cold starts per runtime against
+## a Deployment scaled by hand, warm throughput through the activator against
+## the pod's IP, and sless deploy of the samples (benchmarks/RESULTS.md)
+bench-cluster: cluster deploy
+	$(GO) run ./benchmarks/cmd/bench-cluster
 
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue
@@ -163,10 +171,21 @@ $(CLUSTER_TOOLS)/coredns:
 $(CLUSTER_TOOLS)/registry:
 	GOBIN=$(CLUSTER_TOOLS) CGO_ENABLED=0 $(GO) install -trimpath -ldflags '-s -w' github.com/distribution/distribution/v3/cmd/registry@$(REGISTRY_VERSION)
 
-## cluster-bins: every binary of the one-node test cluster, from Go modules
-cluster-bins: $(CLUSTER_BINS)
+# KEDA's operator and metrics adapter, built by hack/keda at the version of
+# the main module's KEDA, for the end-to-end tests of RabbitMQ triggers.
+KEDA_VERSION := $(shell awk '$$1 == "github.com/kedacore/keda/v2" {print $$2}' hack/keda/go.mod)
+KEDA_BIN     := $(CURDIR)/bin/cluster-tools/keda-$(KEDA_VERSION)
 
-CLUSTER_ENV      := K8S_BIN=$(K8S_ASSETS) TOOLS_BIN=$(CLUSTER_TOOLS)
+$(KEDA_BIN)/keda: hack/keda/go.mod hack/keda/go.sum
+	cd hack/keda && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/kedacore/keda/v2/cmd/operator
+
+$(KEDA_BIN)/keda-adapter: hack/keda/go.mod hack/keda/go.sum
+	cd hack/keda && CGO_ENABLED=0 $(GO) build -trimpath -ldflags '-s -w' -o $@ github.com/kedacore/keda/v2/cmd/adapter
+
+## cluster-bins: every binary of the one-node test cluster, from Go modules
+cluster-bins: $(CLUSTER_BINS) $(KEDA_BIN)/keda $(KEDA_BIN)/keda-adapter
+
+CLUSTER_ENV      := K8S_BIN=$(K8S_ASSETS) TOOLS_BIN=$(CLUSTER_TOOLS) KEDA_BIN=$(KEDA_BIN) KEDA_VERSION=$(KEDA_VERSION)
 CLUSTER_REGISTRY := 127.0.0.1:5000
 
 ## cluster: a one-node Kubernetes cluster on this machine, pods on a

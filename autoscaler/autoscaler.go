@@ -8,6 +8,7 @@ package autoscaler
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -39,6 +40,12 @@ const stepWorkers = 1024
 type ReplicaWriter interface {
 	Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error)
 }
+
+// ErrNoWorkload is what a ReplicaWriter's error wraps when the function's
+// workload does not exist yet: a Function seen before the controller has
+// made its Deployment. The write is made again with the next decision;
+// it is not an error worth a log line at that level.
+var ErrNoWorkload = errors.New("the function's workload does not exist yet")
 
 // Metric is the load signal a function scales on.
 type Metric int
@@ -598,9 +605,12 @@ func (a *Autoscaler) writeLocked(ctx context.Context, st *state, ready int32, d 
 		fn, desired, queue, series := st.fn, st.desired, st.queue, st.series
 		st.mu.Unlock()
 		had, err := a.writer.Scale(ctx, fn.Namespace, fn.Name, desired)
-		if err != nil {
+		switch {
+		case errors.Is(err, ErrNoWorkload):
+			a.log.Debug("scale later", "namespace", fn.Namespace, "function", fn.Name, "desired", desired, "err", err)
+		case err != nil:
 			a.log.Error("scale", "namespace", fn.Namespace, "function", fn.Name, "desired", desired, "err", err)
-		} else {
+		default:
 			series.actual.Set(float64(had))
 		}
 		st.mu.Lock()

@@ -17,7 +17,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -63,7 +65,39 @@ func TestMain(m *testing.M) {
 		fmt.Fprintf(os.Stderr, "e2e: skipped, no test cluster (make cluster deploy): %v\n", err)
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := clusterAlive(); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// clusterAlive checks that every process make cluster started still runs
+// after the tests: one that died under them (kube-proxy exits when its
+// configuration file is rewritten) leaves the cluster broken for what
+// follows, whatever the tests saw.
+func clusterAlive() error {
+	dir := filepath.Join(filepath.Dir(kubeconfig), "pids")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // a cluster not started by make cluster
+	}
+	var dead []string
+	for _, e := range entries {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return err
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err != nil || syscall.Kill(pid, 0) != nil {
+			dead = append(dead, e.Name())
+		}
+	}
+	if len(dead) > 0 {
+		return fmt.Errorf("cluster processes no longer running: %s (logs in %s)", strings.Join(dead, ", "), filepath.Join(filepath.Dir(dir), "logs"))
+	}
+	return nil
 }
 
 func connect() error {

@@ -8,9 +8,12 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/autoscaler"
 )
 
 // WriteTimeout bounds a KubernetesScaler's Scale by default.
@@ -42,7 +45,11 @@ func (s *KubernetesScaler) Scale(ctx context.Context, namespace, name string, re
 		r = s.Client
 	}
 	var dep appsv1.Deployment
-	if err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &dep); err != nil {
+	err := r.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &dep)
+	if apierrors.IsNotFound(err) {
+		return 0, fmt.Errorf("deployment %s/%s: %w", namespace, name, autoscaler.ErrNoWorkload)
+	}
+	if err != nil {
 		return 0, fmt.Errorf("get deployment %s/%s: %w", namespace, name, err)
 	}
 	had := dep.Status.Replicas

@@ -2,12 +2,14 @@ package kubewatch_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
 )
@@ -50,8 +52,9 @@ func TestKubernetesScaler(t *testing.T) {
 	if got.ResourceVersion != version {
 		t.Errorf("scaling to the same replicas wrote the Deployment (version %s → %s)", version, got.ResourceVersion)
 	}
-	if _, err := s.Scale(ctx, "default", "absent", 1); err == nil {
-		t.Error("scaling a missing Deployment succeeded")
+	// A Function seen before its Deployment: a wait, not a failure.
+	if _, err := s.Scale(ctx, "default", "absent", 1); !errors.Is(err, autoscaler.ErrNoWorkload) {
+		t.Errorf("scaling a missing Deployment: %v, want ErrNoWorkload", err)
 	}
 	if _, err := s.Scale(ctx, "default", "fn", 0); err != nil {
 		t.Fatalf("scale to zero: %v", err)

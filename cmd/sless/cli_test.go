@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -265,6 +267,14 @@ func TestCLIErrors(t *testing.T) {
 		if _, err := sless(t, admin, args...); err == nil || err.Error() != "the admin API needs a token: set SLESS_ADMIN_TOKEN" {
 			t.Errorf("%v without the token: %v", args, err)
 		}
+	}
+	// sless load of a platform URL goes on without the platform's view,
+	// saying why.
+	target := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer target.Close()
+	if out, err := sless(t, admin, "load", target.URL+"/fn/default/hi", "-d", "1s", "--rate", "20"); err != nil ||
+		!strings.Contains(out, "no view of the platform") || !strings.Contains(out, "needs a token") {
+		t.Errorf("load without the token: %v\n%s", err, out)
 	}
 	t.Setenv("SLESS_ADMIN_TOKEN", "wrong")
 	if _, err := sless(t, admin, "functions"); err == nil || err.Error() != "the admin API refused the token in SLESS_ADMIN_TOKEN" {

@@ -187,7 +187,13 @@ func runLoad(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlag
 	}
 	var sampler *platformSampler
 	if fnPath != "" {
-		sampler = &platformSampler{c: c, path: fnPath}
+		// The platform's view is a bonus of a URL target: without it
+		// (no admin API there, or no token) the run goes on, saying so.
+		if _, err := c.get(fnPath, nil); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "sless load: no view of the platform (instances, cold starts): %v\n", err)
+		} else {
+			sampler = &platformSampler{c: c, path: fnPath}
+		}
 	}
 	progress := newProgressLine(cmd.ErrOrStderr(), sampler)
 	o.Progress = progress.show

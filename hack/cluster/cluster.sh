@@ -25,6 +25,8 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 HERE=$ROOT/hack/cluster
 K8S_BIN=${K8S_BIN:?the directory of the Kubernetes binaries (make sets it)}
 TOOLS_BIN=${TOOLS_BIN:?the directory of coredns and registry (make sets it)}
+KEDA_BIN=${KEDA_BIN:?the directory of KEDA's keda and keda-adapter (make sets it)}
+KEDA_VERSION=${KEDA_VERSION:?KEDA's version (make sets it)}
 STATE=${SLESS_CLUSTER_DIR:-$ROOT/bin/cluster}
 RUN=/run/sless-cluster
 PKI=$STATE/pki
@@ -59,6 +61,16 @@ wait_for() {
 		((SECONDS < deadline)) || die "timed out after ${secs}s waiting for $what (logs in $LOGS)"
 		sleep 0.2
 	done
+}
+
+# render TEMPLATE FILE SED-SCRIPT writes FILE from TEMPLATE, only when its
+# content changes: kube-proxy exits when its configuration file is written,
+# and a second `up` must leave a running cluster as it is.
+render() {
+	local tmp
+	tmp=$(mktemp "$2.XXXXXX")
+	sed "$3" "$1" >"$tmp"
+	if cmp -s "$tmp" "$2"; then rm -f "$tmp"; else mv "$tmp" "$2"; fi
 }
 
 running() { [ -f "$PIDS/$1" ] && kill -0 "$(cat "$PIDS/$1")" 2>/dev/null; }
@@ -127,8 +139,8 @@ network() {
 	sysctl -qw net.ipv4.ip_forward=1 # pod -> cluster IP -> pod, all on the bridge
 	sysctl -qw net.bridge.bridge-nf-call-iptables=1
 	mkdir -p "$STATE/cni"
-	sed "s|@BRIDGE@|$BRIDGE|; s|@SUBNET@|$POD_SUBNET|; s|@GATEWAY@|$NODE_IP|; s|@SERVICES@|$SERVICE_CIDR|; s|@RUN@|$RUN|" \
-		"$HERE/cni.conflist" >"$STATE/cni/10-sless.conflist"
+	render "$HERE/cni.conflist" "$STATE/cni/10-sless.conflist" \
+		"s|@BRIDGE@|$BRIDGE|; s|@SUBNET@|$POD_SUBNET|; s|@GATEWAY@|$NODE_IP|; s|@SERVICES@|$SERVICE_CIDR|; s|@RUN@|$RUN|"
 }
 
 # cert NAME CN [O] [SANS]: a key and certificate signed by the cluster CA.
@@ -188,18 +200,23 @@ certificates() {
 
 registry() {
 	mkdir -p "$STATE/registry" "$STATE/certs.d/$REGISTRY"
-	sed "s|@STATE@|$STATE|; s|@ADDR@|$REGISTRY|" "$HERE/registry.yml" >"$STATE/registry.yml"
+	render "$HERE/registry.yml" "$STATE/registry.yml" "s|@STATE@|$STATE|; s|@ADDR@|$REGISTRY|"
 	printf 'server = "http://%s"\n[host."http://%s"]\n  capabilities = ["pull", "resolve"]\n' "$REGISTRY" "$REGISTRY" \
 		>"$STATE/certs.d/$REGISTRY/hosts.toml"
 	OTEL_SDK_DISABLED=true OTEL_TRACES_EXPORTER=none start registry "$TOOLS_BIN/registry" serve "$STATE/registry.yml"
 	wait_for "the registry" 30 curl -sf "http://$REGISTRY/v2/"
 }
 
+# in_registry REPOSITORY TAG: whether the registry has that image (an OCI
+# manifest, which it serves only to a client that accepts one).
+in_registry() {
+	curl -sf -o /dev/null -H 'Accept: application/vnd.oci.image.manifest.v1+json' "http://$REGISTRY/v2/$1/manifests/$2"
+}
+
 # images pushes the cluster's own images (the pod sandbox's pause, CoreDNS)
 # to the registry when they are not there.
 images() {
-	curl -sf "http://$REGISTRY/v2/sless/pause/manifests/3.10" -o /dev/null &&
-		curl -sf "http://$REGISTRY/v2/sless/coredns/manifests/v1.15.0" -o /dev/null && return
+	in_registry sless/pause 3.10 && in_registry sless/coredns v1.15.0 && return
 	mkdir -p "$STATE/images/bin"
 	local kmod
 	kmod=$(cd "$ROOT/hack/tools" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
@@ -211,7 +228,7 @@ images() {
 
 containerd_up() {
 	mkdir -p "$RUN" "$STATE/containerd"
-	sed "s|@STATE@|$STATE|g; s|@RUN@|$RUN|g; s|@PAUSE@|$PAUSE_IMAGE|g" "$HERE/containerd.toml" >"$STATE/containerd.toml"
+	render "$HERE/containerd.toml" "$STATE/containerd.toml" "s|@STATE@|$STATE|g; s|@RUN@|$RUN|g; s|@PAUSE@|$PAUSE_IMAGE|g"
 	start containerd containerd --config "$STATE/containerd.toml"
 	wait_for containerd 30 ctr --address "$RUN/containerd.sock" version
 }
@@ -253,10 +270,8 @@ node() {
 	# No upstream name servers: CoreDNS answers cluster names only, and
 	# nothing a pod looks up leaves the machine.
 	: >"$STATE/resolv.conf"
-	sed "s|@STATE@|$STATE|g; s|@RUN@|$RUN|g; s|@NODE_IP@|$NODE_IP|g; s|@DNS_IP@|$DNS_IP|g" \
-		"$HERE/kubelet.yaml" >"$STATE/kubelet.yaml"
-	sed "s|@STATE@|$STATE|g; s|@NODE@|$NODE|g; s|@NODE_IP@|$NODE_IP|g; s|@CLUSTER_CIDR@|$CLUSTER_CIDR|g" \
-		"$HERE/kube-proxy.yaml" >"$STATE/kube-proxy.yaml"
+	render "$HERE/kubelet.yaml" "$STATE/kubelet.yaml" "s|@STATE@|$STATE|g; s|@RUN@|$RUN|g; s|@NODE_IP@|$NODE_IP|g; s|@DNS_IP@|$DNS_IP|g"
+	render "$HERE/kube-proxy.yaml" "$STATE/kube-proxy.yaml" "s|@STATE@|$STATE|g; s|@NODE@|$NODE|g; s|@NODE_IP@|$NODE_IP|g; s|@CLUSTER_CIDR@|$CLUSTER_CIDR|g"
 	start kubelet "$K8S_BIN/kubelet" --config "$STATE/kubelet.yaml" --kubeconfig "$PKI/kubelet.kubeconfig" \
 		--hostname-override "$NODE" --node-ip "$NODE_IP" --root-dir "$STATE/kubelet" --cert-dir "$STATE/kubelet-pki"
 	start kube-proxy "$K8S_BIN/kube-proxy" --config "$STATE/kube-proxy.yaml" --hostname-override "$NODE"
@@ -270,6 +285,28 @@ node_ready() {
 dns() {
 	sed "s|@IMAGE@|$COREDNS_IMAGE|; s|@DNS_IP@|$DNS_IP|" "$HERE/coredns.yaml" | $KUBECTL apply -f - >/dev/null
 	$KUBECTL -n kube-system rollout status deploy/coredns --timeout=120s >/dev/null
+}
+
+# keda installs KEDA (operator and metrics adapter, built from the module
+# sless's API types come from) from its own config/minimal, with the images
+# from the cluster's registry: RabbitMQ triggers scale through it.
+keda() {
+	if ! in_registry sless/keda "$KEDA_VERSION" || ! in_registry sless/keda-metrics-apiserver "$KEDA_VERSION"; then
+		(cd "$ROOT" && go run ./hack/images -out "$STATE/images" -push "$REGISTRY/sless" -only keda,keda-metrics-apiserver \
+			-binary "keda:$KEDA_VERSION=$KEDA_BIN/keda" -binary "keda-metrics-apiserver:$KEDA_VERSION=$KEDA_BIN/keda-adapter")
+	fi
+	local kmod overlay=$STATE/keda
+	kmod=$(cd "$ROOT/hack/keda" && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)
+	mkdir -p "$overlay"
+	cat >"$overlay/kustomization.yaml" <<EOF
+resources:
+  - $(realpath --relative-to="$overlay" "$kmod/config/minimal")
+images:
+  - {name: ghcr.io/kedacore/keda, newName: $REGISTRY/sless/keda, newTag: $KEDA_VERSION}
+  - {name: ghcr.io/kedacore/keda-metrics-apiserver, newName: $REGISTRY/sless/keda-metrics-apiserver, newTag: $KEDA_VERSION}
+EOF
+	$KUBECTL apply --server-side --force-conflicts -k "$overlay" >/dev/null
+	$KUBECTL -n keda rollout status deploy/keda-operator deploy/keda-metrics-apiserver --timeout=180s >/dev/null
 }
 
 relays() {
@@ -309,6 +346,7 @@ up() {
 	control_plane
 	node
 	dns
+	keda
 	relays
 	log "up in $((SECONDS - t0))s: export KUBECONFIG=$STATE/kubeconfig"
 }
