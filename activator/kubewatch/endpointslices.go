@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -30,16 +31,22 @@ type EndpointSink interface {
 
 // Endpoints pushes each function's ready endpoints to a Sink as the
 // EndpointSlices change: an endpoint counts when it is ready and not
-// terminating, so an instance being drained gets no new requests.
+// terminating, so an instance being drained gets no new requests, or when
+// it is starting and its queue-proxy answers that it is ready (see
+// starting.go), before the kubelet's probe and the slice say so.
 type Endpoints struct {
 	client kubernetes.Interface
 	sink   EndpointSink
 	log    *slog.Logger
 	lister listers.EndpointSliceLister
+	probes *startingProbes
 
 	// SyncTimeout bounds the first list (cachesync.DefaultTimeout); set
 	// before Run.
 	SyncTimeout time.Duration
+	// Dial reaches starting instances' queue-proxies for their probes
+	// (a net.Dialer's by default); set before Run.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // NewEndpoints returns a watcher using cfg to reach the API server.
@@ -55,6 +62,12 @@ func NewEndpoints(cfg *rest.Config, sink EndpointSink, log *slog.Logger) (*Endpo
 // initial state has been pushed, or with an error; the watch goes on in
 // the background until ctx ends.
 func (w *Endpoints) Run(ctx context.Context) error {
+	dial := w.Dial
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	w.probes = &startingProbes{functions: map[[2]string]*functionEndpoints{}, probe: httpReadyProbe(dial),
+		push: w.sink.SetEndpoints, ctx: ctx}
 	return watchSlices(ctx, w.client, w.SyncTimeout, "endpointslices", &w.lister, w.changed,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = wire.FunctionLabel }))
 }
@@ -105,5 +118,5 @@ func (w *Endpoints) changed(obj any) {
 		w.log.Error("list endpoint slices", "namespace", slice.Namespace, "function", name, "err", err)
 		return
 	}
-	w.sink.SetEndpoints(slice.Namespace, name, endpointslice.ReadyAddrs(all, wire.ServingPortName, 0))
+	w.probes.set(slice.Namespace, name, endpointslice.ReadyAddrs(all, wire.ServingPortName, 0), startingAddrs(all))
 }

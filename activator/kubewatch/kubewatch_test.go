@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strconv"
 	"strings"
@@ -327,4 +328,54 @@ func TestPeersFromTheActivatorService(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(activator.Peers{N: 0, Self: -1})
+}
+
+// TestStartingInstancesProbed: an instance its slice still calls not ready
+// takes requests as soon as its queue-proxy answers ready, without waiting
+// for the kubelet's next probe and the slice; one whose queue-proxy says it
+// is not ready takes none.
+func TestStartingInstancesProbed(t *testing.T) {
+	cfg := controlplane.Start(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := activator.New(activator.Config{Dial: loopbackDial}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 30 * time.Second})
+	a.SetFunction(activator.Function{Namespace: "default", Name: "unready", HTTP: true, Timeout: time.Second})
+	w, err := kubewatch.NewEndpoints(cfg, a, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Dial = func(ctx context.Context, _, addr string) (net.Conn, error) { return loopbackDial(addr, time.Second) }
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := serve(t, a)
+	inst := testinstance.Start(t)
+	// An admin port that never says ready, beside a serving port that
+	// would answer.
+	unready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))
+	t.Cleanup(unready.Close)
+
+	slices := kubernetes.NewForConfigOrDie(cfg).DiscoveryV1().EndpointSlices("default")
+	for name, admin := range map[string]string{"hello": inst.AdminAddr, "unready": unready.Listener.Addr().String()} {
+		slice := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name + "-abc", Labels: map[string]string{wire.FunctionLabel: name}},
+			AddressType: discoveryv1.AddressTypeFQDN,
+			Ports: []discoveryv1.EndpointPort{{Name: ptr.To(wire.ServingPortName), Port: ptr.To(int32(port(t, inst.Addr)))},
+				{Name: ptr.To(wire.AdminPortName), Port: ptr.To(int32(port(t, admin)))}},
+			// Two names for the one machine: the dialer maps both to it.
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{name + ".sless.test"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(false)}}},
+		}
+		if _, err := slices.Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually.True(t, "the starting instance to serve", func() bool { return get(base) == 200 })
+	if code := get(strings.Replace(base, "/hello/", "/unready/", 1)); code != http.StatusGatewayTimeout {
+		t.Errorf("a function whose only instance says it is not ready: %d, want 504 after waiting its timeout", code)
+	}
 }
