@@ -128,7 +128,6 @@ func (a *Activator) SetFunction(fn Function) {
 			poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
 			rt = &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke),
 				metrics: a.metrics.forFunction(fn.Namespace, fn.Name)}
-			rt.throttler.ColdStarted = rt.metrics.coldStarted
 			a.peersMu.Lock()
 			rt.throttler.SetPeers(a.peers)
 			a.peersMu.Unlock()

@@ -206,9 +206,6 @@ func TestScaleFromZero(t *testing.T) {
 	if len(ids) != requests || ids[""] {
 		t.Errorf("%d distinct request ids in %d records, want one each", len(ids), requests)
 	}
-	if n := testutil.ToFloat64(a.metrics.coldStarts.WithLabelValues("ns", "cold")); n != 1 {
-		t.Errorf("sless_cold_starts_total = %v, want 1 (one start)", n)
-	}
 	if n := testutil.ToFloat64(a.metrics.coldRequests.WithLabelValues("ns", "cold")); n != requests {
 		t.Errorf("sless_cold_start_requests_total = %v, want %d", n, requests)
 	}

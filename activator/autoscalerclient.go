@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // AutoscalerClient tells a remote autoscaler what the activator sees:
@@ -98,6 +102,33 @@ func (p *AutoscalerClient) post(ctx context.Context, path string, v map[string]a
 		p.Log.Warn("autoscaler refused", "path", path, "namespace", v["namespace"], "function", v["name"], "status", resp.Status)
 	}
 }
+
+// Scaling reads what the autoscaler knows of every function
+// (wire.ScalingPath), for the admin API's views.
+func (p *AutoscalerClient) Scaling(ctx context.Context) ([]wire.Scaling, error) {
+	p.once.Do(p.init)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(p.BaseURL, "/")+wire.ScalingPath, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := p.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("autoscaler: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("autoscaler: GET %s: %s", wire.ScalingPath, resp.Status)
+	}
+	var out []wire.Scaling
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxScalingBytes)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("autoscaler: GET %s: %w", wire.ScalingPath, err)
+	}
+	return out, nil
+}
+
+// maxScalingBytes bounds the autoscaler's answer: some 100 bytes a
+// function, for a hundred thousand.
+const maxScalingBytes = 16 << 20
 
 // BufferedSource is what ReportBuffered reads: the requests waiting per
 // "namespace/name".

@@ -12,8 +12,6 @@ import (
 type metrics struct {
 	requests     *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
-	coldStarts   *prometheus.CounterVec
-	coldDuration *prometheus.HistogramVec
 	coldRequests *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
 }
@@ -38,15 +36,6 @@ func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 			Help:    "Time from an invocation's arrival at the activator to its answer, waiting included.",
 			Buckets: httpmetrics.DurationBuckets,
 		}, fn),
-		coldStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sless_cold_starts_total",
-			Help: "Starts from zero instances that invocations waited for: one per start, however many waited.",
-		}, fn),
-		coldDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "sless_cold_start_duration_seconds",
-			Help:    "Per cold start, the time from the first invocation waiting at zero to the first instance ready.",
-			Buckets: httpmetrics.StartBuckets,
-		}, fn),
 		coldRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sless_cold_start_requests_total",
 			Help: "Invocations that waited for a function with no instance to start one.",
@@ -56,7 +45,7 @@ func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 			Help: "Invocations the activator answered itself, by reason: buffer_full (503, too many waiting), unavailable (503, the function cannot start) or timeout (504, no instance within the timeout).",
 		}, append(fn, "reason")),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.duration, m.coldStarts, m.coldDuration, m.coldRequests, m.rejected, bufferedCollector{a}} {
+	for _, c := range []prometheus.Collector{m.requests, m.duration, m.coldRequests, m.rejected, bufferedCollector{a}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -69,8 +58,6 @@ func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 type routeMetrics struct {
 	requests     *httpmetrics.CodeCounters
 	duration     prometheus.Observer
-	coldStarts   prometheus.Counter
-	coldDuration prometheus.Observer
 	coldRequests prometheus.Counter
 	// rejected is curried with the function; its series are made on the
 	// first rejection, off the fast path, so a function that never
@@ -83,8 +70,6 @@ func (m *metrics) forFunction(namespace, name string) *routeMetrics {
 	return &routeMetrics{
 		requests:     httpmetrics.NewCodeCounters(m.requests.MustCurryWith(labels)),
 		duration:     m.duration.With(labels),
-		coldStarts:   m.coldStarts.With(labels),
-		coldDuration: m.coldDuration.With(labels),
 		coldRequests: m.coldRequests.With(labels),
 		rejected:     m.rejected.MustCurryWith(labels),
 	}
@@ -101,12 +86,6 @@ func (r *routeMetrics) observe(code int, d time.Duration, cold bool) {
 		r.coldRequests.Inc()
 	}
 	r.requests.Inc(code)
-}
-
-// coldStarted counts one cold start; the throttler calls it.
-func (r *routeMetrics) coldStarted(wait time.Duration) {
-	r.coldStarts.Inc()
-	r.coldDuration.Observe(wait.Seconds())
 }
 
 var bufferedDesc = prometheus.NewDesc("sless_activator_buffered_requests",

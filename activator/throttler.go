@@ -73,10 +73,6 @@ type Throttler struct {
 	// poke is called when a request starts waiting while the function
 	// has no instance: once per activation, not once per request.
 	poke func()
-	// ColdStarted, when set before the throttler is used, is called once
-	// per cold start: when the first instance arrives for requests that
-	// waited, with how long the first of them waited.
-	ColdStarted func(wait time.Duration)
 
 	mu sync.Mutex
 	// concurrency is the function's limit per instance; capacity this
@@ -88,7 +84,6 @@ type Throttler struct {
 	benched               []*Instance
 	waiters               []*waiter // FIFO; the head is waiters[0]
 	poked                 bool      // poke was called since the last instance left
-	coldSince             time.Time // when the first request waited with no instance
 	unavailable           error     // why the function cannot start, if it cannot
 	lastPoke              time.Time // of a request refused as unavailable
 	rng                   *rand.Rand
@@ -156,9 +151,6 @@ func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (in 
 	}
 	w := &waiter{got: make(chan *Instance, 1)}
 	cold = len(t.instances) == 0
-	if cold && len(t.waiters) == 0 {
-		t.coldSince = time.Now()
-	}
 	t.waiters = append(t.waiters, w)
 	pokeNow := cold && !t.poked
 	t.poked = t.poked || pokeNow
@@ -367,20 +359,10 @@ func (t *Throttler) rotateLocked(addrs []string) (gone []string) {
 	// requests are already waiting.
 	pokeNow := len(next) == 0 && len(t.waiters) > 0
 	t.poked = pokeNow || len(next) > 0 && t.poked
-	var coldWait time.Duration
-	if len(next) > 0 && !t.coldSince.IsZero() {
-		if len(t.waiters) > 0 {
-			coldWait = max(time.Since(t.coldSince), time.Nanosecond)
-		}
-		t.coldSince = time.Time{}
-	}
 	t.dispatchLocked()
 	t.mu.Unlock()
 	if pokeNow {
 		t.poke()
-	}
-	if coldWait > 0 && t.ColdStarted != nil {
-		t.ColdStarted(coldWait)
 	}
 	return gone
 }

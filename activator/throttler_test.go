@@ -403,37 +403,6 @@ func TestThrottlerSetCapacity(t *testing.T) {
 	})
 }
 
-// A start from zero that requests waited for is one cold start, however
-// many waited, timed from the first; instances that come with nobody
-// waiting are none.
-func TestThrottlerCountsColdStarts(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var waits []time.Duration
-		th := NewThrottler(0, 100, NewBuffer(100), nil)
-		th.ColdStarted = func(d time.Duration) { waits = append(waits, d) }
-		th.Update([]string{"warm"}) // nobody waited
-		th.Update(nil)
-		for range 5 {
-			go func() {
-				if in, _, err := th.Acquire(nil, never()); err == nil {
-					th.Release(in)
-				}
-			}()
-			time.Sleep(100 * time.Millisecond) // in the bubble: the clock steps
-		}
-		synctest.Wait()
-		th.Update([]string{"a"})
-		synctest.Wait()
-		if len(waits) != 1 || waits[0] != 500*time.Millisecond {
-			t.Fatalf("cold starts %v, want one of 500ms (from the first waiting request)", waits)
-		}
-		th.Update([]string{"a", "b"}) // scaling up is no cold start
-		if len(waits) != 1 {
-			t.Errorf("cold starts %v after scaling up, want still one", waits)
-		}
-	})
-}
-
 // An unavailable function answers at once, waiting requests included,
 // while it has no instance; pokes go on, a second apart, so that it is
 // retried; an instance, or lifting it, serves again.

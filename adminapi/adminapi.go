@@ -41,10 +41,12 @@ type Function struct {
 	Desired  int    `json:"desired"`
 	Ready    int    `json:"ready"`
 	Starting int    `json:"starting"`
-	// Buffered counts the requests waiting at the activator for an
+	// Buffered counts the requests waiting at the activators for an
 	// instance with room; Panic is set while the autoscaler's last
-	// decision was in panic mode (sless dev: the autoscaler is in
-	// process); QueueDepth sums the messages ready on its queues.
+	// decision was in panic mode; QueueDepth sums the messages ready on
+	// its queues. On Kubernetes these are the autoscaler's, which every
+	// activator reports to, and the activator's own when it cannot be
+	// reached.
 	Buffered   int   `json:"buffered"`
 	Panic      bool  `json:"panic,omitempty"`
 	QueueDepth int64 `json:"queueDepth,omitempty"`
@@ -178,9 +180,10 @@ func BadInput(format string, args ...any) error {
 	return &Error{http.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
 
-// NewMux serves b's routes, and each function's timeline from tl, on a mux
+// NewMux serves b's routes, and each function's timeline from the one tl
+// gives at each request (the platform's, or every activator's), on a mux
 // a backend may add routes of its own to.
-func NewMux[S any](b Backend[S], tl *timeline.Timeline) *http.ServeMux {
+func NewMux[S any](b Backend[S], tl func(context.Context) *timeline.Timeline) *http.ServeMux {
 	h := handler[S]{b: b, tl: tl, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/functions", h.list)
@@ -198,8 +201,8 @@ func NewMux[S any](b Backend[S], tl *timeline.Timeline) *http.ServeMux {
 
 type handler[S any] struct {
 	b      Backend[S]
-	tl     *timeline.Timeline
-	client *http.Client // the invoke action's
+	tl     func(context.Context) *timeline.Timeline // the timeline of the moment
+	client *http.Client                             // the invoke action's
 }
 
 func (h handler[S]) list(w http.ResponseWriter, r *http.Request) {
@@ -218,7 +221,7 @@ func (h handler[S]) get(w http.ResponseWriter, r *http.Request) {
 
 func (h handler[S]) timeline(w http.ResponseWriter, r *http.Request) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
-	s, ok := h.tl.Series(time.Now(), ns, name)
+	s, ok := h.tl(r.Context()).Series(time.Now(), ns, name)
 	if !ok {
 		WriteError(w, Unknown(ns, name))
 		return

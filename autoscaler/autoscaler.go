@@ -7,10 +7,12 @@
 package autoscaler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sless.dev/sless/autoscaler/kpa"
+	"sless.dev/sless/internal/wire"
 )
 
 // DecideEvery is the tick of decisions; load is observed every second.
@@ -134,7 +137,11 @@ type state struct {
 	// ready; startup is the last time from then to a ready instance.
 	wokeAt  time.Time
 	startup time.Duration
-	series  *series // its gauges, from its first decision
+	// coldSince is when a request first waited (a poke, or a count of
+	// requests buffered) while no instance was ready; the first ready
+	// instance ends that cold start.
+	coldSince time.Time
+	series    *series // its gauges, from its first decision
 	// scrapeFailing and noData are logged when they start and end, not
 	// every second.
 	scrapeFailing, noData bool
@@ -261,6 +268,10 @@ func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
 		return
 	}
 	st.mu.Lock()
+	var coldWait time.Duration
+	if len(admins) > 0 && len(st.admins) == 0 && !st.coldSince.IsZero() {
+		coldWait, st.coldSince = max(time.Since(st.coldSince), time.Nanosecond), time.Time{}
+	}
 	if len(admins) > 0 && !st.wokeAt.IsZero() {
 		if len(st.admins) == 0 {
 			st.startup = time.Since(st.wokeAt)
@@ -271,6 +282,9 @@ func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
 	st.admins = admins
 	fn := st.fn
 	st.mu.Unlock()
+	if coldWait > 0 {
+		a.metrics.coldStarted(namespace, name, coldWait)
+	}
 	if changed {
 		a.watchQueues(fn, len(admins) == 0)
 	}
@@ -326,6 +340,17 @@ func (a *Autoscaler) SetBuffered(now time.Time, activator, namespace, name strin
 	default:
 		st.buffered = append(st.buffered, report{activator: activator, n: n, at: now})
 	}
+	if n > 0 {
+		st.waitingLocked(now)
+	}
+}
+
+// waitingLocked notes that requests wait at now: the start of a cold start
+// when no instance is ready. Called with st.mu held.
+func (st *state) waitingLocked(now time.Time) {
+	if len(st.admins) == 0 && st.coldSince.IsZero() {
+		st.coldSince = now
+	}
 }
 
 // bufferedAt sums the activators' counts that have not expired at now,
@@ -371,6 +396,7 @@ func (a *Autoscaler) Poke(ctx context.Context, now time.Time, namespace, name st
 	// requests served within a second, so a stored poke would keep the
 	// function up for good.
 	st.decider.Record(now, max(st.bufferedAt(now), float64(buffered)))
+	st.waitingLocked(now)
 	st.mu.Unlock()
 	a.decide(ctx, now, st)
 }
@@ -422,6 +448,32 @@ func (a *Autoscaler) QueueDepth(namespace, name string) int64 {
 		n += r.depth
 	}
 	return n
+}
+
+// Scaling is what the autoscaler knows of every function at now, sorted
+// by namespace and name.
+func (a *Autoscaler) Scaling(now time.Time) []wire.Scaling {
+	a.mu.Lock()
+	states := make([]*state, 0, len(a.fns))
+	for _, st := range a.fns {
+		states = append(states, st)
+	}
+	a.mu.Unlock()
+	out := make([]wire.Scaling, 0, len(states))
+	for _, st := range states {
+		st.mu.Lock()
+		s := wire.Scaling{Namespace: st.fn.Namespace, Name: st.fn.Name, Desired: st.desired, Panic: st.panicked,
+			Buffered: int(st.bufferedAt(now))}
+		for _, r := range st.reads {
+			s.QueueDepth += r.depth
+		}
+		st.mu.Unlock()
+		out = append(out, s)
+	}
+	slices.SortFunc(out, func(x, y wire.Scaling) int {
+		return cmp.Or(strings.Compare(x.Namespace, y.Namespace), strings.Compare(x.Name, y.Name))
+	})
+	return out
 }
 
 // SetQueueReader makes the autoscaler read the depth of functions' queues
@@ -577,7 +629,7 @@ func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
 	st.desired, st.panicked = desired, d.Panic
 	switch {
 	case desired == 0:
-		st.wokeAt = time.Time{}
+		st.wokeAt, st.coldSince = time.Time{}, time.Time{}
 	case ready == 0 && st.wokeAt.IsZero():
 		st.wokeAt = time.Now() // SetInstances, which ends the start, has no clock of its own
 	}

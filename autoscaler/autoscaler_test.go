@@ -259,6 +259,57 @@ func TestStartupTime(t *testing.T) {
 	})
 }
 
+// TestColdStartsCountedOnce: requests waiting at two activators for one
+// function at zero make one cold start, timed from the first of them to
+// the first ready instance; scaling up, and a start nobody waited for (a
+// cron pre-warm), are none.
+func TestColdStartsCountedOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reg := prometheus.NewRegistry()
+		a, err := autoscaler.New(autoscaler.NewScraper(time.Second), &recordingWriter{writes: map[string][]int32{}}, reg, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
+			Max: 10, Target: 1, StableWindow: 6 * time.Second}})
+		a.Poke(t.Context(), time.Now(), "default", "f", 1) // activator a
+		time.Sleep(500 * time.Millisecond)
+		a.SetBuffered(time.Now(), "b", "default", "f", 3) // activator b
+		a.Poke(t.Context(), time.Now(), "default", "f", 1)
+		time.Sleep(time.Second)
+		a.SetInstances("default", "f", []string{"10.0.0.1:9091"})
+		a.SetInstances("default", "f", []string{"10.0.0.1:9091", "10.0.0.2:9091"})
+		if n := metric(t, reg, "sless_cold_starts_total"); n != 1 {
+			t.Errorf("sless_cold_starts_total = %v after one start two activators waited for, want 1", n)
+		}
+		if sum := histogramSum(t, reg, "sless_cold_start_duration_seconds"); sum != 1.5 {
+			t.Errorf("cold start took %vs, want 1.5 (from the first poke)", sum)
+		}
+		a.SetInstances("default", "f", nil)
+		a.SetFloor("default", "f", 1) // a pre-warm: nobody waits
+		time.Sleep(time.Second)
+		a.SetInstances("default", "f", []string{"10.0.0.3:9091"})
+		if n := metric(t, reg, "sless_cold_starts_total"); n != 1 {
+			t.Errorf("sless_cold_starts_total = %v after a pre-warm, want still 1", n)
+		}
+	})
+}
+
+func histogramSum(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() == name && len(f.GetMetric()) == 1 {
+			return f.GetMetric()[0].GetHistogram().GetSampleSum()
+		}
+	}
+	t.Fatalf("no single %s in the registry", name)
+	return 0
+}
+
 // TestNewFunctionDecidedAtOnce: Run decides on a function as soon as it is
 // added, so that its first answer (its initial instances, or what KEDA
 // reads) does not wait for the next tick; it is also counted at once.

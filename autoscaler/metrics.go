@@ -1,14 +1,23 @@
 package autoscaler
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"sless.dev/sless/internal/httpmetrics"
+)
 
 // metrics are the autoscaler's series per function: what it asked for,
 // what there was and what was ready, its ceiling, and whether it was
-// panicking, at the last decision; and its ticks, whose stop means no
-// function is scaled any more.
+// panicking, at the last decision; its starts from zero that requests
+// waited for, counted here, where every activator's requests meet, so a
+// start counts once however many activators held requests for it; and
+// its ticks, whose stop means no function is scaled any more.
 type metrics struct {
 	desired, actual, ready, max, panic *prometheus.GaugeVec
-	noData                             *prometheus.CounterVec
+	noData, coldStarts                 *prometheus.CounterVec
+	coldDuration                       *prometheus.HistogramVec
 	queueDepth                         *prometheus.GaugeVec
 	steps                              prometheus.Counter
 }
@@ -36,6 +45,15 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "sless_autoscaler_no_data_total",
 			Help: "Decisions not made because no load was observed for a whole stable window (every scrape failed): the function kept its scale.",
 		}, labels),
+		coldStarts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sless_cold_starts_total",
+			Help: "Starts from zero instances that invocations waited for: one per start, however many waited, at however many activators.",
+		}, labels),
+		coldDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sless_cold_start_duration_seconds",
+			Help:    "Per cold start, the time from the first invocation waiting at zero (its activator's poke) to the first instance ready.",
+			Buckets: httpmetrics.StartBuckets,
+		}, labels),
 		queueDepth: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sless_queue_depth", Help: "Ready messages in a queue the function consumes, at the last good read.",
 		}, []string{"namespace", "function", "queue"}),
@@ -44,7 +62,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Seconds of work done: each observes every function and, every DecideEvery, decides. Flat while an autoscaler is not the leader.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.desired, m.actual, m.ready, m.max, m.panic, m.noData, m.queueDepth, m.steps} {
+	for _, c := range []prometheus.Collector{m.desired, m.actual, m.ready, m.max, m.panic, m.noData, m.coldStarts, m.coldDuration, m.queueDepth, m.steps} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -85,5 +103,13 @@ func (m *metrics) forget(namespace, name string) {
 		g.DeleteLabelValues(namespace, name)
 	}
 	m.noData.DeleteLabelValues(namespace, name)
+	m.coldStarts.DeleteLabelValues(namespace, name)
+	m.coldDuration.DeleteLabelValues(namespace, name)
 	m.queueDepth.DeletePartialMatch(prometheus.Labels{"namespace": namespace, "function": name})
+}
+
+// coldStarted counts a start from zero that requests waited for wait.
+func (m *metrics) coldStarted(namespace, name string, wait time.Duration) {
+	m.coldStarts.WithLabelValues(namespace, name).Inc()
+	m.coldDuration.WithLabelValues(namespace, name).Observe(wait.Seconds())
 }

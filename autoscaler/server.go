@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"net/http"
 	"time"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // maxRequestBody bounds what the poke and buffered endpoints read.
@@ -13,6 +15,7 @@ const maxRequestBody = 4 << 10
 //
 //	POST /v1/poke      {"namespace", "name"}                         a request waits at zero
 //	POST /v1/buffered  {"namespace", "name", "count", "activator"}   requests waiting now
+//	GET  /v1/scaling                                                  what it knows of every function (wire.Scaling)
 //
 // activator names the activator reporting (its pod): the counts of
 // several activators add up, each expiring after BufferedTTL.
@@ -50,6 +53,10 @@ func (a *Autoscaler) Handler() http.Handler {
 		}
 		a.SetBuffered(time.Now(), req.Activator, req.Namespace, req.Name, req.Count)
 		w.WriteHeader(http.StatusNoContent)
+	})
+	mux.HandleFunc("GET "+wire.ScalingPath, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(a.Scaling(time.Now()))
 	})
 	return mux
 }

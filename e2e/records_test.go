@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -109,6 +110,28 @@ func TestRecordsAndAdmin(t *testing.T) {
 		if resp.StatusCode != http.StatusOK || (path != "/" && !strings.Contains(string(body), "rec")) {
 			t.Errorf("GET %s through the admin Service: %s %.300s", path, resp.Status, body)
 		}
+	}
+}
+
+// adminGet decodes the answer to GET path on the admin Service, on a
+// connection of its own, so that successive calls may reach either
+// activator.
+func adminGet(t *testing.T, path string, out any) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, cluster.admin+path, nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken(t))
+	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s %.300s", path, resp.Status, body)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatalf("GET %s: %v", path, err)
 	}
 }
 

@@ -70,6 +70,22 @@ func TestFromZero(t *testing.T) {
 	if ok.Load() != 300 {
 		t.Fatalf("%d of 300 requests at zero succeeded, %d failed", ok.Load(), failed.Load())
 	}
+	// The two activators each took part of them; whichever answers the
+	// admin API counts all 300 (a view lives a second: the first may
+	// predate the last records).
+	type view struct{ Requests, ColdStarts int }
+	stats := func() view {
+		var fn struct{ Stats view }
+		adminGet(t, "/v1/namespaces/"+ns+"/functions/slow", &fn)
+		return fn.Stats
+	}
+	var seen view
+	waitFor(t, "the admin view to count the 300 requests", func() bool { seen = stats(); return seen.Requests == 300 })
+	for i := range 6 {
+		if v := stats(); v != seen || v.ColdStarts == 0 {
+			t.Errorf("admin view %d: %+v, want %+v as the first, with cold starts", i, v, seen)
+		}
+	}
 
 	// 30 clients of 1 s requests: 30 in flight at a target of 5 is 6
 	// instances, the max of 4. Load goes on until it has scaled out.

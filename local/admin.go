@@ -2,6 +2,7 @@ package local
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
 	"sless.dev/sless/queueproxy/consumer"
+	"sless.dev/sless/timeline"
 )
 
 // FunctionStatus is a function as the admin API and the table show it:
@@ -149,7 +151,7 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 // apiHandler serves the platform's /v1/ routes: the admin API's, and the
 // output and source only the local platform has.
 func (p *Platform) apiHandler() http.Handler {
-	mux := adminapi.NewMux(backend{p}, p.timeline)
+	mux := adminapi.NewMux(backend{p}, func(context.Context) *timeline.Timeline { return p.timeline })
 	mux.HandleFunc("GET "+adminapi.FunctionRoute+"/logs", p.serveLogs)
 	mux.HandleFunc("GET "+adminapi.FunctionRoute+"/source", p.source)
 	return mux

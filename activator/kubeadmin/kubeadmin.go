@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -23,6 +24,7 @@ import (
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/timeline"
 )
 
@@ -34,13 +36,52 @@ type Backend struct {
 	// that an action sees the one before it even when the watch lags,
 	// and patches them: the activator's role allows get and patch.
 	Client client.Client
-	// Timeline gives each function its stats.
+	// Timeline is this activator's own, which Sample feeds.
 	Timeline *timeline.Timeline
+	// View, when set, is the timeline the views read: every activator's
+	// (Whole.View); Timeline without it.
+	View func(context.Context) *timeline.Timeline
 	// Invoke is the base URL of the activator's invocation port, as this
 	// process reaches it.
 	Invoke string
 	// Waiting counts a function's requests waiting at this activator.
 	Waiting func(namespace, name string) int
+	// Scaling, when set, reads what the autoscaler knows of every
+	// function: panic mode, queue depth, and the requests waiting at
+	// every activator.
+	Scaling func(context.Context) ([]wire.Scaling, error)
+	// Log says when Scaling fails.
+	Log *slog.Logger
+}
+
+// views is what a view of functions is made from at one moment.
+type views struct {
+	now      time.Time
+	timeline *timeline.Timeline
+	scaling  map[types.NamespacedName]wire.Scaling
+}
+
+// views reads the timeline and the autoscaler's view once for a view of
+// functions; without the autoscaler's, the views show this activator's
+// requests waiting, and no panic mode or queue depth.
+func (b *Backend) views(ctx context.Context) views {
+	v := views{now: time.Now(), timeline: b.Timeline}
+	if b.View != nil {
+		v.timeline = b.View(ctx)
+	}
+	if b.Scaling == nil {
+		return v
+	}
+	all, err := b.Scaling(ctx)
+	if err != nil {
+		b.Log.Warn("the admin view leaves out the autoscaler's", "err", err)
+		return v
+	}
+	v.scaling = make(map[types.NamespacedName]wire.Scaling, len(all))
+	for _, s := range all {
+		v.scaling[types.NamespacedName{Namespace: s.Namespace, Name: s.Name}] = s
+	}
+	return v
 }
 
 // Functions lists every Function, sorted by namespace and name.
@@ -50,9 +91,9 @@ func (b *Backend) Functions(ctx context.Context) ([]adminapi.Function, error) {
 		return nil, fmt.Errorf("list functions: %w", err)
 	}
 	out := make([]adminapi.Function, 0, len(list.Items))
-	now := time.Now()
+	v := b.views(ctx)
 	for i := range list.Items {
-		out = append(out, b.status(&list.Items[i], now))
+		out = append(out, b.status(&list.Items[i], v))
 	}
 	slices.SortFunc(out, func(x, y adminapi.Function) int {
 		return cmp.Or(strings.Compare(x.Namespace, y.Namespace), strings.Compare(x.Name, y.Name))
@@ -88,7 +129,7 @@ func (b *Backend) Function(ctx context.Context, namespace, name string) (adminap
 	if err != nil {
 		return adminapi.Function{}, err
 	}
-	return b.status(fn, time.Now()), nil
+	return b.status(fn, b.views(ctx)), nil
 }
 
 // SetTrigger patches the trigger's enabled field; the patch tests the
@@ -140,7 +181,7 @@ func (b *Backend) patch(ctx context.Context, fn *v1alpha1.Function, pt types.Pat
 		return adminapi.Function{}, fmt.Errorf("patch function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
 	fn.Default()
-	return b.status(fn, time.Now()), nil
+	return b.status(fn, b.views(ctx)), nil
 }
 
 // Manifest is the Function as the API server has it, without the fields
@@ -171,18 +212,24 @@ func (b *Backend) Target(ctx context.Context, namespace, name string) (adminapi.
 
 // status is fn as the admin API shows it, from its spec and the status the
 // controller writes.
-func (b *Backend) status(fn *v1alpha1.Function, now time.Time) adminapi.Function {
+func (b *Backend) status(fn *v1alpha1.Function, v views) adminapi.Function {
 	s := fn.Status
 	st := adminapi.Function{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime), URL: s.URL,
 		Desired: int(s.DesiredReplicas), Ready: int(s.ReadyReplicas), Starting: max(int(s.Replicas-s.ReadyReplicas), 0),
 		Spec: fn.Spec}
 	st.State, st.Error = state(fn)
 	st.Triggers = triggers(fn)
-	if b.Timeline != nil {
-		st.Stats, _ = b.Timeline.Stats(now, fn.Namespace, fn.Name, adminapi.StatsWindow)
+	if v.timeline != nil {
+		st.Stats, _ = v.timeline.Stats(v.now, fn.Namespace, fn.Name, adminapi.StatsWindow)
 	}
 	if b.Waiting != nil {
 		st.Buffered = b.Waiting(fn.Namespace, fn.Name)
+	}
+	if s, ok := v.scaling[types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}]; ok {
+		// The autoscaler's sum is up to a second old: never below what
+		// waits here now.
+		st.Buffered = max(st.Buffered, s.Buffered)
+		st.Panic, st.QueueDepth = s.Panic, s.QueueDepth
 	}
 	return st
 }

@@ -61,7 +61,17 @@ func TestBackend(t *testing.T) {
 	b := &kubeadmin.Backend{Reader: fns.Reader(), Client: c, Timeline: tl, Invoke: "http://127.0.0.1:1",
 		Waiting: func(namespace, name string) int { return map[string]int{"default/web": 3}[namespace+"/"+name] }}
 	go b.Sample(wctx, 50*time.Millisecond)
-	srv := httptest.NewServer(adminapi.NewMux(b, tl))
+	// A peer activator, whose own invocations the views merge; and one
+	// that does not answer, which they leave out.
+	peerTL := timeline.New()
+	peerTL.Track("default", "web")
+	peer := httptest.NewServer(kubeadmin.Handler(&kubeadmin.Backend{Reader: fns.Reader(), Client: c, Timeline: peerTL},
+		&kubeadmin.Whole{Local: peerTL}))
+	t.Cleanup(peer.Close)
+	whole := &kubeadmin.Whole{Local: tl, Peers: func() []string { return []string{strings.TrimPrefix(peer.URL, "http://"), "127.0.0.1:1"} },
+		Token: func() string { return "t" }, Client: http.DefaultClient, Log: quiet}
+	b.View = whole.View
+	srv := httptest.NewServer(kubeadmin.Handler(b, whole))
 	t.Cleanup(srv.Close)
 
 	var list struct{ Functions []adminapi.Function }
@@ -116,12 +126,27 @@ func TestBackend(t *testing.T) {
 		t.Errorf("manifest: %d %s", code, m.YAML)
 	}
 	tl.Add(invocation.Record{Namespace: "default", Function: "web", Status: 200, Start: time.Now(), Duration: time.Millisecond})
-	eventually.True(t, "the timeline samples web", func() bool {
+	for range 4 {
+		peerTL.Add(invocation.Record{Namespace: "default", Function: "web", Status: 502, Start: time.Now(), Duration: time.Millisecond, ColdStart: true})
+	}
+	peerTL.Sample(time.Now(), "default", "web", timeline.Gauges{Desired: 2, Ready: 1, Buffered: 4})
+	eventually.True(t, "the timeline samples web, with its peer's", func() bool {
 		var s timeline.Series
 		send(t, srv.URL, "GET", "/v1/namespaces/default/functions/web/timeline", "", &s)
 		n := len(s.Ready) - 1
-		return n > 0 && s.Ready[n] != nil && *s.Ready[n] == 1 && *s.Desired[n] == 2 && *s.Buffered[n] == 3
+		return n > 0 && s.Ready[n] != nil && *s.Ready[n] == 1 && *s.Desired[n] == 2 && *s.Buffered[n] == 3+4
 	})
+	// Whichever activator answers, the invocations are all of them.
+	for _, base := range []string{srv.URL, peer.URL} {
+		var one adminapi.Function
+		send(t, base, "GET", "/v1/namespaces/default/functions/web", "", &one)
+		if base == srv.URL && (one.Stats.Requests != 5 || one.Stats.Errors != 4 || one.Stats.ColdStarts != 4) {
+			t.Errorf("stats %+v: want this activator's 1 request and its peer's 4 (errors, cold)", one.Stats)
+		}
+		if base == peer.URL && one.Stats.Requests != 4 {
+			t.Errorf("the peer, which knows no peers: stats %+v, want its own 4 requests", one.Stats)
+		}
+	}
 }
 
 // sink takes the watch's Functions; only the watch's cache matters here.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"sless.dev/sless/activator"
 	"sless.dev/sless/internal/cachesync"
 	"sless.dev/sless/internal/endpointslice"
+	"sless.dev/sless/internal/wire"
 )
 
 // PeerSink learns the activators it shares instances with:
@@ -70,6 +72,22 @@ func (w *Peers) Run(ctx context.Context) error {
 	}
 	w.changed() // none yet is news too: this one alone
 	return nil
+}
+
+// Others lists the admin addresses (host:port, the Service's port named
+// "admin") of the ready activators other than this one: the peers whose
+// views the admin API merges with its own.
+func (w *Peers) Others() []string {
+	all, err := w.lister.EndpointSlices(w.namespace).List(labels.Everything())
+	if err != nil {
+		w.log.Error("list activator endpoint slices", "err", err)
+		return nil
+	}
+	addrs := endpointslice.ReadyAddrs(all, wire.AdminPortName, 0)
+	return slices.DeleteFunc(addrs, func(addr string) bool {
+		host, _, _ := net.SplitHostPort(addr)
+		return host == w.self
+	})
 }
 
 func (w *Peers) changed() {

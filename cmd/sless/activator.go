@@ -22,7 +22,6 @@ import (
 	"sless.dev/sless/activator"
 	"sless.dev/sless/activator/kubeadmin"
 	"sless.dev/sless/activator/kubewatch"
-	"sless.dev/sless/adminapi"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/console"
 	"sless.dev/sless/internal/adminauth"
@@ -103,7 +102,8 @@ SLESS_DATABASE_URL), to memory without.`,
 			if err := eps.Run(ctx); err != nil {
 				return err
 			}
-			if err := watchPeers(ctx, restCfg, peersService, a, log); err != nil {
+			peers, err := watchPeers(ctx, restCfg, peersService, a, log)
+			if err != nil {
 				return err
 			}
 			servingLn, err := net.Listen("tcp", listen)
@@ -118,13 +118,22 @@ SLESS_DATABASE_URL), to memory without.`,
 			if err != nil {
 				return err
 			}
-			api.Waiting = a.Waiting
+			api.Waiting, api.Log = a.Waiting, log
+			if client != nil {
+				api.Scaling = client.Scaling
+			}
 			go api.Sample(ctx, time.Second)
 			guard, err := adminGuard(ctx, restCfg, adminSecret, true, log)
 			if err != nil {
 				return err
 			}
-			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Guard: guard, API: adminapi.NewMux(api, tl),
+			whole := &kubeadmin.Whole{Local: tl, Token: func() string { return guard.Load().Token },
+				Client: &http.Client{}, Log: log}
+			if peers != nil {
+				whole.Peers = peers.Others
+			}
+			api.View = whole.View
+			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Guard: guard, API: kubeadmin.Handler(api, whole),
 				ConsoleFor:    func(token string) http.Handler { return console.Handler{Token: token} },
 				AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
 			return srv.Run(ctx, servingLn, adminLn)
@@ -207,20 +216,21 @@ func adminGuard(ctx context.Context, cfg *rest.Config, name string, generate boo
 
 // watchPeers makes the activator share every instance's concurrency with
 // the other ready endpoints of service, in the pod's namespace, when the
-// pod's IP is known (POD_IP, from the downward API); without it, it
-// admits all of it.
-func watchPeers(ctx context.Context, cfg *rest.Config, service string, a *activator.Activator, log *slog.Logger) error {
+// pod's IP is known (POD_IP, from the downward API), and returns the
+// watch, which also names them for the admin API's whole view; without
+// it, the activator admits all of it and answers with its own view.
+func watchPeers(ctx context.Context, cfg *rest.Config, service string, a *activator.Activator, log *slog.Logger) (*kubewatch.Peers, error) {
 	ip, namespace := os.Getenv("POD_IP"), os.Getenv("POD_NAMESPACE")
 	if service == "" || ip == "" || namespace == "" {
-		log.Warn("not sharing instances' concurrency with other activators: --peers-service, POD_IP or POD_NAMESPACE unset",
+		log.Warn("not sharing instances' concurrency with other activators, nor merging their views: --peers-service, POD_IP or POD_NAMESPACE unset",
 			"peersService", service, "podIP", ip, "podNamespace", namespace)
-		return nil
+		return nil, nil
 	}
 	peers, err := kubewatch.NewPeers(cfg, namespace, service, ip, a, log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return peers.Run(ctx)
+	return peers, peers.Run(ctx)
 }
 
 // logPoker logs the pokes it cannot deliver, until an autoscaler is

@@ -124,3 +124,25 @@ const RecordsPath = "/v1/records"
 // EnvRecordsURL is where the queue-proxy sends its records: the
 // activators' admin API (http://host:port); empty, none are kept.
 const EnvRecordsURL = "SLESS_RECORDS_URL"
+
+// ScalingPath is the autoscaler's route (GET, on the port activators push
+// to; the leader's) of what it knows of every function that no one
+// activator can: a JSON array of Scaling, which the activators' admin API
+// shows.
+const ScalingPath = "/v1/scaling"
+
+// Scaling is the autoscaler's view of one function.
+type Scaling struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// Desired is its last decision; Panic is set when that decision was
+	// in panic mode.
+	Desired int32 `json:"desired"`
+	Panic   bool  `json:"panic,omitempty"`
+	// Buffered sums the requests waiting at every activator, as they
+	// last reported.
+	Buffered int `json:"buffered"`
+	// QueueDepth sums the messages ready on its queues at their last
+	// good reads.
+	QueueDepth int64 `json:"queueDepth,omitempty"`
+}
