@@ -310,8 +310,9 @@ func TestPeersFromTheActivatorService(t *testing.T) {
 	slice := &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "sless-activator-abc", Labels: map[string]string{discoveryv1.LabelServiceName: "sless-activator"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080))}},
-		Endpoints:   []discoveryv1.Endpoint{endpoint("10.0.0.2", true), endpoint("10.0.0.1", true)},
+		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(8080))},
+			{Name: ptr.To("admin"), Port: ptr.To(int32(9090))}},
+		Endpoints: []discoveryv1.Endpoint{endpoint("10.0.0.2", true), endpoint("10.0.0.1", true)},
 	}
 	slices := kube.DiscoveryV1().EndpointSlices("sless-system")
 	created, err := slices.Create(ctx, slice, metav1.CreateOptions{})
@@ -319,11 +320,17 @@ func TestPeersFromTheActivatorService(t *testing.T) {
 		t.Fatal(err)
 	}
 	expect(activator.Peers{N: 2, Self: 1})
+	if others := w.Others(); len(others) != 1 || others[0] != "10.0.0.1:9090" {
+		t.Errorf("others %v, want the other activator's admin address 10.0.0.1:9090", others)
+	}
 	created.Endpoints = []discoveryv1.Endpoint{endpoint("10.0.0.2", true), endpoint("10.0.0.1", false)}
 	if _, err := slices.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	expect(activator.Peers{N: 1, Self: 0})
+	if others := w.Others(); len(others) != 0 {
+		t.Errorf("others %v with the other activator unready, want none", others)
+	}
 	if err := slices.Delete(ctx, created.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
