@@ -6,11 +6,14 @@ package local
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -196,7 +199,7 @@ func New(opts Options) (*Platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.cron = scheduler.New(cronFirer{p.act}, p.scaler, &scheduler.MemoryLedger{}, cronMetrics, opts.Log)
+	p.cron = scheduler.New(cronFirer{p.act}, p.scaler, cronLedger(opts), cronMetrics, opts.Log)
 	if p.serving, err = net.Listen("tcp", opts.Listen); err != nil {
 		return nil, fmt.Errorf("--listen: %w", err)
 	}
@@ -231,7 +234,9 @@ func (p *Platform) Run(ctx context.Context) error {
 		p.scaler.SetBuffered(time.Now(), "local", namespace, name, n)
 	})
 	go p.deliverPokes(bg)
-	go p.cron.Run(bg)
+	// The scheduler stops as the drain begins: a fire or a warm-up then
+	// would start an instance only to stop it.
+	go p.cron.Run(ctx)
 	go p.sample(bg, time.Second)
 
 	p.sync(ctx)
@@ -514,6 +519,23 @@ func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
 		out = append(out, queueproxy.RabbitMQ{RabbitMQTrigger: t, URL: p.opts.AMQPURL})
 	}
 	return out
+}
+
+// cronLedger keeps the cron fires of opts.Dir's functions in a file under
+// the cache directory, so that fires missed while `sless dev` was stopped
+// get their catch-up fire when it starts again. The file is per functions
+// directory: two of them may hold functions of the same names.
+func cronLedger(opts Options) scheduler.Ledger {
+	dir, err := filepath.Abs(opts.Dir)
+	if opts.CacheDir == "" || err != nil {
+		return &scheduler.MemoryLedger{}
+	}
+	sum := sha256.Sum256([]byte(dir))
+	l, err := scheduler.OpenFileLedger(filepath.Join(opts.CacheDir, "cron", hex.EncodeToString(sum[:8])+".json"))
+	if err != nil {
+		opts.Log.Warn("cron: fires missed before this start are not caught up", "err", err)
+	}
+	return l
 }
 
 // cronFirer sends cron fires through the in-process activator.
