@@ -144,7 +144,9 @@ func (a *Activator) SetFunction(fn Function) {
 	}
 }
 
-// RemoveFunction forgets a function; requests waiting for it time out.
+// RemoveFunction forgets a function. Requests waiting for it are answered
+// 404 at once, as requests for it from now on are: no instance of it will
+// come to serve them.
 func (a *Activator) RemoveFunction(namespace, name string) {
 	var rt *route
 	a.routes.update(func(t *routes) {
@@ -153,7 +155,7 @@ func (a *Activator) RemoveFunction(namespace, name string) {
 		delete(t.byHost, name+"."+namespace)
 	})
 	if rt != nil {
-		a.closeClients(rt.throttler.Update(nil))
+		a.closeClients(rt.throttler.Close())
 	}
 }
 
@@ -387,6 +389,9 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 		case errors.Is(err, ErrUnavailable):
 			rt.metrics.reject(reasonUnavailable)
 			a.failed(ctx, rt, &res, fasthttp.StatusServiceUnavailable, err.Error())
+			return res
+		case errors.Is(err, ErrRemoved):
+			a.failed(ctx, rt, &res, fasthttp.StatusNotFound, "function "+rt.fn.Namespace+"/"+rt.fn.Name+" was removed")
 			return res
 		case errors.Is(err, ErrTimeout):
 			rt.metrics.reject(reasonTimeout)

@@ -26,6 +26,9 @@ var (
 	// ErrUnavailable means the function has no instance and cannot start
 	// one (see SetUnavailable): answer 503 with the cause at once.
 	ErrUnavailable = errors.New("function unavailable")
+	// ErrRemoved means the function was removed (see Close): it will
+	// have no instance, so the request is answered 404 at once.
+	ErrRemoved = errors.New("function removed")
 )
 
 // Buffer bounds the requests waiting across all of an activator's
@@ -85,6 +88,7 @@ type Throttler struct {
 	waiters               []*waiter // FIFO; the head is waiters[0]
 	poked                 bool      // poke was called since the last instance left
 	unavailable           error     // why the function cannot start, if it cannot
+	closed                bool      // the function was removed: see Close
 	lastPoke              time.Time // of a request refused as unavailable
 	rng                   *rand.Rand
 }
@@ -136,6 +140,10 @@ func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (in 
 			t.mu.Unlock()
 			return in, false, nil
 		}
+	}
+	if t.closed {
+		t.mu.Unlock()
+		return nil, false, ErrRemoved
 	}
 	if err := t.unavailableLocked(); err != nil {
 		return nil, false, err // unlocked
@@ -199,6 +207,24 @@ func (t *Throttler) SetUnavailable(err error) {
 	if err == nil || len(t.instances) > 0 {
 		return
 	}
+	t.refuseWaitersLocked(err)
+}
+
+// Close is the end of a removed function: its instances leave rotation
+// (their addresses are returned, as Update's), and the requests waiting,
+// and any that reach it later through a route read before the removal,
+// get ErrRemoved at once rather than wait to their timeout for an
+// instance that will never come.
+func (t *Throttler) Close() (gone []string) {
+	t.mu.Lock()
+	t.closed = true
+	t.refuseWaitersLocked(ErrRemoved)
+	t.all = nil
+	return t.reshareLocked()
+}
+
+// refuseWaitersLocked answers every waiting request with err.
+func (t *Throttler) refuseWaitersLocked(err error) {
 	for _, w := range t.waiters {
 		w.err = err
 		w.got <- nil

@@ -460,3 +460,38 @@ func TestThrottlerUnavailable(t *testing.T) {
 		}
 	})
 }
+
+// A removed function's throttler answers its waiting requests at once,
+// and any that reach it later, instead of holding them to their timeout;
+// its instances leave.
+func TestThrottlerClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		buf := NewBuffer(100)
+		th := NewThrottler(1, 100, buf, nil)
+		th.Update([]string{"a"})
+		busy, _, err := th.Acquire(nil, never())
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := make(chan error, 3)
+		for range 3 {
+			go func() { _, _, err := th.Acquire(nil, never()); errs <- err }()
+		}
+		synctest.Wait()
+		if gone := th.Close(); !slices.Equal(gone, []string{"a"}) {
+			t.Errorf("Close returned %v, want the instance a", gone)
+		}
+		for range 3 {
+			if err := <-errs; !errors.Is(err, ErrRemoved) {
+				t.Fatalf("waiting request: %v, want ErrRemoved", err)
+			}
+		}
+		if th.Waiting() != 0 || buf.Waiting() != 0 {
+			t.Fatalf("%d waiting, %d in the buffer after Close, want 0", th.Waiting(), buf.Waiting())
+		}
+		th.Release(busy) // the request in flight finishes
+		if _, _, err := th.Acquire(nil, never()); !errors.Is(err, ErrRemoved) {
+			t.Errorf("a request after Close: %v, want ErrRemoved at once", err)
+		}
+	})
+}

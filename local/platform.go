@@ -6,11 +6,14 @@ package local
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -113,9 +116,14 @@ type Platform struct {
 	queues         *queuedepth.Brokers // nil without a broker
 	waker          *queuedepth.Waker
 	timeline       *timeline.Timeline
+	builds         builds
 
-	mu  sync.Mutex
-	fns map[string]*entry
+	// applyMu orders what reaches the supervisor, autoscaler, activator
+	// and scheduler about one function: a build's result, an override,
+	// a removal. Held around p.mu, never inside it.
+	applyMu sync.Mutex
+	mu      sync.Mutex
+	fns     map[string]*entry
 
 	shownErrs map[string]bool // load errors shown, so each is shown once
 }
@@ -134,11 +142,19 @@ type entry struct {
 	retryAt         time.Time
 	proc            runtimes.Process // the last good build
 	over            overrides        // the session's changes to fn
+	build           *build           // queued or running, nil when none
 }
 
-// due reports whether e, at fingerprint fp, needs preparing at now.
+// due reports whether e, at fingerprint fp, needs preparing at now: a
+// build under way is due again only when fp is not the one it builds.
 func (e *entry) due(fp string, now time.Time) bool {
-	return e == nil || e.fingerprint != fp || !e.retryAt.IsZero() && !now.Before(e.retryAt)
+	switch {
+	case e == nil:
+		return true
+	case e.build != nil:
+		return e.build.fp != fp
+	}
+	return e.fingerprint != fp || !e.retryAt.IsZero() && !now.Before(e.retryAt)
 }
 
 // New binds the platform's ports and builds its parts; Run starts it.
@@ -162,7 +178,7 @@ func New(opts Options) (*Platform, error) {
 		opts.ReadTimeout = forward.DefaultReadTimeout
 	}
 	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{},
-		timeline: timeline.New()}
+		timeline: timeline.New(), builds: builds{max: maxParallelPrepare}}
 	if p.reg == nil {
 		p.reg = prometheus.NewRegistry()
 	}
@@ -196,7 +212,7 @@ func New(opts Options) (*Platform, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.cron = scheduler.New(cronFirer{p.act}, p.scaler, &scheduler.MemoryLedger{}, cronMetrics, opts.Log)
+	p.cron = scheduler.New(cronFirer{p.act}, p.scaler, cronLedger(opts), cronMetrics, opts.Log)
 	if p.serving, err = net.Listen("tcp", opts.Listen); err != nil {
 		return nil, fmt.Errorf("--listen: %w", err)
 	}
@@ -231,12 +247,24 @@ func (p *Platform) Run(ctx context.Context) error {
 		p.scaler.SetBuffered(time.Now(), "local", namespace, name, n)
 	})
 	go p.deliverPokes(bg)
-	go p.cron.Run(bg)
+	// The scheduler stops as the drain begins: a fire or a warm-up then
+	// would start an instance only to stop it.
+	go p.cron.Run(ctx)
 	go p.sample(bg, time.Second)
 
-	p.sync(ctx)
-	p.printTable()
-	go p.watch(ctx)
+	first := p.sync(ctx)
+	go func() {
+		// The table once the first builds are done, as the manifest
+		// loop goes on.
+		for _, b := range first {
+			<-b.done
+		}
+		if ctx.Err() == nil {
+			p.printTable()
+		}
+	}()
+	watched := make(chan struct{})
+	go func() { p.watch(ctx); close(watched) }()
 
 	var err error
 	drainStart := time.Now()
@@ -252,6 +280,8 @@ func (p *Platform) Run(ctx context.Context) error {
 	// is stopped at once.
 	shutdown, cancel := context.WithDeadline(context.Background(), drainStart.Add(p.opts.Drain))
 	defer cancel()
+	<-watched       // queues no more builds
+	p.builds.wait() // cancelled with ctx: none starts an instance after
 	err = errors.Join(err, p.sup.Shutdown(shutdown))
 	if p.waker != nil {
 		p.waker.Close()
@@ -276,10 +306,6 @@ func (p *Platform) printDraining() {
 		requests, instances, p.opts.Drain)
 }
 
-// maxParallelPrepare bounds the builds and installs run at once: a
-// first start prepares every function, and each go build uses every core.
-const maxParallelPrepare = 4
-
 // watch applies changes to Dir until ctx ends.
 func (p *Platform) watch(ctx context.Context) {
 	t := time.NewTicker(p.opts.Poll)
@@ -295,9 +321,12 @@ func (p *Platform) watch(ctx context.Context) {
 }
 
 // sync loads Dir and applies what changed: new and changed functions are
-// prepared and (re)started, removed ones stopped. A function whose
-// manifest turned invalid keeps running as it was, with the error shown.
-func (p *Platform) sync(ctx context.Context) {
+// queued to be prepared and (re)started, removed ones stopped, their
+// builds cancelled. It never waits for a build, so that one slow build
+// holds up no other change. A function whose manifest turned invalid
+// keeps running as it was, with the error shown. It returns the builds it
+// queued.
+func (p *Platform) sync(ctx context.Context) []*build {
 	fns, errs := manifests.Load(p.opts.Dir, manifests.LoadOptions{AllowExternalSources: p.opts.AllowExternalSources})
 	p.reportLoadErrors(errs)
 	broken := map[string]bool{}
@@ -308,11 +337,10 @@ func (p *Platform) sync(ctx context.Context) {
 		}
 	}
 	if len(fns) == 0 && len(errs) == 1 && len(broken) == 0 {
-		return // the directory itself is unreadable: change nothing
+		return nil // the directory itself is unreadable: change nothing
 	}
 	seen := map[string]bool{}
-	var deploys sync.WaitGroup
-	slots := make(chan struct{}, maxParallelPrepare)
+	var queued []*build
 	for _, fn := range fns {
 		seen[fn.Key()] = true
 		fp, err := manifests.Fingerprint(fn)
@@ -322,32 +350,59 @@ func (p *Platform) sync(ctx context.Context) {
 		}
 		p.mu.Lock()
 		e := p.fns[fn.Key()]
-		due := e.due(fp, time.Now())
-		if e == nil {
-			// Known at once, shown as building: its requests wait for
-			// the build as for a cold start.
-			p.fns[fn.Key()] = &entry{fn: fn, created: time.Now()}
+		isNew := e == nil
+		var b *build
+		if e.due(fp, time.Now()) {
+			if isNew {
+				// Known at once, shown as building: its requests wait
+				// for the build as for a cold start.
+				e = &entry{fn: fn, created: time.Now()}
+				p.fns[fn.Key()] = e
+			}
+			b = p.queueBuildLocked(ctx, e, fn, fp)
 		}
 		p.mu.Unlock()
-		if e == nil {
+		if isNew {
 			p.timeline.Track(fn.Namespace, fn.Name)
 			p.act.SetFunction(activator.FunctionFor(fn.Function))
 		}
-		if due {
-			deploys.Go(func() {
-				slots <- struct{}{}
-				defer func() { <-slots }()
-				p.deploy(ctx, fn, fp)
-			})
+		if b != nil {
+			p.builds.add(b)
+			queued = append(queued, b)
 		}
 	}
-	deploys.Wait()
+	p.removeUnseen(seen, broken)
+	return queued
+}
+
+// queueBuildLocked makes a build of fn at fp e's, cancelling the one it
+// replaces; the caller adds it to p.builds. Called with p.mu held.
+func (p *Platform) queueBuildLocked(ctx context.Context, e *entry, fn manifests.Function, fp string) *build {
+	if e.build != nil {
+		e.build.cancel()
+	}
+	bctx, cancel := context.WithCancel(ctx)
+	b := &build{fn: fn, fp: fp, ctx: bctx, cancel: cancel, urgent: e.running, done: make(chan struct{}),
+		run: func(b *build) { p.deploy(ctx, e, b) }}
+	e.build = b
+	return b
+}
+
+// removeUnseen removes the functions no manifest declares any more, but
+// those of manifests that do not load now, and cancels their builds.
+func (p *Platform) removeUnseen(seen, broken map[string]bool) {
+	p.applyMu.Lock()
+	defer p.applyMu.Unlock()
 	p.mu.Lock()
 	var gone []*entry
 	for key, e := range p.fns {
 		if !seen[key] && !broken[e.fn.File] {
 			gone = append(gone, e)
 			delete(p.fns, key)
+			if e.build != nil {
+				e.build.cancel()
+				e.build = nil
+			}
 		}
 	}
 	p.mu.Unlock()
@@ -370,19 +425,28 @@ func (p *Platform) reportLoadErrors(errs []error) {
 	p.shownErrs = shown
 }
 
-// deploy prepares a new or changed function and hands it to the
-// supervisor, the autoscaler and the activator, in that order, so each
-// finds what it calls.
-func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string) {
+// deploy runs build b of e, a new or changed function, and hands the
+// result to the supervisor, the autoscaler and the activator, in that
+// order, so each finds what it calls; unless b was cancelled meanwhile (a
+// newer change, the function's removal, the platform's drain), whose
+// result is dropped.
+func (p *Platform) deploy(ctx context.Context, e *entry, b *build) {
 	start := time.Now()
-	p.mu.Lock()
-	e := p.fns[fn.Key()]
-	p.mu.Unlock()
-	proc, err := runtimes.Prepare(ctx, runtimes.Source{
+	fn, fp := b.fn, b.fp
+	proc, err := runtimes.Prepare(b.ctx, runtimes.Source{
 		Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,
 		Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler(),
 	}, runtimes.Options{CacheDir: p.opts.CacheDir, Progress: p.opts.Out})
+	p.applyMu.Lock()
+	defer p.applyMu.Unlock()
 	p.mu.Lock()
+	if b.ctx.Err() != nil || e.build != b {
+		p.mu.Unlock()
+		p.opts.Log.Info("build cancelled", "function", fn.Key(), "after", time.Since(start).Round(time.Millisecond))
+		return
+	}
+	b.cancel() // its context's resources: it is done
+	e.build = nil
 	if e.fingerprint != fp {
 		e.installFailures = 0
 	}
@@ -409,14 +473,26 @@ func (p *Platform) deploy(ctx context.Context, fn manifests.Function, fp string)
 	}
 	e.err, e.installFailures, e.proc = "", 0, proc
 	p.mu.Unlock()
-	p.start(ctx, e)
+	p.startLocked(ctx, e)
 	p.opts.Log.Info("function deployed", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))
 }
 
 // start hands e's prepared function, with the session's overrides, to the
 // supervisor, the autoscaler, the activator and the cron scheduler, in
-// that order, so each finds what it calls.
+// that order, so each finds what it calls; unless e was removed.
 func (p *Platform) start(ctx context.Context, e *entry) {
+	p.applyMu.Lock()
+	defer p.applyMu.Unlock()
+	p.mu.Lock()
+	current := p.fns[e.fn.Key()] == e
+	p.mu.Unlock()
+	if current {
+		p.startLocked(ctx, e)
+	}
+}
+
+// startLocked is start, with p.applyMu held and e current.
+func (p *Platform) startLocked(ctx context.Context, e *entry) {
 	p.mu.Lock()
 	fn, proc, fp := e.effective(), e.proc, e.fingerprint
 	scaling := autoscaler.FunctionFor(fn.Function)
@@ -514,6 +590,23 @@ func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
 		out = append(out, queueproxy.RabbitMQ{RabbitMQTrigger: t, URL: p.opts.AMQPURL})
 	}
 	return out
+}
+
+// cronLedger keeps the cron fires of opts.Dir's functions in a file under
+// the cache directory, so that fires missed while `sless dev` was stopped
+// get their catch-up fire when it starts again. The file is per functions
+// directory: two of them may hold functions of the same names.
+func cronLedger(opts Options) scheduler.Ledger {
+	dir, err := filepath.Abs(opts.Dir)
+	if opts.CacheDir == "" || err != nil {
+		return &scheduler.MemoryLedger{}
+	}
+	sum := sha256.Sum256([]byte(dir))
+	l, err := scheduler.OpenFileLedger(filepath.Join(opts.CacheDir, "cron", hex.EncodeToString(sum[:8])+".json"))
+	if err != nil {
+		opts.Log.Warn("cron: fires missed before this start are not caught up", "err", err)
+	}
+	return l
 }
 
 // cronFirer sends cron fires through the in-process activator.

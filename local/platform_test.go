@@ -71,6 +71,9 @@ type platform struct {
 	dir    string
 	out    *syncbuf.Buffer
 	client *http.Client
+	// cancel begins the platform's drain; stop waits for its end too.
+	cancel func()
+	stop   func()
 }
 
 func requirePython(t *testing.T) {
@@ -126,16 +129,22 @@ func runPlatform(t *testing.T, dir string, poll time.Duration, set ...func(*Opti
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
+		stop()
 		if t.Failed() {
 			t.Logf("platform output:\n%s", out.String())
 		}
 	})
-	return &platform{Platform: p, t: t, dir: dir, out: out,
+	return &platform{Platform: p, t: t, dir: dir, out: out, cancel: cancel, stop: stop,
 		client: &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{MaxIdleConnsPerHost: 300}}}
 }
 

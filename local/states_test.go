@@ -104,3 +104,48 @@ func (p *platform) statusCode(name string) int {
 	resp.Body.Close()
 	return resp.StatusCode
 }
+
+// Requests waiting for a function at zero are answered 404, naming it, as
+// soon as its manifest is deleted, not at its timeout. Its instance takes
+// minutes to load its handler, so they wait.
+func TestRemovedFunctionAnswersItsWaiters(t *testing.T) {
+	const slowLoad = "import time\ntime.sleep(600)\n\ndef handle(event):\n    return 'loaded'\n"
+	p := startPlatformCode(t, slowLoad, manifest("slow", "  timeoutSeconds: 120\n  scale: {initial: 0}\n"))
+	p.waitFor("the function loaded", 30*time.Second, func() bool { return p.status("slow").State == "idle" })
+	type answer struct {
+		code int
+		body string
+		at   time.Time
+	}
+	answers := make(chan answer, 3)
+	client := &http.Client{Timeout: time.Minute} // under the function's 120 s
+	for range 3 {
+		go func() {
+			resp, err := client.Get("http://" + p.Addr() + "/fn/default/slow")
+			if err != nil {
+				answers <- answer{code: -1, body: err.Error(), at: time.Now()}
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, string(body), time.Now()}
+		}()
+	}
+	p.waitFor("the requests to wait for the instance", 30*time.Second, func() bool {
+		return p.act.Waiting("default", "slow") == 3 && p.status("slow").Starting == 1
+	})
+	deleted := time.Now()
+	if err := os.Remove(filepath.Join(p.dir, "functions.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		got := <-answers
+		if got.code != http.StatusNotFound || !strings.Contains(got.body, `"function":"slow"`) ||
+			!strings.Contains(got.body, "default/slow was removed") {
+			t.Errorf("a waiting request got %d %q, want a 404 naming the removed function", got.code, got.body)
+		}
+		if after := got.at.Sub(deleted); after > 30*time.Second {
+			t.Errorf("answered %v after the manifest was deleted, want at once", after)
+		}
+	}
+}

@@ -386,3 +386,70 @@ func TestStartingInstancesProbed(t *testing.T) {
 		t.Errorf("a function whose only instance says it is not ready: %d, want 504 after waiting its timeout", code)
 	}
 }
+
+// TestDeletedFunctionAnswersItsWaiters: requests waiting for a Function at
+// zero are answered 404, naming it, as soon as the Function is deleted,
+// not at its timeout.
+func TestDeletedFunctionAnswersItsWaiters(t *testing.T) {
+	cfg := controlplane.Start(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := activator.New(activator.Config{}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	w, err := kubewatch.NewFunctions(cfg, a, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := controlplane.Client(t, cfg)
+	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x", TimeoutSeconds: 120}}
+	if err := c.Create(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "hello to be known", func() bool { return len(a.Functions()) == 1 })
+
+	base := serve(t, a)
+	type answer struct {
+		code int
+		body string
+		at   time.Time
+	}
+	answers := make(chan answer, 3)
+	client := &http.Client{Timeout: time.Minute} // under the function's 120 s
+	for range 3 {
+		go func() {
+			resp, err := client.Get(base)
+			if err != nil {
+				answers <- answer{code: -1, body: err.Error(), at: time.Now()}
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			answers <- answer{resp.StatusCode, string(body), time.Now()}
+		}()
+	}
+	eventually.True(t, "the requests to wait", func() bool { return a.Waiting("default", "hello") == 3 })
+	deleted := time.Now()
+	if err := c.Delete(ctx, fn); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		got := <-answers
+		if got.code != http.StatusNotFound || !strings.Contains(got.body, `"function":"hello"`) ||
+			!strings.Contains(got.body, "default/hello was removed") {
+			t.Errorf("a waiting request got %d %q, want a 404 naming the removed function", got.code, got.body)
+		}
+		if after := got.at.Sub(deleted); after > 30*time.Second {
+			t.Errorf("answered %v after the delete, want at once", after)
+		}
+	}
+	if code := get(base); code != http.StatusNotFound {
+		t.Errorf("a request after the delete: %d, want 404", code)
+	}
+}

@@ -196,8 +196,10 @@ func (s *Scheduler) poke() {
 	}
 }
 
-// Run fires the triggers until ctx ends, then waits for the fires being
-// sent.
+// Run fires the triggers until ctx ends; then it warms and fires no more,
+// lowers the floors it raised for fires not sent, and waits for the fires
+// being sent. A platform that drains ends ctx as the drain begins, so that
+// no fire, and no warm-up, starts an instance it is stopping.
 func (s *Scheduler) Run(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
@@ -207,10 +209,24 @@ func (s *Scheduler) Run(ctx context.Context) {
 		t.Reset(wait)
 		select {
 		case <-ctx.Done():
+			s.coolAll()
 			s.inflight.Wait()
 			return
 		case <-s.wake:
 		case <-t.C:
+		}
+	}
+}
+
+// coolAll lowers the floors raised for fires not sent yet.
+func (s *Scheduler) coolAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, es := range s.triggers {
+		for _, e := range es {
+			if e.warm {
+				s.coolLocked(e)
+			}
 		}
 	}
 }

@@ -3,7 +3,10 @@ package scheduler
 import (
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -208,4 +211,93 @@ func TestRemoveWhileWarm(t *testing.T) {
 			t.Errorf("fires %v floors %v, want no fire and the floor down at the removal", fires, floors)
 		}
 	})
+}
+
+// Once its context ends (a platform begins to drain), a scheduler lowers
+// the floor it raised, and neither warms nor fires again.
+func TestStopLowersFloors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{start: time.Now()}
+		s, _ := newScheduler(t, r, &MemoryLedger{})
+		ctx, cancel := context.WithCancel(context.Background())
+		s.Set(ctx, "ns", "fn", []Trigger{trigger(t, "* * * * *", 30*time.Second)})
+		done := make(chan struct{})
+		go func() { s.Run(ctx); close(done) }()
+		time.Sleep(40 * time.Second)
+		cancel()
+		<-done
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		fires, floors := r.got()
+		if len(fires) != 0 || !slices.Equal(floors, []string{"1@30s", "0@40s"}) {
+			t.Errorf("fires %v floors %v, want no fire and the floor down when the scheduler stopped", fires, floors)
+		}
+	})
+}
+
+// A FileLedger outlives its process: a new one on the same file knows the
+// fires claimed, so a scheduler started on it sends one catch-up fire for
+// those missed meanwhile. A file that does not parse is reported and
+// replaced at the next claim.
+func TestFileLedger(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cron", "ledger.json")
+	ctx := context.Background()
+	first, err := OpenFileLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	if ok, err := first.Claim(ctx, "ns/fn/tick", fired); !ok || err != nil {
+		t.Fatalf("Claim = %v, %v", ok, err)
+	}
+	again, err := OpenFileLedger(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, err := again.Last(ctx, "ns/fn/tick"); err != nil || !last.Equal(fired) {
+		t.Errorf("Last after reopening = %v, %v; want %v", last, err, fired)
+	}
+	if ok, _ := again.Claim(ctx, "ns/fn/tick", fired); ok {
+		t.Error("a fire claimed before the reopening claimed again")
+	}
+
+	synctest.Test(t, func(t *testing.T) {
+		// A process fired ten minutes ago, and the next starts now.
+		path := filepath.Join(t.TempDir(), "ledger.json")
+		before, _ := OpenFileLedger(path)
+		if _, err := before.Claim(ctx, "ns/fn/tick", time.Now().Add(-10*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		after, err := OpenFileLedger(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := &recorder{start: time.Now()}
+		s, _ := newScheduler(t, r, after)
+		runCtx, cancel := context.WithCancel(ctx)
+		s.Set(runCtx, "ns", "fn", []Trigger{trigger(t, "* * * * *", 0)})
+		done := make(chan struct{})
+		go func() { s.Run(runCtx); close(done) }()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		cancel()
+		<-done
+		if fires, _ := r.got(); len(fires) != 1 || !fires[0].CatchUp {
+			t.Errorf("fires %+v, want the one catch-up", fires)
+		}
+	})
+
+	if err := os.WriteFile(path, []byte("{not json"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	broken, err := OpenFileLedger(path)
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Errorf("opening a broken ledger: %v, want an error naming its file", err)
+	}
+	if ok, err := broken.Claim(ctx, "ns/fn/tick", fired); !ok || err != nil {
+		t.Errorf("a claim on a broken ledger = %v, %v; want it claimed and written", ok, err)
+	}
+	if _, err := OpenFileLedger(path); err != nil {
+		t.Errorf("the ledger after a claim: %v", err)
+	}
 }
