@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Load scenarios over `sless load`: each starts its own sless dev, drives it,
-# and writes a report (plots, a Markdown page, the run's JSON) under
-# benchmarks/reports/<scenario>/. Run all with `make bench-scenarios`, or
-# some: benchmarks/scenarios/run.sh spike cold-start. About 12 minutes for all.
+# and writes a report (plots, a Markdown page, a summary) under
+# benchmarks/reports/<scenario>/, which is tracked. The raw run (every second's
+# figures and the latency histogram, for `sless load --compare`) goes to
+# bin/bench-runs/<scenario>/run.json instead: megabytes that would change in
+# the tree on every run and that no page links. Run all with
+# `make bench-scenarios`, or some: benchmarks/scenarios/run.sh spike cold-start.
+# About 12 minutes for all.
 #
 #   step       stress-slow from zero to 40 requests/s (0.5 s each): instances over time
 #   spike      hello-go at 20/s with 10 s at 1,000/s in the middle
@@ -14,6 +18,7 @@ cd "$(dirname "$0")/../.."
 root=$PWD
 sless=$root/bin/sless
 reports=$root/benchmarks/reports
+runs=$root/bin/bench-runs
 samples=$root/config/samples/functions
 amqp=${SLESS_AMQP_URL:-amqp://guest:guest@127.0.0.1:5672/}
 work=$(mktemp -d)
@@ -51,14 +56,15 @@ stop_dev() {
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-# load SCENARIO [sless load flags...]: one run, its report in $reports/SCENARIO.
+# load SCENARIO [sless load flags...]: one run, its report in $reports/SCENARIO
+# and its raw run in $runs/SCENARIO/run.json.
 load() {
 	local name=$1
 	shift
-	rm -rf "${reports:?}/$name"
-	mkdir -p "$reports/$name"
+	rm -rf "${reports:?}/$name" "${runs:?}/$name"
+	mkdir -p "$reports/$name" "$runs/$name"
 	echo "== $name: sless load $*"
-	"$sless" load --admin "http://$admin" --report "$reports/$name" --json "$reports/$name/run.json" "$@" |
+	"$sless" load --admin "http://$admin" --report "$reports/$name" --json "$runs/$name/run.json" "$@" |
 		tee "$reports/$name/summary.txt"
 }
 
