@@ -109,8 +109,11 @@ func (l *logs) dropIfEmpty(key string, f *functionLog) {
 	}
 }
 
-// tail returns up to n of the latest lines since a time (n 0: all kept),
-// oldest first.
+// allLines is a tail of every line kept.
+const allLines = -1
+
+// tail returns up to n of the latest lines since a time (allLines: every
+// one kept; 0: none), oldest first.
 func (l *logs) tail(namespace, name string, since time.Time, n int) []LogLine {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -128,7 +131,7 @@ func (l *logs) tailLocked(key string, since time.Time, n int) []LogLine {
 			out = append(out, ll)
 		}
 	}
-	if n > 0 && len(out) > n {
+	if n >= 0 && len(out) > n {
 		out = out[len(out)-n:]
 	}
 	return out
@@ -156,14 +159,15 @@ func (l *logs) follow(namespace, name string, since time.Time, n int) (tail []Lo
 // logsQuery is what a logs request asks for.
 type logsQuery struct {
 	since  time.Time
-	tail   int
+	tail   int // allLines when not asked
 	follow bool
 }
 
-// parseLogsQuery reads ?since=<duration or RFC 3339>&tail=N&follow=true.
+// parseLogsQuery reads ?since=<duration or RFC 3339>&tail=N&follow=true;
+// tail=0 asks for none of the kept lines: with follow, only new ones.
 func parseLogsQuery(r *http.Request, now time.Time) (logsQuery, error) {
 	v := r.URL.Query()
-	var q logsQuery
+	q := logsQuery{tail: allLines}
 	if s := v.Get("since"); s != "" {
 		var err error
 		if q.since, err = invocation.ParseSince(s, now); err != nil {
@@ -172,8 +176,8 @@ func parseLogsQuery(r *http.Request, now time.Time) (logsQuery, error) {
 	}
 	if t := v.Get("tail"); t != "" {
 		var err error
-		if q.tail, err = strconv.Atoi(t); err != nil || q.tail < 1 {
-			return q, errors.New("tail must be a positive whole number, not " + strconv.Quote(t))
+		if q.tail, err = strconv.Atoi(t); err != nil || q.tail < 0 {
+			return q, errors.New("tail must be a whole number, 0 or more, not " + strconv.Quote(t))
 		}
 	}
 	if f := v.Get("follow"); f != "" {

@@ -249,14 +249,17 @@ func newLogsCommand() *cobra.Command {
 	c := adminFlags(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on printing new lines until interrupted")
 	cmd.Flags().StringVar(&since, "since", "", "only lines since an age (5m) or a time (RFC 3339)")
-	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines kept")
+	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines kept, all by default (0: none; with -f, only new lines)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		_, _, path := functionPath(args[0])
 		q := url.Values{}
 		if since != "" {
 			q.Set("since", since)
 		}
-		if tail > 0 {
+		if cmd.Flags().Changed("tail") {
+			if tail < 0 {
+				return usageError{fmt.Errorf("--tail %d: want 0 or more", tail)}
+			}
 			q.Set("tail", fmt.Sprint(tail))
 		}
 		out := cmd.OutOrStdout()

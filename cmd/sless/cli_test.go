@@ -43,6 +43,13 @@ func sless(t *testing.T, admin string, args ...string) (string, error) {
 // set, until stop or the end of the test, and returns its admin API's URL.
 func runDev(t *testing.T, dir, token string) (admin string, stop func()) {
 	t.Helper()
+	p, stop := runPlatform(t, dir, token)
+	return "http://" + p.AdminAddr(), stop
+}
+
+// runPlatform is runDev's platform.
+func runPlatform(t *testing.T, dir, token string) (p *local.Platform, stop func()) {
+	t.Helper()
 	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
 		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second, AdminToken: token})
 	if err != nil {
@@ -53,7 +60,7 @@ func runDev(t *testing.T, dir, token string) (admin string, stop func()) {
 	go func() { done <- p.Run(ctx) }()
 	stop = sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(stop)
-	return "http://" + p.AdminAddr(), stop
+	return p, stop
 }
 
 // lines splits output into its lines.
@@ -208,6 +215,9 @@ func TestCLI(t *testing.T) {
 		if err != nil || len(lines(out)) != 1 {
 			t.Errorf("logs --tail 1: %v\n%s", err, out)
 		}
+		if out, err := cli(t, "logs", "hi", "--tail", "0"); err != nil || out != "" {
+			t.Errorf("logs --tail 0: %v %q, want nothing", err, out)
+		}
 		if out, err := cli(t, "logs", "hi", "--since", time.Now().Add(time.Hour).Format(time.RFC3339)); err != nil || out != "" {
 			t.Errorf("logs --since an hour ahead: %v %q, want nothing", err, out)
 		}
@@ -225,6 +235,7 @@ func TestCLI(t *testing.T) {
 			t.Errorf("logs --since yesterday: %v", err)
 		}
 	})
+	// -f --tail 0: the new lines, none of the past.
 	t.Run("LogsFollow", func(t *testing.T) {
 		for _, output := range []string{"", "json"} {
 			var followed syncbuf.Buffer
@@ -233,7 +244,7 @@ func TestCLI(t *testing.T) {
 			go func() {
 				root := newRootCommand()
 				root.SetOut(&followed)
-				root.SetArgs([]string{"logs", "default/hi", "-f", "--tail", "1", "-o", output, "--admin", d.admin})
+				root.SetArgs([]string{"logs", "default/hi", "-f", "--tail", "0", "-o", output, "--admin", d.admin})
 				done <- root.ExecuteContext(ctx)
 			}()
 			path := "/followed-" + cmp.Or(output, "table")
@@ -252,6 +263,8 @@ func TestCLI(t *testing.T) {
 					t.Errorf("logs -f -o json: line %q is not a log line's JSON", l)
 				case output == "" && !regexp.MustCompile(`^default/hi#\d+ \| `).MatchString(l):
 					t.Errorf("logs -f: line %q is not 'instance | line'", l)
+				case !strings.Contains(l, "serving GET "+path):
+					t.Errorf("logs -f --tail 0: line %q, want only the new lines of %s", l, path)
 				}
 			}
 		}
@@ -303,11 +316,43 @@ func TestCLIErrors(t *testing.T) {
 		t.Errorf("-o yaml: %T, want a usage error (exit 2)", err)
 	}
 
+	if _, err := sless(t, admin, "logs", "hi", "--tail", "-1"); err == nil || !strings.Contains(err.Error(), "--tail -1") {
+		t.Errorf("logs --tail -1: %v", err)
+	} else if _, ok := err.(usageError); !ok {
+		t.Errorf("logs --tail -1: %T, want a usage error (exit 2)", err)
+	}
+
 	closed := "http://127.0.0.1:" + strconv.Itoa(testfn.FreePort(t))
 	want := "cannot reach the sless admin API at " + closed + ": is `sless dev` running?"
 	for _, args := range [][]string{{"functions"}, {"logs", "hi", "-f"}, {"invoke", "hi"}} {
 		if _, err := sless(t, closed, args...); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%v at a closed port: %v, want %q", args, err, want)
+		}
+	}
+}
+
+// --admin takes host:port as the server commands do, and says so when it
+// is given the invocation port, whose 404s would otherwise read as the
+// admin API's "unknown function".
+func TestCLIAdminAddress(t *testing.T) {
+	p, _ := runPlatform(t, t.TempDir(), "")
+	t.Setenv("SLESS_ADMIN_TOKEN", "")
+	if out, err := sless(t, p.AdminAddr(), "functions"); err != nil || !strings.HasPrefix(out, "NAME") {
+		t.Errorf("--admin %s (no scheme): %v %q, want the table", p.AdminAddr(), err, out)
+	}
+	for _, invoke := range []string{"http://" + p.Addr(), p.Addr()} {
+		for _, args := range [][]string{{"functions"}, {"describe", "hi"}, {"logs", "hi", "-f"}} {
+			_, err := sless(t, invoke, args...)
+			if err == nil || !strings.Contains(err.Error(), "is not the sless admin API") || !strings.Contains(err.Error(), "invocation port") {
+				t.Errorf("%v --admin %s (the invocation port): %v, want it said not the admin API", args, invoke, err)
+			}
+		}
+	}
+	for _, bad := range []string{"ftp://" + p.AdminAddr(), "http://", "127.0.0.1:9090?x=1"} {
+		if _, err := sless(t, bad, "functions"); err == nil || !strings.Contains(err.Error(), "want host:port") {
+			t.Errorf("--admin %s: %v, want a usage error", bad, err)
+		} else if _, ok := err.(usageError); !ok {
+			t.Errorf("--admin %s: %T, want a usage error (exit 2)", bad, err)
 		}
 	}
 }
