@@ -28,7 +28,8 @@ type LogLine struct {
 	Instance string    `json:"instance"`
 	Line     string    `json:"line"`
 	// Dropped, on a followed stream, counts the lines left out before
-	// this one because the follower read too slowly.
+	// this one because the follower read too slowly. A line that only
+	// reports them has no instance and no text.
 	Dropped int `json:"dropped,omitempty"`
 }
 
@@ -36,7 +37,8 @@ type LogLine struct {
 // most maxLogLines lines and maxLogBytes of text per function), and passes
 // new ones to followers. add never blocks: the output copiers of the
 // instances call it; a follower that lags more than followerQueue lines
-// loses the next ones and is told how many with the line after them.
+// loses the next ones and is told how many with the line after them, or,
+// when none comes (the burst ended), as soon as it has read its queue.
 type logs struct {
 	mu  sync.Mutex
 	fns map[string]*functionLog
@@ -49,7 +51,10 @@ type functionLog struct {
 }
 
 type follower struct {
-	lines   chan LogLine
+	lines chan LogLine
+	// gap is signalled when a line is dropped, so that the stream says so
+	// once it has read what came before, without waiting for a next line.
+	gap     chan struct{}
 	dropped int // guarded by logs.mu
 }
 
@@ -86,8 +91,25 @@ func (l *logs) add(namespace, name, instance, line string) {
 			fl.dropped = 0
 		default:
 			fl.dropped++
+			select {
+			case fl.gap <- struct{}{}:
+			default: // already signalled
+			}
 		}
 	}
+}
+
+// takeDropped returns, and resets, the lines fl lost since the last it
+// was given, once it has read every line queued before them; ok is false
+// while some are left to read.
+func (l *logs) takeDropped(fl *follower) (n int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(fl.lines) > 0 {
+		return 0, false
+	}
+	n, fl.dropped = fl.dropped, 0
+	return n, true
 }
 
 // forget drops a removed function's lines; its followers, if any, go on
@@ -143,7 +165,7 @@ func (l *logs) follow(namespace, name string, since time.Time, n int) (tail []Lo
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := namespace + "/" + name
-	fl = &follower{lines: make(chan LogLine, followerQueue)}
+	fl = &follower{lines: make(chan LogLine, followerQueue), gap: make(chan struct{}, 1)}
 	l.get(key).followers[fl] = struct{}{}
 	stop = func() {
 		l.mu.Lock()
@@ -212,7 +234,9 @@ func (p *Platform) serveLogs(w http.ResponseWriter, r *http.Request) {
 
 // stream follows a function's lines onto w, flushing each, until r's
 // context ends (the client left, or the server closed its connection) or
-// a write fails.
+// a write fails. Lines dropped at the end of a burst are reported by a
+// line of their own (no instance, no text, "dropped": N) once the queue
+// before them is written.
 func (l *logs) stream(w http.ResponseWriter, r *http.Request, ns, name string, q logsQuery) {
 	tail, fl, stop := l.follow(ns, name, q.since, q.tail)
 	defer stop()
@@ -231,12 +255,26 @@ func (l *logs) stream(w http.ResponseWriter, r *http.Request, ns, name string, q
 		}
 	}
 	flush()
+	gap := false // lines were dropped and not yet reported
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case ll := <-fl.lines:
 			if enc.Encode(ll) != nil {
+				return
+			}
+			flush()
+		case <-fl.gap:
+			gap = true
+		}
+		if !gap || len(fl.lines) > 0 {
+			continue
+		}
+		n, ok := l.takeDropped(fl)
+		gap = !ok
+		if n > 0 {
+			if enc.Encode(LogLine{Time: time.Now(), Dropped: n}) != nil {
 				return
 			}
 			flush()

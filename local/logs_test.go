@@ -156,8 +156,8 @@ func (w *gatedWriter) lines(t *testing.T) []LogLine {
 
 // A followed stream sends the tail, then each new line, flushed. A
 // follower that stops reading never holds the output back nor slows
-// another follower: it loses the lines past its queue, and the next line
-// it gets says how many.
+// another follower: it loses the lines past its queue, and is told how
+// many once it has read its queue, though no line follows the burst.
 func TestLogsFollowSlowFollower(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var l logs
@@ -185,12 +185,21 @@ func TestLogsFollowSlowFollower(t *testing.T) {
 		synctest.Wait()
 		close(slow.gate)
 		synctest.Wait()
+		// The burst is over: the drop is reported once the queue is
+		// read, without waiting for another line.
+		got := slow.lines(t)
+		if len(got) != 3+followerQueue+1 {
+			t.Fatalf("slow follower got %d lines after the burst, want the tail, its queue (%d) and a drop report", len(got), followerQueue)
+		}
+		if last := got[len(got)-1]; last.Dropped != n-followerQueue || last.Line != "" || last.Instance != "" || last.Time.IsZero() {
+			t.Errorf("slow follower's last line %+v, want a report of %d dropped", last, n-followerQueue)
+		}
 		l.add("ns", "fn", "ns/fn#2", "after")
 		synctest.Wait()
 		stopSlow()
 		stopFast()
 
-		got := fast.lines(t)
+		got = fast.lines(t)
 		if len(got) != 3+n+1 || got[0].Line != "tail 0" || got[3+n].Line != "after" || got[3+n].Instance != "ns/fn#2" {
 			t.Fatalf("fast follower got %d lines, want the 3 of the tail, %d new and after", len(got), n)
 		}
@@ -207,11 +216,11 @@ func TestLogsFollowSlowFollower(t *testing.T) {
 		}
 
 		got = slow.lines(t)
-		if len(got) != 3+followerQueue+1 {
-			t.Fatalf("slow follower got %d lines, want the tail, its queue (%d) and after", len(got), followerQueue)
+		if len(got) != 3+followerQueue+2 {
+			t.Fatalf("slow follower got %d lines, want the tail, its queue (%d), the drop report and after", len(got), followerQueue)
 		}
-		if last := got[len(got)-1]; last.Line != "after" || last.Dropped != n-followerQueue {
-			t.Errorf("slow follower's last line %+v, want after telling of %d dropped", last, n-followerQueue)
+		if last := got[len(got)-1]; last.Line != "after" || last.Dropped != 0 {
+			t.Errorf("slow follower's last line %+v, want after, the drop already reported", last)
 		}
 		if got[3].Line != "new 0" || got[3+followerQueue-1].Line != fmt.Sprint("new ", followerQueue-1) {
 			t.Errorf("slow follower's queue: %q .. %q, want the first %d new lines", got[3].Line, got[3+followerQueue-1].Line, followerQueue)

@@ -310,7 +310,9 @@ func (c *adminClient) follow(cmd *cobra.Command, path string, out io.Writer) err
 		if ll.Dropped > 0 {
 			fmt.Fprintf(out, "(%d lines dropped: reading too slowly)\n", ll.Dropped)
 		}
-		fmt.Fprintf(out, "%s | %s\n", ll.Instance, ll.Line)
+		if ll.Instance != "" { // else it only reports a drop
+			fmt.Fprintf(out, "%s | %s\n", ll.Instance, ll.Line)
+		}
 	}
 	if cmd.Context().Err() != nil {
 		return nil // interrupted: the way a follow ends

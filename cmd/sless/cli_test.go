@@ -21,6 +21,7 @@ import (
 	"sless.dev/sless/internal/needs"
 	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/local"
 )
 
@@ -354,6 +355,22 @@ func TestCLIAdminAddress(t *testing.T) {
 		} else if _, ok := err.(usageError); !ok {
 			t.Errorf("--admin %s: %T, want a usage error (exit 2)", bad, err)
 		}
+	}
+}
+
+// logs -f prints a line of the stream that only reports dropped lines (as
+// sless dev sends at the end of a burst: see local's
+// TestLogsFollowSlowFollower) as that report alone.
+func TestCLILogsFollowDropReport(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set(wire.AdminAPIHeader, wire.AdminAPIVersion)
+		_, _ = w.Write([]byte(`{"time":"2026-01-02T03:04:05Z","instance":"default/hi#1","line":"one"}` + "\n" +
+			`{"time":"2026-01-02T03:04:06Z","dropped":5}` + "\n"))
+	}))
+	defer api.Close()
+	out, err := sless(t, api.URL, "logs", "hi", "-f")
+	if want := "default/hi#1 | one\n(5 lines dropped: reading too slowly)\n"; out != want || err == nil {
+		t.Errorf("logs -f: %v %q, want %q and the stream's end", err, out, want)
 	}
 }
 
