@@ -65,6 +65,10 @@ type TriggerStatus struct {
 	// Kind is http, cron or rabbitmq.
 	Kind  string `json:"kind"`
 	Queue string `json:"queue,omitempty"`
+	// Schedule and Timezone are a cron trigger's, so that a trigger's row
+	// says what fires it without the spec beside it.
+	Schedule string `json:"schedule,omitempty"`
+	Timezone string `json:"timezone,omitempty"`
 	// State is disabled for a trigger with enabled: false, else active
 	// for HTTP and cron. A RabbitMQ trigger is consuming (a ready
 	// instance consumes it), waiting (no instance: its first message
@@ -89,7 +93,7 @@ func NewTriggerStatus(t v1alpha1.Trigger) TriggerStatus {
 	ts := TriggerStatus{Name: t.Name, Kind: "http", State: TriggerActive}
 	switch {
 	case t.Cron != nil:
-		ts.Kind = "cron"
+		ts.Kind, ts.Schedule, ts.Timezone = "cron", t.Cron.Schedule, t.Cron.Timezone
 	case t.RabbitMQ != nil:
 		ts.Kind, ts.Queue, ts.State = "rabbitmq", t.RabbitMQ.Queue, TriggerWaiting
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"sless.dev/sless/adminapi"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local"
 )
@@ -76,7 +77,7 @@ func age(t time.Time) string {
 func newDescribeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "describe NAMESPACE/NAME",
-		Short: "Show a function: spec, state, instances, last crash and build error, recent invocations",
+		Short: "Show a function: state, triggers, spec, instances, last crash and build error, recent invocations",
 		Args:  cobra.ExactArgs(1),
 	}
 	c := adminFlags(cmd)
@@ -130,6 +131,7 @@ func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, 
 	}
 	_ = tw.Flush()
 
+	describeTriggers(w, st.Triggers)
 	fmt.Fprintln(w, "Spec:")
 	if spec, err := yaml.Marshal(st.Spec); err == nil {
 		for line := range strings.Lines(string(spec)) {
@@ -156,6 +158,30 @@ func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, 
 	default:
 		invocationsTable(&indented{w: w}, recent)
 	}
+}
+
+// describeTriggers shows each trigger, what fires it, its state and, when
+// it fails, why.
+func describeTriggers(w io.Writer, triggers []adminapi.TriggerStatus) {
+	fmt.Fprintln(w, "Triggers:")
+	if len(triggers) == 0 {
+		fmt.Fprintln(w, "  <none>")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tKIND\tSTATE\tSOURCE\tERROR")
+	for _, t := range triggers {
+		source := "-"
+		switch {
+		case t.Queue != "":
+			source = "queue " + t.Queue
+		case t.Schedule != "":
+			source = strings.TrimSpace(t.Schedule + " " + t.Timezone)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", t.Name, t.Kind, t.State, source,
+			cmp.Or(strings.Join(strings.Fields(t.Error), " "), "-"))
+	}
+	_ = tw.Flush()
 }
 
 // indented writes each line it is given two spaces in.

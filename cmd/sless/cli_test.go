@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/needs"
 	"sless.dev/sless/internal/syncbuf"
@@ -48,11 +49,16 @@ func runDev(t *testing.T, dir, token string) (admin string, stop func()) {
 	return "http://" + p.AdminAddr(), stop
 }
 
-// runPlatform is runDev's platform.
-func runPlatform(t *testing.T, dir, token string) (p *local.Platform, stop func()) {
+// runPlatform is runDev's platform, with its options changed by each of
+// opts.
+func runPlatform(t *testing.T, dir, token string, opts ...func(*local.Options)) (p *local.Platform, stop func()) {
 	t.Helper()
-	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
-		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second, AdminToken: token})
+	o := local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
+		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second, AdminToken: token}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	p, err := local.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -329,6 +335,36 @@ func TestCLIErrors(t *testing.T) {
 		if _, err := sless(t, closed, args...); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%v at a closed port: %v, want %q", args, err, want)
 		}
+	}
+}
+
+// describe shows each trigger, what fires it, its state and its error:
+// here a queue that does not exist, beside an HTTP trigger that serves and
+// a cron trigger switched off.
+func TestCLIDescribeTriggers(t *testing.T) {
+	requirePython3(t)
+	amqptest.Channel(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"q/main.py": "def handle(e):\n    return 'q'\n",
+		"q.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: q}\nspec:\n  runtime: python\n  source: ./q\n" +
+			"  scale: {initial: 1}\n  triggers:\n    - {name: web, http: {}}\n" +
+			"    - {name: nightly, enabled: false, cron: {schedule: \"0 3 * * *\", timezone: Europe/Paris}}\n" +
+			"    - {name: orders, rabbitmq: {queue: sless-test-no-such-queue}}\n",
+	})
+	p, _ := runPlatform(t, dir, "", func(o *local.Options) { o.AMQPURL = amqptest.URL() })
+	admin := "http://" + p.AdminAddr()
+	var out string
+	eventually.TrueWithin(t, 2*time.Minute, "the queue trigger failing", func() bool {
+		out, _ = sless(t, admin, "describe", "q")
+		return strings.Contains(out, "failing")
+	})
+	want := regexp.MustCompile(`(?m)^Triggers:\n  NAME +KIND +STATE +SOURCE +ERROR\n` +
+		`  web +http +active +- +-\n` +
+		`  nightly +cron +disabled +0 3 \* \* \* Europe/Paris +-\n` +
+		`  orders +rabbitmq +failing +queue sless-test-no-such-queue +.*queue "sless-test-no-such-queue" not found.*\n`)
+	if !want.MatchString(out) {
+		t.Errorf("describe does not match %s:\n%s", want, out)
 	}
 }
 

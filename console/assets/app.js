@@ -308,7 +308,7 @@ function updateTriggers(f) {
         }
       },
     });
-    return h('tr', {}, h('td', { text: t.name }), h('td', { text: t.kind + (t.queue ? ' ' + t.queue : '') }),
+    return h('tr', {}, h('td', { text: t.name }), h('td', { text: [t.kind, t.queue, t.schedule, t.timezone].filter(Boolean).join(' ') }),
       h('td', { title: t.error || '' }, badge(t.state), t.error ? h('div', { class: 'error', text: t.error }) : null), h('td', {}, button));
   }));
 }
