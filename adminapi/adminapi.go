@@ -103,6 +103,30 @@ func NewTriggerStatus(t v1alpha1.Trigger) TriggerStatus {
 	return ts
 }
 
+// List is the answer of GET /v1/functions.
+type List[S any] struct {
+	Functions []S `json:"functions"`
+	// Errors are the manifests a ManifestLoader could not load.
+	Errors []ManifestError `json:"errors,omitempty"`
+}
+
+// ManifestError is a manifest that could not be loaded: it does not parse,
+// a function in it is invalid, or declares a name another manifest has.
+// The functions it declared run as last loaded, or not at all.
+type ManifestError struct {
+	File string `json:"file,omitempty"`
+	// Function is namespace/name when the error is about one function.
+	Function string `json:"function,omitempty"`
+	Error    string `json:"error"`
+}
+
+// ManifestLoader is a Backend that loads manifests itself (sless dev,
+// from a directory) and so may fail to; on Kubernetes the API server
+// refuses a bad manifest at apply.
+type ManifestLoader interface {
+	ManifestErrors(ctx context.Context) []ManifestError
+}
+
 // Overrides are a session's changes to a function in sless dev.
 type Overrides struct {
 	// Triggers maps a trigger's name to whether it is enabled.
@@ -212,7 +236,11 @@ func (h handler[S]) list(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{"functions": fns})
+	list := List[S]{Functions: fns}
+	if ml, ok := h.b.(ManifestLoader); ok {
+		list.Errors = ml.ManifestErrors(r.Context())
+	}
+	WriteJSON(w, http.StatusOK, list)
 }
 
 func (h handler[S]) get(w http.ResponseWriter, r *http.Request) {

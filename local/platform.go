@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"sless.dev/sless/activator"
+	"sless.dev/sless/adminapi"
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
@@ -116,6 +117,10 @@ type Platform struct {
 
 	mu  sync.Mutex
 	fns map[string]*entry
+	// loadErrs are the errors of the last load of the manifests, for the
+	// admin API: on the terminal alone, a manifest that stopped loading
+	// left its functions serving the last version with no sign of it.
+	loadErrs []adminapi.ManifestError
 
 	shownErrs map[string]bool // load errors shown, so each is shown once
 }
@@ -300,6 +305,10 @@ func (p *Platform) watch(ctx context.Context) {
 func (p *Platform) sync(ctx context.Context) {
 	fns, errs := manifests.Load(p.opts.Dir, manifests.LoadOptions{AllowExternalSources: p.opts.AllowExternalSources})
 	p.reportLoadErrors(errs)
+	loadErrs := manifestErrors(errs)
+	p.mu.Lock()
+	p.loadErrs = loadErrs
+	p.mu.Unlock()
 	broken := map[string]bool{}
 	for _, err := range errs {
 		var fe *manifests.FileError
@@ -368,6 +377,19 @@ func (p *Platform) reportLoadErrors(errs []error) {
 		shown[msg] = true
 	}
 	p.shownErrs = shown
+}
+
+// manifestErrors are a load's errors as the admin API shows them.
+func manifestErrors(errs []error) []adminapi.ManifestError {
+	out := make([]adminapi.ManifestError, 0, len(errs))
+	for _, err := range errs {
+		if fe, ok := errors.AsType[*manifests.FileError](err); ok {
+			out = append(out, adminapi.ManifestError{File: fe.File, Function: fe.Function, Error: fe.Err.Error()})
+			continue
+		}
+		out = append(out, adminapi.ManifestError{Error: err.Error()})
+	}
+	return out
 }
 
 // deploy prepares a new or changed function and hands it to the

@@ -31,7 +31,7 @@ func newFunctionsCommand() *cobra.Command {
 	}
 	c := adminFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		var list struct{ Functions []local.FunctionStatus }
+		var list adminapi.List[local.FunctionStatus]
 		raw, err := c.get("/v1/functions", &list)
 		if err != nil {
 			return err
@@ -39,6 +39,11 @@ func newFunctionsCommand() *cobra.Command {
 		if c.output == "json" {
 			_, err := cmd.OutOrStdout().Write(raw)
 			return err
+		}
+		// First, on stderr: a manifest that does not load changes
+		// nothing, and the table alone would not say so.
+		for _, e := range list.Errors {
+			fmt.Fprintf(cmd.ErrOrStderr(), "manifest error: %s\n", strings.TrimPrefix(e.File+": "+e.Error, ": "))
 		}
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tRUNTIME\tSTATE\tREADY\tURL\tAGE")

@@ -368,6 +368,27 @@ func TestCLIDescribeTriggers(t *testing.T) {
 	}
 }
 
+// functions says first, on stderr, which manifests did not load; -o json
+// has them as the list's errors.
+func TestCLIManifestErrors(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"bad.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: bad\n"})
+	admin, _ := runDev(t, dir, "")
+	t.Setenv("SLESS_ADMIN_TOKEN", "")
+	out, err := sless(t, admin, "functions")
+	if rows := lines(out); err != nil || len(rows) != 2 || !strings.HasPrefix(rows[0], "manifest error: "+filepath.Join(dir, "bad.yaml")+": ") ||
+		!strings.HasPrefix(rows[1], "NAME") {
+		t.Errorf("functions: %v\n%s\nwant the manifest error, then the table", err, out)
+	}
+	var list struct {
+		Errors []struct{ File, Error string }
+	}
+	out, err = sless(t, admin, "functions", "-o", "json")
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Errors) != 1 || list.Errors[0].File != filepath.Join(dir, "bad.yaml") {
+		t.Errorf("functions -o json: %v %s, want the manifest's error", err, out)
+	}
+}
+
 // --admin takes host:port as the server commands do, and says so when it
 // is given the invocation port, whose 404s would otherwise read as the
 // admin API's "unknown function".
