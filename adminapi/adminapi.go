@@ -34,9 +34,13 @@ type Function struct {
 	Runtime   string `json:"runtime"`
 	URL       string `json:"url"`
 	// State is building, failed (nothing to run), crashing (its instances
-	// crash before ready), idle (no instance), starting or ready; Error
-	// says why it is failed or crashing.
+	// cannot become ready: they crash, or run without passing their
+	// readiness check), idle (no instance), starting or ready; Error says
+	// why it is failed or crashing, and Reason, when its instances say,
+	// names the cause as the InstancesReady condition of a Function does
+	// (v1alpha1.ReasonCrashing, ReasonReadinessFailing, ...).
 	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Desired  int    `json:"desired"`
 	Ready    int    `json:"ready"`

@@ -134,7 +134,7 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	case !e.running:
 		st.State = "building"
 	case sup.Failing != "" && st.Ready == 0:
-		st.State, st.Error = "crashing", sup.Failing
+		st.State, st.Reason, st.Error = "crashing", sup.FailingReason, sup.Failing
 	case st.Ready > 0:
 		st.State = "ready"
 	case st.Starting > 0:

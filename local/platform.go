@@ -21,6 +21,7 @@ import (
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/adminapi"
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
@@ -82,6 +83,11 @@ type Options struct {
 	// RetryBackoff is the wait before a failed message's first retry
 	// (consumer.DefaultBackoff when 0).
 	RetryBackoff time.Duration
+	// ReadinessGrace is how long an instance may run without passing its
+	// readiness check before its function shows as crashing with reason
+	// ReadinessFailing, and requests are answered 503 with the cause
+	// (v1alpha1.ReadinessGrace when 0).
+	ReadinessGrace time.Duration
 	// NoQueueWake leaves no parked consumer on the queues of functions at
 	// zero: only the depth read once a second wakes them, as without it.
 	// For comparisons (bench-queue).
@@ -179,7 +185,7 @@ func New(opts Options) (*Platform, error) {
 	if p.metrics, err = newMetrics(p.reg); err != nil {
 		return nil, err
 	}
-	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog,
+	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, ReadinessGrace: opts.ReadinessGrace,
 		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: timeline.Tee(p.records, p.timeline),
 		Crashed: func(namespace, name string) { p.metrics.crashes.WithLabelValues(namespace, name).Inc() }})
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
@@ -471,20 +477,25 @@ func (p *Platform) start(ctx context.Context, e *entry) {
 	}
 }
 
-// failing is the supervisor's news of a version that crashes before it is
-// ready (cause), or that no longer does (""): the activator answers 503
-// with the cause while no instance serves, and the terminal says it once.
-func (p *Platform) failing(namespace, name, cause string, serving int) {
+// failing is the supervisor's news of a version that cannot become ready
+// (reason, cause: it crashes, or runs without passing its readiness
+// check), or that no longer fails (""): the activator answers 503 with the
+// cause while no instance serves, and the terminal says it once.
+func (p *Platform) failing(namespace, name, reason, cause string, serving int) {
 	if cause == "" {
 		p.act.SetUnavailable(namespace, name, "")
 		return
 	}
-	p.act.SetUnavailable(namespace, name, "crashing: "+firstLine(cause))
+	what := "crashing"
+	if reason == v1alpha1.ReasonReadinessFailing {
+		what = "not ready"
+	}
+	p.act.SetUnavailable(namespace, name, what+": "+firstLine(cause))
 	if serving > 0 {
 		fmt.Fprintf(p.opts.Out, "error: %s/%s: update failed, the previous version serves: %s\n", namespace, name, firstLine(cause))
 		return
 	}
-	fmt.Fprintf(p.opts.Out, "error: %s/%s: crashing: %s\n", namespace, name, firstLine(cause))
+	fmt.Fprintf(p.opts.Out, "error: %s/%s: %s: %s\n", namespace, name, what, firstLine(cause))
 }
 
 // firstLine is a message's first line, for one-line answers and tables.

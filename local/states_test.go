@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"sless.dev/sless/adminapi"
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/needs"
 )
 
@@ -161,4 +162,25 @@ func TestManifestErrorsShown(t *testing.T) {
 	p.waitFor("no error once fixed", 30*time.Second, func() bool {
 		return len(p.functionsList().Errors) == 0 && p.status("one").Update == ""
 	})
+}
+
+// A function whose instance runs but never passes its readiness check
+// (its handler never finishes loading) shows why once it has been unready
+// for the grace: crashing, reason ReadinessFailing, since when, and the
+// last lines of its output; a request is answered 503 naming it instead
+// of waiting for its timeout.
+func TestNeverReady(t *testing.T) {
+	stuck := "import time\nprint('loading the model', flush=True)\ntime.sleep(3600)\n\ndef handle(e):\n    return 'never'\n"
+	p := startPlatformCode(t, stuck, manifest("stuck", "  scale: {initial: 1}\n"), func(o *Options) { o.ReadinessGrace = time.Second })
+	p.waitFor("stuck shown failing its readiness", 30*time.Second, func() bool { return p.status("stuck").State == "crashing" })
+	st := p.status("stuck")
+	if st.Reason != v1alpha1.ReasonReadinessFailing || !strings.Contains(st.Error, "without passing its readiness check since") ||
+		!strings.Contains(st.Error, "loading the model") || st.Starting != 1 {
+		t.Errorf("status: reason %q, error %q, %d starting; want ReadinessFailing since when, with its output, the instance starting",
+			st.Reason, st.Error, st.Starting)
+	}
+	code, body, retry := p.fetch("stuck")
+	if code != 503 || retry == "" || !strings.Contains(body, "not ready") || !strings.Contains(body, "readiness check") {
+		t.Errorf("request: %d %q Retry-After %q, want 503 naming the readiness failure", code, body, retry)
+	}
 }

@@ -123,6 +123,7 @@ func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, 
 	field("URL", st.URL)
 	field("Age", age(st.Created))
 	field("State", st.State)
+	field("Reason", st.Reason)
 	field("Error", st.Error)
 	if st.Update != "" {
 		field("Update", st.Update+": "+st.UpdateError)

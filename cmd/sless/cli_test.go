@@ -389,6 +389,30 @@ func TestCLIManifestErrors(t *testing.T) {
 	}
 }
 
+// describe says why a function whose instance never becomes ready does
+// not serve: the reason, since when, its last output.
+func TestCLIDescribeNeverReady(t *testing.T) {
+	requirePython3(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"stuck/main.py": stuckHandler,
+		"stuck.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: stuck}\nspec: {runtime: python, source: ./stuck, scale: {initial: 1}}\n"})
+	p, _ := runPlatform(t, dir, "", func(o *local.Options) { o.ReadinessGrace = time.Second })
+	admin := "http://" + p.AdminAddr()
+	var out string
+	eventually.TrueWithin(t, time.Minute, "stuck crashing", func() bool {
+		out, _ = sless(t, admin, "describe", "stuck")
+		return regexp.MustCompile(`(?m)^State: +crashing$`).MatchString(out)
+	})
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^Reason: +ReadinessFailing$`),
+		regexp.MustCompile(`(?m)^Error: +instance default/stuck#\d+ has been running without passing its readiness check since \S+ \(GET /healthz: .*\); last output: loading the model$`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("describe does not match %s:\n%s", want, out)
+		}
+	}
+}
+
 // --admin takes host:port as the server commands do, and says so when it
 // is given the invocation port, whose 404s would otherwise read as the
 // admin API's "unknown function".

@@ -190,7 +190,7 @@ function updateRow(row, f) {
     c[2].replaceChildren(badge(state));
     row.state = state;
   }
-  c[2].title = [f.error, f.updateError && 'update failed: ' + f.updateError].filter(Boolean).join('\n');
+  c[2].title = [f.reason, f.error, f.updateError && 'update failed: ' + f.updateError].filter(Boolean).join('\n');
   set(c[3], f.ready !== undefined ? f.ready + ' / ' + f.desired : String(f.instances ?? '—'));
   set(c[4], fmt.rate(s.requestsPerSecond));
   set(c[5], fmt.pct(s.errorRate));
@@ -247,7 +247,7 @@ function renderHead(head, f) {
 
 function renderProblems(el, f) {
   const items = [
-    ['Error', f.error], ['Update failed', f.updateError], ['Build error', f.buildError], ['Last crash', f.lastCrash],
+    ['Error', f.reason ? f.reason + ': ' + f.error : f.error], ['Update failed', f.updateError], ['Build error', f.buildError], ['Last crash', f.lastCrash],
   ].filter(([, v]) => v);
   const key = JSON.stringify(items);
   if (el.dataset.key === key) return;
