@@ -177,7 +177,10 @@ func (s *Server) adminHandler() http.Handler {
 	}
 	mux.Handle("GET "+invocationsRoute, s.authorized(s.listInvocations))
 	mux.Handle("GET "+invocationsRoute+"/summary", s.authorized(s.summarizeInvocations))
-	return mux
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(wire.AdminAPIHeader, wire.AdminAPIVersion)
+		mux.ServeHTTP(w, r)
+	})
 }
 
 // maxFireBody bounds a fire's body: a cron trigger's body is at most 64 KiB.

@@ -34,9 +34,13 @@ type Function struct {
 	Runtime   string `json:"runtime"`
 	URL       string `json:"url"`
 	// State is building, failed (nothing to run), crashing (its instances
-	// crash before ready), idle (no instance), starting or ready; Error
-	// says why it is failed or crashing.
+	// cannot become ready: they crash, or run without passing their
+	// readiness check), idle (no instance), starting or ready; Error says
+	// why it is failed or crashing, and Reason, when its instances say,
+	// names the cause as the InstancesReady condition of a Function does
+	// (v1alpha1.ReasonCrashing, ReasonReadinessFailing, ...).
 	State    string `json:"state"`
+	Reason   string `json:"reason,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Desired  int    `json:"desired"`
 	Ready    int    `json:"ready"`
@@ -67,6 +71,10 @@ type TriggerStatus struct {
 	// Kind is http, cron or rabbitmq.
 	Kind  string `json:"kind"`
 	Queue string `json:"queue,omitempty"`
+	// Schedule and Timezone are a cron trigger's, so that a trigger's row
+	// says what fires it without the spec beside it.
+	Schedule string `json:"schedule,omitempty"`
+	Timezone string `json:"timezone,omitempty"`
 	// State is disabled for a trigger with enabled: false, else active
 	// for HTTP and cron. A RabbitMQ trigger is consuming (a ready
 	// instance consumes it), waiting (no instance: its first message
@@ -91,7 +99,7 @@ func NewTriggerStatus(t v1alpha1.Trigger) TriggerStatus {
 	ts := TriggerStatus{Name: t.Name, Kind: "http", State: TriggerActive}
 	switch {
 	case t.Cron != nil:
-		ts.Kind = "cron"
+		ts.Kind, ts.Schedule, ts.Timezone = "cron", t.Cron.Schedule, t.Cron.Timezone
 	case t.RabbitMQ != nil:
 		ts.Kind, ts.Queue, ts.State = "rabbitmq", t.RabbitMQ.Queue, TriggerWaiting
 	}
@@ -99,6 +107,30 @@ func NewTriggerStatus(t v1alpha1.Trigger) TriggerStatus {
 		ts.State = TriggerDisabled
 	}
 	return ts
+}
+
+// List is the answer of GET /v1/functions.
+type List[S any] struct {
+	Functions []S `json:"functions"`
+	// Errors are the manifests a ManifestLoader could not load.
+	Errors []ManifestError `json:"errors,omitempty"`
+}
+
+// ManifestError is a manifest that could not be loaded: it does not parse,
+// a function in it is invalid, or declares a name another manifest has.
+// The functions it declared run as last loaded, or not at all.
+type ManifestError struct {
+	File string `json:"file,omitempty"`
+	// Function is namespace/name when the error is about one function.
+	Function string `json:"function,omitempty"`
+	Error    string `json:"error"`
+}
+
+// ManifestLoader is a Backend that loads manifests itself (sless dev,
+// from a directory) and so may fail to; on Kubernetes the API server
+// refuses a bad manifest at apply.
+type ManifestLoader interface {
+	ManifestErrors(ctx context.Context) []ManifestError
 }
 
 // Overrides are a session's changes to a function in sless dev.
@@ -211,7 +243,11 @@ func (h handler[S]) list(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, map[string]any{"functions": fns})
+	list := List[S]{Functions: fns}
+	if ml, ok := h.b.(ManifestLoader); ok {
+		list.Errors = ml.ManifestErrors(r.Context())
+	}
+	WriteJSON(w, http.StatusOK, list)
 }
 
 func (h handler[S]) get(w http.ResponseWriter, r *http.Request) {

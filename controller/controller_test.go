@@ -567,8 +567,8 @@ func testInstancesFailing(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	fn := e.waitCondition(t, ns, "broken", v1alpha1.ConditionInstancesReady, metav1.ConditionFalse, v1alpha1.ReasonImagePullFailed)
-	if cause, failing := fn.Status.InstancesFailing(); !failing || !strings.Contains(cause, "registry.test/nope:1") {
-		t.Errorf("InstancesFailing = %q, %v", cause, failing)
+	if reason, cause, failing := fn.Status.InstancesFailing(); !failing || reason != v1alpha1.ReasonImagePullFailed || !strings.Contains(cause, "registry.test/nope:1") {
+		t.Errorf("InstancesFailing = %q %q, %v", reason, cause, failing)
 	}
 	if ready := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionReady); ready == nil || ready.Status != metav1.ConditionFalse || ready.Reason != v1alpha1.ReasonImagePullFailed {
 		t.Errorf("Ready = %+v, want False for the image", ready)

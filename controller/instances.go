@@ -17,11 +17,6 @@ import (
 	"sless.dev/sless/internal/wire"
 )
 
-// readinessGrace is how long a running instance may fail its readiness
-// before the function is reported unable to serve: a runtime loading a
-// large handler takes seconds, one that never answers /healthz is broken.
-const readinessGrace = 60 * time.Second
-
 // maxCauseBytes bounds a condition's message: the last lines of a crashed
 // container's output are in it, and a status is not a log.
 const maxCauseBytes = 1024
@@ -46,7 +41,7 @@ func podsOfFunction(_ context.Context, pod client.Object) []reconcile.Request {
 // instancesCondition reads the function's pods: False, with the cause, when
 // an instance cannot serve and will not without a change (the first such
 // pod, by name, gives it); True otherwise. recheck is when a pod that only
-// fails its readiness so far would pass readinessGrace, 0 when none does.
+// fails its readiness so far would pass v1alpha1.ReadinessGrace, 0 when none does.
 func instancesCondition(pods []corev1.Pod, now time.Time) (c metav1.Condition, recheck time.Duration) {
 	c = metav1.Condition{Type: v1alpha1.ConditionInstancesReady, Status: metav1.ConditionTrue,
 		Reason: v1alpha1.ReasonInstancesHealthy, Message: "no instance is failing"}
@@ -61,7 +56,7 @@ func instancesCondition(pods []corev1.Pod, now time.Time) (c metav1.Condition, r
 			return c, 0
 		}
 		if since, ok := unreadySince(p); ok {
-			if wait := readinessGrace - now.Sub(since); wait > 0 {
+			if wait := v1alpha1.ReadinessGrace - now.Sub(since); wait > 0 {
 				if recheck == 0 || wait < recheck {
 					recheck = wait
 				}

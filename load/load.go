@@ -64,6 +64,11 @@ type Progress struct {
 	P99 time.Duration
 }
 
+// Check reports what in o cannot run, as Run would, without changing o:
+// a caller refuses bad options before it sends anything.
+func (o Options) Check() error { return o.check() }
+
+// check fills o's defaults and refuses what cannot run.
 func (o *Options) check() error {
 	if o.Method == "" {
 		o.Method = fasthttp.MethodGet

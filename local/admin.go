@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -23,8 +24,11 @@ type FunctionStatus struct {
 	File string `json:"file"`
 	// Created is when its manifest was first loaded.
 	Created time.Time `json:"created"`
-	// Update is "failed" when a new version could not be built or crashes
-	// before ready while the previous one serves; UpdateError says why.
+	// Update is "failed" when a new version could not be applied: its
+	// manifest no longer loads (it does not parse, is invalid, or another
+	// manifest declares the same name), or it could not be built or
+	// crashes before ready, while the previous one serves. UpdateError
+	// says why, one cause a line.
 	Update      string `json:"update,omitempty"`
 	UpdateError string `json:"updateError,omitempty"`
 	// BuildError is the last build or install failure of its source.
@@ -131,7 +135,7 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	case !e.running:
 		st.State = "building"
 	case sup.Failing != "" && st.Ready == 0:
-		st.State, st.Error = "crashing", sup.Failing
+		st.State, st.Reason, st.Error = "crashing", sup.FailingReason, sup.Failing
 	case st.Ready > 0:
 		st.State = "ready"
 	case st.Starting > 0:
@@ -139,13 +143,29 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	default:
 		st.State = "idle"
 	}
+	var causes []string
+	for _, me := range p.loadErrs {
+		if me.Function == fn.Key() || me.Function == "" && me.File == fn.File {
+			causes = append(causes, "manifest "+me.File+": "+me.Error)
+		}
+	}
 	switch {
 	case e.running && e.err != "":
-		st.Update, st.UpdateError = "failed", e.err
+		causes = append(causes, e.err)
 	case sup.Failing != "" && st.Ready > 0:
-		st.Update, st.UpdateError = "failed", sup.Failing
+		causes = append(causes, sup.Failing)
+	}
+	if len(causes) > 0 {
+		st.Update, st.UpdateError = "failed", strings.Join(causes, "\n")
 	}
 	return st
+}
+
+// ManifestErrors are the errors of the last load of the manifests.
+func (b backend) ManifestErrors(context.Context) []adminapi.ManifestError {
+	b.p.mu.Lock()
+	defer b.p.mu.Unlock()
+	return slices.Clone(b.p.loadErrs)
 }
 
 // apiHandler serves the platform's /v1/ routes: the admin API's, and the

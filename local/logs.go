@@ -28,7 +28,8 @@ type LogLine struct {
 	Instance string    `json:"instance"`
 	Line     string    `json:"line"`
 	// Dropped, on a followed stream, counts the lines left out before
-	// this one because the follower read too slowly.
+	// this one because the follower read too slowly. A line that only
+	// reports them has no instance and no text.
 	Dropped int `json:"dropped,omitempty"`
 }
 
@@ -36,7 +37,8 @@ type LogLine struct {
 // most maxLogLines lines and maxLogBytes of text per function), and passes
 // new ones to followers. add never blocks: the output copiers of the
 // instances call it; a follower that lags more than followerQueue lines
-// loses the next ones and is told how many with the line after them.
+// loses the next ones and is told how many with the line after them, or,
+// when none comes (the burst ended), as soon as it has read its queue.
 type logs struct {
 	mu  sync.Mutex
 	fns map[string]*functionLog
@@ -49,7 +51,10 @@ type functionLog struct {
 }
 
 type follower struct {
-	lines   chan LogLine
+	lines chan LogLine
+	// gap is signalled when a line is dropped, so that the stream says so
+	// once it has read what came before, without waiting for a next line.
+	gap     chan struct{}
 	dropped int // guarded by logs.mu
 }
 
@@ -86,8 +91,25 @@ func (l *logs) add(namespace, name, instance, line string) {
 			fl.dropped = 0
 		default:
 			fl.dropped++
+			select {
+			case fl.gap <- struct{}{}:
+			default: // already signalled
+			}
 		}
 	}
+}
+
+// takeDropped returns, and resets, the lines fl lost since the last it
+// was given, once it has read every line queued before them; ok is false
+// while some are left to read.
+func (l *logs) takeDropped(fl *follower) (n int, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(fl.lines) > 0 {
+		return 0, false
+	}
+	n, fl.dropped = fl.dropped, 0
+	return n, true
 }
 
 // forget drops a removed function's lines; its followers, if any, go on
@@ -109,8 +131,11 @@ func (l *logs) dropIfEmpty(key string, f *functionLog) {
 	}
 }
 
-// tail returns up to n of the latest lines since a time (n 0: all kept),
-// oldest first.
+// allLines is a tail of every line kept.
+const allLines = -1
+
+// tail returns up to n of the latest lines since a time (allLines: every
+// one kept; 0: none), oldest first.
 func (l *logs) tail(namespace, name string, since time.Time, n int) []LogLine {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -128,7 +153,7 @@ func (l *logs) tailLocked(key string, since time.Time, n int) []LogLine {
 			out = append(out, ll)
 		}
 	}
-	if n > 0 && len(out) > n {
+	if n >= 0 && len(out) > n {
 		out = out[len(out)-n:]
 	}
 	return out
@@ -140,7 +165,7 @@ func (l *logs) follow(namespace, name string, since time.Time, n int) (tail []Lo
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := namespace + "/" + name
-	fl = &follower{lines: make(chan LogLine, followerQueue)}
+	fl = &follower{lines: make(chan LogLine, followerQueue), gap: make(chan struct{}, 1)}
 	l.get(key).followers[fl] = struct{}{}
 	stop = func() {
 		l.mu.Lock()
@@ -156,14 +181,15 @@ func (l *logs) follow(namespace, name string, since time.Time, n int) (tail []Lo
 // logsQuery is what a logs request asks for.
 type logsQuery struct {
 	since  time.Time
-	tail   int
+	tail   int // allLines when not asked
 	follow bool
 }
 
-// parseLogsQuery reads ?since=<duration or RFC 3339>&tail=N&follow=true.
+// parseLogsQuery reads ?since=<duration or RFC 3339>&tail=N&follow=true;
+// tail=0 asks for none of the kept lines: with follow, only new ones.
 func parseLogsQuery(r *http.Request, now time.Time) (logsQuery, error) {
 	v := r.URL.Query()
-	var q logsQuery
+	q := logsQuery{tail: allLines}
 	if s := v.Get("since"); s != "" {
 		var err error
 		if q.since, err = invocation.ParseSince(s, now); err != nil {
@@ -172,8 +198,8 @@ func parseLogsQuery(r *http.Request, now time.Time) (logsQuery, error) {
 	}
 	if t := v.Get("tail"); t != "" {
 		var err error
-		if q.tail, err = strconv.Atoi(t); err != nil || q.tail < 1 {
-			return q, errors.New("tail must be a positive whole number, not " + strconv.Quote(t))
+		if q.tail, err = strconv.Atoi(t); err != nil || q.tail < 0 {
+			return q, errors.New("tail must be a whole number, 0 or more, not " + strconv.Quote(t))
 		}
 	}
 	if f := v.Get("follow"); f != "" {
@@ -208,7 +234,9 @@ func (p *Platform) serveLogs(w http.ResponseWriter, r *http.Request) {
 
 // stream follows a function's lines onto w, flushing each, until r's
 // context ends (the client left, or the server closed its connection) or
-// a write fails.
+// a write fails. Lines dropped at the end of a burst are reported by a
+// line of their own (no instance, no text, "dropped": N) once the queue
+// before them is written.
 func (l *logs) stream(w http.ResponseWriter, r *http.Request, ns, name string, q logsQuery) {
 	tail, fl, stop := l.follow(ns, name, q.since, q.tail)
 	defer stop()
@@ -227,12 +255,26 @@ func (l *logs) stream(w http.ResponseWriter, r *http.Request, ns, name string, q
 		}
 	}
 	flush()
+	gap := false // lines were dropped and not yet reported
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case ll := <-fl.lines:
 			if enc.Encode(ll) != nil {
+				return
+			}
+			flush()
+		case <-fl.gap:
+			gap = true
+		}
+		if !gap || len(fl.lines) > 0 {
+			continue
+		}
+		n, ok := l.takeDropped(fl)
+		gap = !ok
+		if n > 0 {
+			if enc.Encode(LogLine{Time: time.Now(), Dropped: n}) != nil {
 				return
 			}
 			flush()

@@ -29,7 +29,7 @@ func TestLogsBounds(t *testing.T) {
 	for i := range maxLogLines + 10 {
 		l.add("ns", "fn", "ns/fn#1", fmt.Sprint("line ", i))
 	}
-	got := l.tail("ns", "fn", time.Time{}, 0)
+	got := l.tail("ns", "fn", time.Time{}, allLines)
 	if len(got) != maxLogLines || got[0].Line != "line 10" {
 		t.Fatalf("%d lines kept, first %q; want the last %d", len(got), got[0].Line, maxLogLines)
 	}
@@ -40,11 +40,11 @@ func TestLogsBounds(t *testing.T) {
 	for range 100 {
 		l.add("ns", "big", "ns/big#1", long)
 	}
-	if got := l.tail("ns", "big", time.Time{}, 0); len(got) != maxLogBytes/len(long) {
+	if got := l.tail("ns", "big", time.Time{}, allLines); len(got) != maxLogBytes/len(long) {
 		t.Errorf("%d lines of 4 KiB kept, want %d (%d bytes)", len(got), maxLogBytes/len(long), maxLogBytes)
 	}
 
-	_, fl, stop := l.follow("ns", "fn", time.Now(), 0)
+	_, fl, stop := l.follow("ns", "fn", time.Now(), allLines)
 	defer stop()
 	for i := range followerQueue + 5 { // nobody reads
 		l.add("ns", "fn", "ns/fn#1", fmt.Sprint("new ", i))
@@ -72,14 +72,14 @@ func TestLogsSince(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := l.tail("ns", "fn", q.since, 0); len(got) != 1 || got[0].Line != "new" || got[0].Instance != "ns/fn#2" {
+			if got := l.tail("ns", "fn", q.since, allLines); len(got) != 1 || got[0].Line != "new" || got[0].Instance != "ns/fn#2" {
 				t.Errorf("since %s: %+v, want the new line alone", since, got)
 			}
 		}
-		if got := l.tail("ns", "fn", time.Time{}, 0); len(got) != 2 || got[0].Line != "old" {
+		if got := l.tail("ns", "fn", time.Time{}, allLines); len(got) != 2 || got[0].Line != "old" {
 			t.Errorf("every line: %+v, want old then new", got)
 		}
-		if got := l.tail("ns", "fn", time.Now(), 0); got == nil || len(got) != 0 {
+		if got := l.tail("ns", "fn", time.Now(), allLines); got == nil || len(got) != 0 {
 			t.Errorf("since now: %#v, want an empty list", got)
 		}
 	})
@@ -90,9 +90,9 @@ func TestLogsSince(t *testing.T) {
 func TestLogsForget(t *testing.T) {
 	var l logs
 	l.add("ns", "fn", "ns/fn#1", "one")
-	_, fl, stop := l.follow("ns", "fn", time.Time{}, 0)
+	_, fl, stop := l.follow("ns", "fn", time.Time{}, allLines)
 	l.forget("ns", "fn")
-	if got := l.tail("ns", "fn", time.Time{}, 0); len(got) != 0 {
+	if got := l.tail("ns", "fn", time.Time{}, allLines); len(got) != 0 {
 		t.Errorf("after forget: %+v", got)
 	}
 	l.add("ns", "fn", "ns/fn#9", "back")
@@ -156,8 +156,8 @@ func (w *gatedWriter) lines(t *testing.T) []LogLine {
 
 // A followed stream sends the tail, then each new line, flushed. A
 // follower that stops reading never holds the output back nor slows
-// another follower: it loses the lines past its queue, and the next line
-// it gets says how many.
+// another follower: it loses the lines past its queue, and is told how
+// many once it has read its queue, though no line follows the burst.
 func TestLogsFollowSlowFollower(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var l logs
@@ -168,7 +168,7 @@ func TestLogsFollowSlowFollower(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			r := httptest.NewRequest("GET", "/", nil).WithContext(ctx)
 			done := make(chan struct{})
-			go func() { l.stream(w, r, "ns", "fn", logsQuery{follow: true}); close(done) }()
+			go func() { l.stream(w, r, "ns", "fn", logsQuery{tail: allLines, follow: true}); close(done) }()
 			return func() { cancel(); <-done }
 		}
 		slow, fast := newGatedWriter(false), newGatedWriter(true)
@@ -185,12 +185,21 @@ func TestLogsFollowSlowFollower(t *testing.T) {
 		synctest.Wait()
 		close(slow.gate)
 		synctest.Wait()
+		// The burst is over: the drop is reported once the queue is
+		// read, without waiting for another line.
+		got := slow.lines(t)
+		if len(got) != 3+followerQueue+1 {
+			t.Fatalf("slow follower got %d lines after the burst, want the tail, its queue (%d) and a drop report", len(got), followerQueue)
+		}
+		if last := got[len(got)-1]; last.Dropped != n-followerQueue || last.Line != "" || last.Instance != "" || last.Time.IsZero() {
+			t.Errorf("slow follower's last line %+v, want a report of %d dropped", last, n-followerQueue)
+		}
 		l.add("ns", "fn", "ns/fn#2", "after")
 		synctest.Wait()
 		stopSlow()
 		stopFast()
 
-		got := fast.lines(t)
+		got = fast.lines(t)
 		if len(got) != 3+n+1 || got[0].Line != "tail 0" || got[3+n].Line != "after" || got[3+n].Instance != "ns/fn#2" {
 			t.Fatalf("fast follower got %d lines, want the 3 of the tail, %d new and after", len(got), n)
 		}
@@ -207,11 +216,11 @@ func TestLogsFollowSlowFollower(t *testing.T) {
 		}
 
 		got = slow.lines(t)
-		if len(got) != 3+followerQueue+1 {
-			t.Fatalf("slow follower got %d lines, want the tail, its queue (%d) and after", len(got), followerQueue)
+		if len(got) != 3+followerQueue+2 {
+			t.Fatalf("slow follower got %d lines, want the tail, its queue (%d), the drop report and after", len(got), followerQueue)
 		}
-		if last := got[len(got)-1]; last.Line != "after" || last.Dropped != n-followerQueue {
-			t.Errorf("slow follower's last line %+v, want after telling of %d dropped", last, n-followerQueue)
+		if last := got[len(got)-1]; last.Line != "after" || last.Dropped != 0 {
+			t.Errorf("slow follower's last line %+v, want after, the drop already reported", last)
 		}
 		if got[3].Line != "new 0" || got[3+followerQueue-1].Line != fmt.Sprint("new ", followerQueue-1) {
 			t.Errorf("slow follower's queue: %q .. %q, want the first %d new lines", got[3].Line, got[3+followerQueue-1].Line, followerQueue)
@@ -279,7 +288,8 @@ func adminGet(t *testing.T, url string) (int, string, string) {
 }
 
 // The logs route on a real platform: its JSON, tail, since, its errors,
-// the token, and a followed stream that ends when the platform stops.
+// the token, and a followed stream (of new lines alone with tail=0) that
+// ends when the platform stops.
 func TestLogsRoute(t *testing.T) {
 	p, base, stop := adminPlatform(t)
 	route := base + "/v1/namespaces/default/functions/idle/logs"
@@ -307,6 +317,9 @@ func TestLogsRoute(t *testing.T) {
 	if _, _, body := adminGet(t, route+"?tail=1"); !strings.Contains(body, `"line":"two"`) || strings.Contains(body, `"line":"one"`) {
 		t.Errorf("tail=1: %s", body)
 	}
+	if code, _, body := adminGet(t, route+"?tail=0"); code != 200 || body != "{\"lines\":[]}\n" {
+		t.Errorf("tail=0: %d %s, want none of the lines", code, body)
+	}
 	if _, _, body := adminGet(t, route+"?since=1h"); strings.Count(body, `"line"`) != 2 {
 		t.Errorf("since=1h: %s", body)
 	}
@@ -323,7 +336,7 @@ func TestLogsRoute(t *testing.T) {
 			t.Errorf("%s: %d %s, want 404 %s", c.url, code, body, c.want)
 		}
 	}
-	for _, q := range []string{"tail=0", "tail=x", "since=yesterday", "since=-5m", "follow=maybe"} {
+	for _, q := range []string{"tail=-1", "tail=x", "since=yesterday", "since=-5m", "follow=maybe"} {
 		if code, _, body := adminGet(t, route+"?"+q); code != 400 || !strings.Contains(body, `"error":"`) {
 			t.Errorf("?%s: %d %s, want 400 with an error", q, code, body)
 		}
@@ -337,7 +350,7 @@ func TestLogsRoute(t *testing.T) {
 		t.Errorf("without the token: %d, want 401", resp.StatusCode)
 	}
 
-	req, _ := http.NewRequest("GET", route+"?follow=true&tail=1", nil)
+	req, _ := http.NewRequest("GET", route+"?follow=true&tail=0", nil)
 	req.Header.Set("Authorization", "Bearer tok")
 	resp, err = http.DefaultClient.Do(req)
 	if err != nil {
@@ -373,9 +386,7 @@ func TestLogsRoute(t *testing.T) {
 		}
 		return LogLine{}
 	}
-	if ll := next(); ll.Line != "two" {
-		t.Errorf("followed tail %+v, want two", ll)
-	}
+	// tail=0: none of the kept lines, the new ones.
 	p.logs.add("default", "idle", "default/idle#2", "three")
 	if ll := next(); ll.Line != "three" || ll.Instance != "default/idle#2" {
 		t.Errorf("followed line %+v, want three of #2", ll)

@@ -23,6 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"sless.dev/sless/activator"
+	"sless.dev/sless/adminapi"
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
@@ -84,6 +86,11 @@ type Options struct {
 	// RetryBackoff is the wait before a failed message's first retry
 	// (consumer.DefaultBackoff when 0).
 	RetryBackoff time.Duration
+	// ReadinessGrace is how long an instance may run without passing its
+	// readiness check before its function shows as crashing with reason
+	// ReadinessFailing, and requests are answered 503 with the cause
+	// (v1alpha1.ReadinessGrace when 0).
+	ReadinessGrace time.Duration
 	// NoQueueWake leaves no parked consumer on the queues of functions at
 	// zero: only the depth read once a second wakes them, as without it.
 	// For comparisons (bench-queue).
@@ -124,6 +131,10 @@ type Platform struct {
 	applyMu sync.Mutex
 	mu      sync.Mutex
 	fns     map[string]*entry
+	// loadErrs are the errors of the last load of the manifests, for the
+	// admin API: on the terminal alone, a manifest that stopped loading
+	// left its functions serving the last version with no sign of it.
+	loadErrs []adminapi.ManifestError
 
 	shownErrs map[string]bool // load errors shown, so each is shown once
 }
@@ -190,7 +201,7 @@ func New(opts Options) (*Platform, error) {
 	if p.metrics, err = newMetrics(p.reg); err != nil {
 		return nil, err
 	}
-	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog,
+	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, ReadinessGrace: opts.ReadinessGrace,
 		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: timeline.Tee(p.records, p.timeline),
 		Crashed: func(namespace, name string) { p.metrics.crashes.WithLabelValues(namespace, name).Inc() }})
 	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
@@ -329,6 +340,10 @@ func (p *Platform) watch(ctx context.Context) {
 func (p *Platform) sync(ctx context.Context) []*build {
 	fns, errs := manifests.Load(p.opts.Dir, manifests.LoadOptions{AllowExternalSources: p.opts.AllowExternalSources})
 	p.reportLoadErrors(errs)
+	loadErrs := manifestErrors(errs)
+	p.mu.Lock()
+	p.loadErrs = loadErrs
+	p.mu.Unlock()
 	broken := map[string]bool{}
 	for _, err := range errs {
 		var fe *manifests.FileError
@@ -423,6 +438,19 @@ func (p *Platform) reportLoadErrors(errs []error) {
 		shown[msg] = true
 	}
 	p.shownErrs = shown
+}
+
+// manifestErrors are a load's errors as the admin API shows them.
+func manifestErrors(errs []error) []adminapi.ManifestError {
+	out := make([]adminapi.ManifestError, 0, len(errs))
+	for _, err := range errs {
+		if fe, ok := errors.AsType[*manifests.FileError](err); ok {
+			out = append(out, adminapi.ManifestError{File: fe.File, Function: fe.Function, Error: fe.Err.Error()})
+			continue
+		}
+		out = append(out, adminapi.ManifestError{Error: err.Error()})
+	}
+	return out
 }
 
 // deploy runs build b of e, a new or changed function, and hands the
@@ -525,20 +553,25 @@ func (p *Platform) startLocked(ctx context.Context, e *entry) {
 	}
 }
 
-// failing is the supervisor's news of a version that crashes before it is
-// ready (cause), or that no longer does (""): the activator answers 503
-// with the cause while no instance serves, and the terminal says it once.
-func (p *Platform) failing(namespace, name, cause string, serving int) {
+// failing is the supervisor's news of a version that cannot become ready
+// (reason, cause: it crashes, or runs without passing its readiness
+// check), or that no longer fails (""): the activator answers 503 with the
+// cause while no instance serves, and the terminal says it once.
+func (p *Platform) failing(namespace, name, reason, cause string, serving int) {
 	if cause == "" {
 		p.act.SetUnavailable(namespace, name, "")
 		return
 	}
-	p.act.SetUnavailable(namespace, name, "crashing: "+firstLine(cause))
+	what := "crashing"
+	if reason == v1alpha1.ReasonReadinessFailing {
+		what = "not ready"
+	}
+	p.act.SetUnavailable(namespace, name, what+": "+firstLine(cause))
 	if serving > 0 {
 		fmt.Fprintf(p.opts.Out, "error: %s/%s: update failed, the previous version serves: %s\n", namespace, name, firstLine(cause))
 		return
 	}
-	fmt.Fprintf(p.opts.Out, "error: %s/%s: crashing: %s\n", namespace, name, firstLine(cause))
+	fmt.Fprintf(p.opts.Out, "error: %s/%s: %s: %s\n", namespace, name, what, firstLine(cause))
 }
 
 // firstLine is a message's first line, for one-line answers and tables.

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/adminapi"
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/needs"
 )
 
@@ -147,5 +150,82 @@ func TestRemovedFunctionAnswersItsWaiters(t *testing.T) {
 		if after := got.at.Sub(deleted); after > 30*time.Second {
 			t.Errorf("answered %v after the manifest was deleted, want at once", after)
 		}
+	}
+}
+
+// functionsList is the admin API's list.
+func (p *platform) functionsList() adminapi.List[FunctionStatus] {
+	p.t.Helper()
+	resp, err := http.Get("http://" + p.AdminAddr() + "/v1/functions")
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list adminapi.List[FunctionStatus]
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		p.t.Fatal(err)
+	}
+	return list
+}
+
+// A manifest that stops loading, or that declares a name another manifest
+// has, changes nothing that runs, and says so in the admin API: in the
+// list's errors, and as a failed update of the functions it concerns.
+func TestManifestErrorsShown(t *testing.T) {
+	p := startPlatform(t, manifest("one", "  scale: {initial: 1}\n"))
+	p.waitFor("one ready", 30*time.Second, func() bool { return p.status("one").State == "ready" })
+	file := filepath.Join(p.dir, "functions.yaml")
+
+	write(t, file, "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: one\n") // no longer parses
+	p.waitFor("the broken manifest in the list's errors", 30*time.Second, func() bool {
+		errs := p.functionsList().Errors
+		return len(errs) == 1 && errs[0].File == file && errs[0].Error != ""
+	})
+	st := p.status("one")
+	if st.State != "ready" || st.Update != "failed" || !strings.Contains(st.UpdateError, "manifest "+file+": ") {
+		t.Errorf("one: state %s, update %q %q; want ready, its update failed naming the manifest", st.State, st.Update, st.UpdateError)
+	}
+	if code, _, err := p.invoke("one", ""); code != 200 {
+		t.Errorf("the version loaded last: %d %v, want 200", code, err)
+	}
+
+	write(t, file, manifest("one", "  scale: {initial: 1}\n"))
+	other := filepath.Join(p.dir, "other.yaml")
+	write(t, other, manifest("one", "  scale: {initial: 2}\n"))
+	p.waitFor("the duplicate in the list's errors", 30*time.Second, func() bool {
+		errs := p.functionsList().Errors
+		return len(errs) == 1 && errs[0].File == other && errs[0].Function == "default/one" &&
+			strings.Contains(errs[0].Error, "already defined in "+file)
+	})
+	if st := p.status("one"); st.Update != "failed" || !strings.Contains(st.UpdateError, "manifest "+other+": function default/one is already defined") {
+		t.Errorf("one: update %q %q, want it failed naming the duplicate", st.Update, st.UpdateError)
+	}
+
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	p.waitFor("no error once fixed", 30*time.Second, func() bool {
+		return len(p.functionsList().Errors) == 0 && p.status("one").Update == ""
+	})
+}
+
+// A function whose instance runs but never passes its readiness check
+// (its handler never finishes loading) shows why once it has been unready
+// for the grace: crashing, reason ReadinessFailing, since when, and the
+// last lines of its output; a request is answered 503 naming it instead
+// of waiting for its timeout.
+func TestNeverReady(t *testing.T) {
+	stuck := "import time\nprint('loading the model', flush=True)\ntime.sleep(3600)\n\ndef handle(e):\n    return 'never'\n"
+	p := startPlatformCode(t, stuck, manifest("stuck", "  scale: {initial: 1}\n"), func(o *Options) { o.ReadinessGrace = time.Second })
+	p.waitFor("stuck shown failing its readiness", 30*time.Second, func() bool { return p.status("stuck").State == "crashing" })
+	st := p.status("stuck")
+	if st.Reason != v1alpha1.ReasonReadinessFailing || !strings.Contains(st.Error, "without passing its readiness check since") ||
+		!strings.Contains(st.Error, "loading the model") || st.Starting != 1 {
+		t.Errorf("status: reason %q, error %q, %d starting; want ReadinessFailing since when, with its output, the instance starting",
+			st.Reason, st.Error, st.Starting)
+	}
+	code, body, retry := p.fetch("stuck")
+	if code != 503 || retry == "" || !strings.Contains(body, "not ready") || !strings.Contains(body, "readiness check") {
+		t.Errorf("request: %d %q Retry-After %q, want 503 naming the readiness failure", code, body, retry)
 	}
 }

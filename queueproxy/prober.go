@@ -27,8 +27,11 @@ type prober struct {
 	client *fasthttp.HostClient
 	log    *slog.Logger
 	ready  atomic.Bool
-	wake   chan struct{} // a request saw the process refuse: probe now
-	first  chan struct{} // closed at the first success
+	// failure is why the last probe failed, for an instance that never
+	// becomes ready to say why.
+	failure atomic.Pointer[error]
+	wake    chan struct{} // a request saw the process refuse: probe now
+	first   chan struct{} // closed at the first success
 	// fast, when set, replaces the random fast interval.
 	fast time.Duration
 }
@@ -68,7 +71,11 @@ func (p *prober) run(ctx context.Context) {
 		case <-p.wake:
 			timer.Stop()
 		}
-		ok := p.probe()
+		err := p.probe()
+		ok := err == nil
+		if !ok {
+			p.failure.Store(&err)
+		}
 		if was := p.ready.Swap(ok); was != ok {
 			p.log.Info("user process readiness changed", "ready", ok)
 		}
@@ -93,15 +100,30 @@ func (p *prober) firstSuccess() {
 	}
 }
 
-func (p *prober) probe() bool {
+// statusError is a probe answered with a status other than 2xx.
+type statusError int
+
+func (e statusError) Error() string { return "answered " + strconv.Itoa(int(e)) }
+
+func (p *prober) probe() error {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	req.SetRequestURI(healthzTarget)
 	req.Header.SetConnectionClose()
 	if err := p.client.DoTimeout(req, resp, probeTimeout); err != nil {
-		return false
+		return err
 	}
-	code := resp.StatusCode()
-	return code >= 200 && code < 300
+	if code := resp.StatusCode(); code < 200 || code >= 300 {
+		return statusError(code)
+	}
+	return nil
+}
+
+// lastFailure says why the last failed probe failed; empty before one.
+func (p *prober) lastFailure() string {
+	if err := p.failure.Load(); err != nil {
+		return "GET /healthz: " + (*err).Error()
+	}
+	return ""
 }

@@ -141,6 +141,11 @@ func (s *Server) Gatherer() prometheus.Gatherer { return s.registry }
 // check: the moment a new instance can take requests.
 func (s *Server) FirstReady() <-chan struct{} { return s.prober.first }
 
+// ProbeFailure says why the last health check of the user process failed
+// ("GET /healthz answered 503", a refused connection); empty before one
+// has.
+func (s *Server) ProbeFailure() string { return s.prober.lastFailure() }
+
 // Run serves until ctx is cancelled (SIGTERM), then drains: /readyz turns
 // 503 at once, requests that still arrive are served, and Run returns once
 // no request has arrived for the quiet period and none is in flight, or

@@ -217,7 +217,7 @@ func (b *Backend) status(fn *v1alpha1.Function, v views) adminapi.Function {
 	st := adminapi.Function{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime), URL: s.URL,
 		Desired: int(s.DesiredReplicas), Ready: int(s.ReadyReplicas), Starting: max(int(s.Replicas-s.ReadyReplicas), 0),
 		Spec: fn.Spec}
-	st.State, st.Error = state(fn)
+	st.State, st.Reason, st.Error = state(fn)
 	st.Triggers = triggers(fn)
 	if v.timeline != nil {
 		st.Stats, _ = v.timeline.Stats(v.now, fn.Namespace, fn.Name, adminapi.StatsWindow)
@@ -236,26 +236,27 @@ func (b *Backend) status(fn *v1alpha1.Function, v views) adminapi.Function {
 
 // state maps the controller's conditions and counts onto the states sless
 // dev reports: failed (the controller refuses it), crashing (its pods
-// cannot start, or its Deployment fails), ready, starting or idle.
-func state(fn *v1alpha1.Function) (state, cause string) {
+// cannot start, or its Deployment fails), ready, starting or idle; reason
+// is the InstancesReady condition's when its pods say why.
+func state(fn *v1alpha1.Function) (state, reason, cause string) {
 	s := fn.Status
 	ready := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady)
 	deploy := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionDeploymentReady)
-	cause, failing := s.InstancesFailing()
+	reason, cause, failing := s.InstancesFailing()
 	switch {
 	case ready != nil && ready.Status == metav1.ConditionFalse && (ready.Reason == controller.ReasonInvalidSpec || ready.Reason == controller.ReasonResourceConflict):
-		return "failed", ready.Message
+		return "failed", "", ready.Message
 	case s.ReadyReplicas == 0 && failing:
-		return "crashing", cause
+		return "crashing", reason, cause
 	case s.ReadyReplicas == 0 && deploy != nil && deploy.Status == metav1.ConditionFalse &&
 		(deploy.Reason == controller.ReasonReplicaFailure || deploy.Reason == controller.ReasonProgressDeadlineExceeded):
-		return "crashing", deploy.Message
+		return "crashing", "", deploy.Message
 	case s.ReadyReplicas > 0:
-		return "ready", ""
+		return "ready", "", ""
 	case s.DesiredReplicas > 0 || s.Replicas > 0 || ready == nil:
-		return "starting", ""
+		return "starting", "", ""
 	}
-	return "idle", ""
+	return "idle", "", ""
 }
 
 // triggers reports fn's triggers: a RabbitMQ trigger fails when the

@@ -94,7 +94,7 @@ func (f *Functions) set(obj any) {
 	f.sink.SetFunction(activator.FunctionFor(fn))
 	// The controller reads the pods: an image that cannot be pulled or an
 	// instance that crashes fails requests at once, with the cause.
-	cause, _ := fn.Status.InstancesFailing()
+	_, cause, _ := fn.Status.InstancesFailing()
 	f.sink.SetUnavailable(fn.Namespace, fn.Name, cause)
 }
 

@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -408,7 +410,8 @@ const (
 	ConditionInstancesReady = "InstancesReady"
 )
 
-// Reasons of ConditionInstancesReady.
+// Reasons of ConditionInstancesReady. sless dev reports Crashing and
+// ReadinessFailing of its local instances too.
 const (
 	ReasonInstancesHealthy = "Healthy"
 	ReasonImagePullFailed  = "ImagePullFailed"
@@ -417,14 +420,21 @@ const (
 	ReasonReadinessFailing = "ReadinessFailing"
 )
 
+// ReadinessGrace is how long a running instance may fail its readiness
+// check before its function is reported ReadinessFailing: a runtime
+// loading a large handler takes seconds, one that never answers /healthz
+// is broken.
+const ReadinessGrace = 60 * time.Second
+
 // InstancesFailing returns why the function's instances cannot serve,
 // when its status says they cannot: the activator then answers 503 with
-// the cause at once rather than hold requests to their timeout.
-func (s *FunctionStatus) InstancesFailing() (cause string, failing bool) {
+// the cause at once rather than hold requests to their timeout. reason is
+// one of the Reason* of ConditionInstancesReady.
+func (s *FunctionStatus) InstancesFailing() (reason, cause string, failing bool) {
 	for _, c := range s.Conditions {
 		if c.Type == ConditionInstancesReady && c.Status == metav1.ConditionFalse {
-			return c.Message, true
+			return c.Reason, c.Message, true
 		}
 	}
-	return "", false
+	return "", "", false
 }

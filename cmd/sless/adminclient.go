@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // adminClient is the CLI's one way to the admin API of `sless dev` (or an
@@ -38,10 +40,29 @@ func adminFlags(cmd *cobra.Command) *adminClient {
 		if c.output != "" && c.output != "json" {
 			return fmt.Errorf("-o must be json, not %q", c.output)
 		}
-		c.base = strings.TrimRight(c.base, "/")
+		base, err := adminBase(c.base)
+		if err != nil {
+			return err
+		}
+		c.base = base
 		return nil
 	}
 	return c
+}
+
+// adminBase is --admin as a base URL: host:port alone is http://host:port,
+// as the server commands' own --admin flags take it.
+func adminBase(flag string) (string, error) {
+	base := flag
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	base = strings.TrimRight(base, "/")
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+		return "", fmt.Errorf("--admin %q: want host:port or http(s)://host:port", flag)
+	}
+	return base, nil
 }
 
 // get fetches path and decodes its JSON into v; raw is the body.
@@ -85,6 +106,11 @@ func (c *adminClient) do(path string, hc *http.Client) (*http.Response, error) {
 			return nil, ctx.Err()
 		}
 		return nil, fmt.Errorf("cannot reach the sless admin API at %s: is `sless dev` running? (%w)", c.base, err)
+	}
+	if resp.Header.Get(wire.AdminAPIHeader) == "" {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s is not the sless admin API (it answered %s): is it the invocation port? "+
+			"--admin wants the admin port (127.0.0.1:9090 under `sless dev`)", c.base, resp.Status)
 	}
 	return resp, nil
 }

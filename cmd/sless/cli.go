@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"sless.dev/sless/adminapi"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local"
 )
@@ -30,7 +31,7 @@ func newFunctionsCommand() *cobra.Command {
 	}
 	c := adminFlags(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		var list struct{ Functions []local.FunctionStatus }
+		var list adminapi.List[local.FunctionStatus]
 		raw, err := c.get("/v1/functions", &list)
 		if err != nil {
 			return err
@@ -38,6 +39,11 @@ func newFunctionsCommand() *cobra.Command {
 		if c.output == "json" {
 			_, err := cmd.OutOrStdout().Write(raw)
 			return err
+		}
+		// First, on stderr: a manifest that does not load changes
+		// nothing, and the table alone would not say so.
+		for _, e := range list.Errors {
+			fmt.Fprintf(cmd.ErrOrStderr(), "manifest error: %s\n", strings.TrimPrefix(e.File+": "+e.Error, ": "))
 		}
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tRUNTIME\tSTATE\tREADY\tURL\tAGE")
@@ -76,7 +82,7 @@ func age(t time.Time) string {
 func newDescribeCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "describe NAMESPACE/NAME",
-		Short: "Show a function: spec, state, instances, last crash and build error, recent invocations",
+		Short: "Show a function: state, triggers, spec, instances, last crash and build error, recent invocations",
 		Args:  cobra.ExactArgs(1),
 	}
 	c := adminFlags(cmd)
@@ -117,6 +123,7 @@ func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, 
 	field("URL", st.URL)
 	field("Age", age(st.Created))
 	field("State", st.State)
+	field("Reason", st.Reason)
 	field("Error", st.Error)
 	if st.Update != "" {
 		field("Update", st.Update+": "+st.UpdateError)
@@ -130,6 +137,7 @@ func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, 
 	}
 	_ = tw.Flush()
 
+	describeTriggers(w, st.Triggers)
 	fmt.Fprintln(w, "Spec:")
 	if spec, err := yaml.Marshal(st.Spec); err == nil {
 		for line := range strings.Lines(string(spec)) {
@@ -156,6 +164,30 @@ func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, 
 	default:
 		invocationsTable(&indented{w: w}, recent)
 	}
+}
+
+// describeTriggers shows each trigger, what fires it, its state and, when
+// it fails, why.
+func describeTriggers(w io.Writer, triggers []adminapi.TriggerStatus) {
+	fmt.Fprintln(w, "Triggers:")
+	if len(triggers) == 0 {
+		fmt.Fprintln(w, "  <none>")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  NAME\tKIND\tSTATE\tSOURCE\tERROR")
+	for _, t := range triggers {
+		source := "-"
+		switch {
+		case t.Queue != "":
+			source = "queue " + t.Queue
+		case t.Schedule != "":
+			source = strings.TrimSpace(t.Schedule + " " + t.Timezone)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", t.Name, t.Kind, t.State, source,
+			cmp.Or(strings.Join(strings.Fields(t.Error), " "), "-"))
+	}
+	_ = tw.Flush()
 }
 
 // indented writes each line it is given two spaces in.
@@ -249,14 +281,17 @@ func newLogsCommand() *cobra.Command {
 	c := adminFlags(cmd)
 	cmd.Flags().BoolVarP(&follow, "follow", "f", false, "go on printing new lines until interrupted")
 	cmd.Flags().StringVar(&since, "since", "", "only lines since an age (5m) or a time (RFC 3339)")
-	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines kept")
+	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines kept, all by default (0: none; with -f, only new lines)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		_, _, path := functionPath(args[0])
 		q := url.Values{}
 		if since != "" {
 			q.Set("since", since)
 		}
-		if tail > 0 {
+		if cmd.Flags().Changed("tail") {
+			if tail < 0 {
+				return usageError{fmt.Errorf("--tail %d: want 0 or more", tail)}
+			}
 			q.Set("tail", fmt.Sprint(tail))
 		}
 		out := cmd.OutOrStdout()
@@ -307,7 +342,9 @@ func (c *adminClient) follow(cmd *cobra.Command, path string, out io.Writer) err
 		if ll.Dropped > 0 {
 			fmt.Fprintf(out, "(%d lines dropped: reading too slowly)\n", ll.Dropped)
 		}
-		fmt.Fprintf(out, "%s | %s\n", ll.Instance, ll.Line)
+		if ll.Instance != "" { // else it only reports a drop
+			fmt.Fprintf(out, "%s | %s\n", ll.Instance, ll.Line)
+		}
 	}
 	if cmd.Context().Err() != nil {
 		return nil // interrupted: the way a follow ends

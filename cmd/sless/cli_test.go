@@ -17,10 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/needs"
 	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/local"
 )
 
@@ -43,8 +45,20 @@ func sless(t *testing.T, admin string, args ...string) (string, error) {
 // set, until stop or the end of the test, and returns its admin API's URL.
 func runDev(t *testing.T, dir, token string) (admin string, stop func()) {
 	t.Helper()
-	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
-		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second, AdminToken: token})
+	p, stop := runPlatform(t, dir, token)
+	return "http://" + p.AdminAddr(), stop
+}
+
+// runPlatform is runDev's platform, with its options changed by each of
+// opts.
+func runPlatform(t *testing.T, dir, token string, opts ...func(*local.Options)) (p *local.Platform, stop func()) {
+	t.Helper()
+	o := local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: t.TempDir(),
+		Log: slog.New(slog.DiscardHandler), Poll: time.Hour, Drain: 5 * time.Second, AdminToken: token}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	p, err := local.New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +67,7 @@ func runDev(t *testing.T, dir, token string) (admin string, stop func()) {
 	go func() { done <- p.Run(ctx) }()
 	stop = sync.OnceFunc(func() { cancel(); <-done })
 	t.Cleanup(stop)
-	return "http://" + p.AdminAddr(), stop
+	return p, stop
 }
 
 // lines splits output into its lines.
@@ -208,6 +222,9 @@ func TestCLI(t *testing.T) {
 		if err != nil || len(lines(out)) != 1 {
 			t.Errorf("logs --tail 1: %v\n%s", err, out)
 		}
+		if out, err := cli(t, "logs", "hi", "--tail", "0"); err != nil || out != "" {
+			t.Errorf("logs --tail 0: %v %q, want nothing", err, out)
+		}
 		if out, err := cli(t, "logs", "hi", "--since", time.Now().Add(time.Hour).Format(time.RFC3339)); err != nil || out != "" {
 			t.Errorf("logs --since an hour ahead: %v %q, want nothing", err, out)
 		}
@@ -225,6 +242,7 @@ func TestCLI(t *testing.T) {
 			t.Errorf("logs --since yesterday: %v", err)
 		}
 	})
+	// -f --tail 0: the new lines, none of the past.
 	t.Run("LogsFollow", func(t *testing.T) {
 		for _, output := range []string{"", "json"} {
 			var followed syncbuf.Buffer
@@ -233,7 +251,7 @@ func TestCLI(t *testing.T) {
 			go func() {
 				root := newRootCommand()
 				root.SetOut(&followed)
-				root.SetArgs([]string{"logs", "default/hi", "-f", "--tail", "1", "-o", output, "--admin", d.admin})
+				root.SetArgs([]string{"logs", "default/hi", "-f", "--tail", "0", "-o", output, "--admin", d.admin})
 				done <- root.ExecuteContext(ctx)
 			}()
 			path := "/followed-" + cmp.Or(output, "table")
@@ -252,6 +270,8 @@ func TestCLI(t *testing.T) {
 					t.Errorf("logs -f -o json: line %q is not a log line's JSON", l)
 				case output == "" && !regexp.MustCompile(`^default/hi#\d+ \| `).MatchString(l):
 					t.Errorf("logs -f: line %q is not 'instance | line'", l)
+				case !strings.Contains(l, "serving GET "+path):
+					t.Errorf("logs -f --tail 0: line %q, want only the new lines of %s", l, path)
 				}
 			}
 		}
@@ -303,12 +323,135 @@ func TestCLIErrors(t *testing.T) {
 		t.Errorf("-o yaml: %T, want a usage error (exit 2)", err)
 	}
 
+	if _, err := sless(t, admin, "logs", "hi", "--tail", "-1"); err == nil || !strings.Contains(err.Error(), "--tail -1") {
+		t.Errorf("logs --tail -1: %v", err)
+	} else if _, ok := err.(usageError); !ok {
+		t.Errorf("logs --tail -1: %T, want a usage error (exit 2)", err)
+	}
+
 	closed := "http://127.0.0.1:" + strconv.Itoa(testfn.FreePort(t))
 	want := "cannot reach the sless admin API at " + closed + ": is `sless dev` running?"
 	for _, args := range [][]string{{"functions"}, {"logs", "hi", "-f"}, {"invoke", "hi"}} {
 		if _, err := sless(t, closed, args...); err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%v at a closed port: %v, want %q", args, err, want)
 		}
+	}
+}
+
+// describe shows each trigger, what fires it, its state and its error:
+// here a queue that does not exist, beside an HTTP trigger that serves and
+// a cron trigger switched off.
+func TestCLIDescribeTriggers(t *testing.T) {
+	requirePython3(t)
+	amqptest.Channel(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"q/main.py": "def handle(e):\n    return 'q'\n",
+		"q.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: q}\nspec:\n  runtime: python\n  source: ./q\n" +
+			"  scale: {initial: 1}\n  triggers:\n    - {name: web, http: {}}\n" +
+			"    - {name: nightly, enabled: false, cron: {schedule: \"0 3 * * *\", timezone: Europe/Paris}}\n" +
+			"    - {name: orders, rabbitmq: {queue: sless-test-no-such-queue}}\n",
+	})
+	p, _ := runPlatform(t, dir, "", func(o *local.Options) { o.AMQPURL = amqptest.URL() })
+	admin := "http://" + p.AdminAddr()
+	var out string
+	eventually.TrueWithin(t, 2*time.Minute, "the queue trigger failing", func() bool {
+		out, _ = sless(t, admin, "describe", "q")
+		return strings.Contains(out, "failing")
+	})
+	want := regexp.MustCompile(`(?m)^Triggers:\n  NAME +KIND +STATE +SOURCE +ERROR\n` +
+		`  web +http +active +- +-\n` +
+		`  nightly +cron +disabled +0 3 \* \* \* Europe/Paris +-\n` +
+		`  orders +rabbitmq +failing +queue sless-test-no-such-queue +.*queue "sless-test-no-such-queue" not found.*\n`)
+	if !want.MatchString(out) {
+		t.Errorf("describe does not match %s:\n%s", want, out)
+	}
+}
+
+// functions says first, on stderr, which manifests did not load; -o json
+// has them as the list's errors.
+func TestCLIManifestErrors(t *testing.T) {
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"bad.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: bad\n"})
+	admin, _ := runDev(t, dir, "")
+	t.Setenv("SLESS_ADMIN_TOKEN", "")
+	out, err := sless(t, admin, "functions")
+	if rows := lines(out); err != nil || len(rows) != 2 || !strings.HasPrefix(rows[0], "manifest error: "+filepath.Join(dir, "bad.yaml")+": ") ||
+		!strings.HasPrefix(rows[1], "NAME") {
+		t.Errorf("functions: %v\n%s\nwant the manifest error, then the table", err, out)
+	}
+	var list struct {
+		Errors []struct{ File, Error string }
+	}
+	out, err = sless(t, admin, "functions", "-o", "json")
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Errors) != 1 || list.Errors[0].File != filepath.Join(dir, "bad.yaml") {
+		t.Errorf("functions -o json: %v %s, want the manifest's error", err, out)
+	}
+}
+
+// describe says why a function whose instance never becomes ready does
+// not serve: the reason, since when, its last output.
+func TestCLIDescribeNeverReady(t *testing.T) {
+	requirePython3(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"stuck/main.py": stuckHandler,
+		"stuck.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: stuck}\nspec: {runtime: python, source: ./stuck, scale: {initial: 1}}\n"})
+	p, _ := runPlatform(t, dir, "", func(o *local.Options) { o.ReadinessGrace = time.Second })
+	admin := "http://" + p.AdminAddr()
+	var out string
+	eventually.TrueWithin(t, time.Minute, "stuck crashing", func() bool {
+		out, _ = sless(t, admin, "describe", "stuck")
+		return regexp.MustCompile(`(?m)^State: +crashing$`).MatchString(out)
+	})
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^Reason: +ReadinessFailing$`),
+		regexp.MustCompile(`(?m)^Error: +instance default/stuck#\d+ has been running without passing its readiness check since \S+ \(GET /healthz: .*\); last output: loading the model$`),
+	} {
+		if !want.MatchString(out) {
+			t.Errorf("describe does not match %s:\n%s", want, out)
+		}
+	}
+}
+
+// --admin takes host:port as the server commands do, and says so when it
+// is given the invocation port, whose 404s would otherwise read as the
+// admin API's "unknown function".
+func TestCLIAdminAddress(t *testing.T) {
+	p, _ := runPlatform(t, t.TempDir(), "")
+	t.Setenv("SLESS_ADMIN_TOKEN", "")
+	if out, err := sless(t, p.AdminAddr(), "functions"); err != nil || !strings.HasPrefix(out, "NAME") {
+		t.Errorf("--admin %s (no scheme): %v %q, want the table", p.AdminAddr(), err, out)
+	}
+	for _, invoke := range []string{"http://" + p.Addr(), p.Addr()} {
+		for _, args := range [][]string{{"functions"}, {"describe", "hi"}, {"logs", "hi", "-f"}} {
+			_, err := sless(t, invoke, args...)
+			if err == nil || !strings.Contains(err.Error(), "is not the sless admin API") || !strings.Contains(err.Error(), "invocation port") {
+				t.Errorf("%v --admin %s (the invocation port): %v, want it said not the admin API", args, invoke, err)
+			}
+		}
+	}
+	for _, bad := range []string{"ftp://" + p.AdminAddr(), "http://", "127.0.0.1:9090?x=1"} {
+		if _, err := sless(t, bad, "functions"); err == nil || !strings.Contains(err.Error(), "want host:port") {
+			t.Errorf("--admin %s: %v, want a usage error", bad, err)
+		} else if _, ok := err.(usageError); !ok {
+			t.Errorf("--admin %s: %T, want a usage error (exit 2)", bad, err)
+		}
+	}
+}
+
+// logs -f prints a line of the stream that only reports dropped lines (as
+// sless dev sends at the end of a burst: see local's
+// TestLogsFollowSlowFollower) as that report alone.
+func TestCLILogsFollowDropReport(t *testing.T) {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set(wire.AdminAPIHeader, wire.AdminAPIVersion)
+		_, _ = w.Write([]byte(`{"time":"2026-01-02T03:04:05Z","instance":"default/hi#1","line":"one"}` + "\n" +
+			`{"time":"2026-01-02T03:04:06Z","dropped":5}` + "\n"))
+	}))
+	defer api.Close()
+	out, err := sless(t, api.URL, "logs", "hi", "-f")
+	if want := "default/hi#1 | one\n(5 lines dropped: reading too slowly)\n"; out != want || err == nil {
+		t.Errorf("logs -f: %v %q, want %q and the stream's end", err, out, want)
 	}
 }
 

@@ -271,3 +271,60 @@ func (c *consoleUser) checkPage(page string) {
 		}
 	}
 }
+
+// stuckHandler never finishes loading: its instance runs, never ready.
+const stuckHandler = "import time\nprint('loading the model', flush=True)\ntime.sleep(3600)\n\ndef handle(e):\n    return 'never'\n"
+
+// The console shows what keeps functions from serving: a function whose
+// instance never becomes ready, with the reason and its output; a
+// manifest that stops loading, as a banner on the functions page and as
+// the failed update of its function, while the version loaded last
+// serves.
+func TestConsoleProblems(t *testing.T) {
+	requirePython3(t)
+	ctx := browsertest.New(t, 3*time.Minute)
+	t.Setenv("SLESS_ADMIN_TOKEN", "")
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"hi/main.py": devHandler, "hi.yaml": devManifest, "stuck/main.py": stuckHandler,
+		"stuck.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: stuck}\nspec: {runtime: python, source: ./stuck, scale: {initial: 1}}\n"})
+	c := &consoleUser{t: t, ctx: ctx, dev: startDevIn(t, dir, nil, "--readiness-grace", "1s")}
+	eventually.TrueWithin(t, 2*time.Minute, "hi ready, stuck crashing", func() bool {
+		states := c.apiFunctions()
+		return states["hi"] == "ready" && states["stuck"] == "crashing"
+	})
+
+	t.Run("a function that never becomes ready shows why", func(t *testing.T) {
+		c.t = t
+		c.open("stuck")
+		c.within(10*time.Second, "the error", chromedp.WaitVisible(chromedp.CSS(`#problems section[aria-label="Error"] pre`)))
+		shown := value(c, "the error", chromedp.Text(chromedp.CSS(`#problems section[aria-label="Error"] pre`)))
+		if !strings.HasPrefix(shown, "ReadinessFailing: instance default/stuck#") || !strings.Contains(shown, "readiness check since") ||
+			!strings.Contains(shown, "loading the model") {
+			t.Errorf("error %q, want the reason, since when and the last output", shown)
+		}
+		browsertest.Screenshot(c.ctx, t, "never-ready")
+	})
+
+	t.Run("a manifest that stops loading shows a banner", func(t *testing.T) {
+		c.t = t
+		c.run("the list, without a banner", chromedp.Navigate(c.dev.admin+"/"), chromedp.WaitVisible(chromedp.CSS("#functions tbody tr")))
+		if shown := value(c, "the banner", chromedp.Evaluate[bool](`!document.querySelector('#manifest-errors').hidden`)); shown {
+			t.Error("a manifest error banner with every manifest loaded")
+		}
+		writeFiles(t, dir, map[string]string{"hi.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: hi\n"})
+		c.within(30*time.Second, "the banner", chromedp.WaitVisible(chromedp.CSS("#manifest-errors li")))
+		banner := value(c, "the banner's text", chromedp.Text(chromedp.CSS("#manifest-errors")))
+		if !strings.Contains(banner, "did not load") || !strings.Contains(banner, filepath.Join(dir, "hi.yaml")+": ") {
+			t.Errorf("banner %q, want the manifest that did not load", banner)
+		}
+		c.checkPage("functions with a manifest error")
+		browsertest.Screenshot(c.ctx, t, "manifest-error")
+
+		c.open("hi")
+		c.within(10*time.Second, "the failed update", chromedp.WaitVisible(chromedp.CSS(`#problems section[aria-label="Update failed"] pre`)))
+		update := value(c, "the failed update", chromedp.Text(chromedp.CSS(`#problems section[aria-label="Update failed"] pre`)))
+		if !strings.Contains(update, "manifest "+filepath.Join(dir, "hi.yaml")) {
+			t.Errorf("update failed %q, want the manifest's error", update)
+		}
+	})
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"sless.dev/sless/activator"
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local"
@@ -90,6 +91,8 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 	f.Int64Var(&opts.MaxBodyBytes, "max-body-bytes", activator.DefaultMaxBodyBytes, "largest request body (413 beyond)")
 	f.DurationVar(&opts.ReadTimeout, "read-timeout", forward.DefaultReadTimeout,
 		"most a client may take to send a request head, or each part of its body (408 beyond)")
+	f.DurationVar(&opts.ReadinessGrace, "readiness-grace", v1alpha1.ReadinessGrace,
+		"how long an instance may run without passing its readiness check before its function shows why and requests get 503")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		if opts.MaxBodyBytes < 1 || opts.MaxBodyBytes > math.MaxInt32 || opts.ReadTimeout < time.Millisecond {
 			return fmt.Errorf("--max-body-bytes must be from 1 to %d and --read-timeout at least 1ms", math.MaxInt32)
@@ -99,6 +102,9 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 		}
 		if opts.Drain <= 0 {
 			return fmt.Errorf("--drain must be positive")
+		}
+		if opts.ReadinessGrace <= 0 {
+			return fmt.Errorf("--readiness-grace must be positive")
 		}
 		if prom {
 			if _, err := findPrometheus(); err != nil {

@@ -106,8 +106,12 @@ func (f *loadFlags) check(args []string) error {
 		return errors.New("--queue publishes messages: no URL, --rate or --requests")
 	case f.queue != "" && (f.messages < 1 || f.messages > maxMessages):
 		return fmt.Errorf("--queue needs --messages from 1 to %d", maxMessages)
+	case f.queue != "" && f.duration <= 0:
+		return errors.New("--duration bounds the wait for the drain: it must be positive")
 	case f.queue != "":
 		return nil
+	case f.messages != 0 || f.declareQueue:
+		return errors.New("--messages and --declare-queue go with --queue")
 	case len(args) > 1:
 		return errors.New("one URL at most")
 	case (len(args) == 1) == (f.function != ""):
@@ -127,7 +131,10 @@ func (f *loadFlags) check(args []string) error {
 			return fmt.Errorf("--header %q: want \"Name: value\"", h)
 		}
 	}
-	return nil
+	// The rest of the rules are the run's own (connections, a duration or
+	// requests, no negative time): checked here, they are a usage error
+	// before anything is sent, not a failed run.
+	return f.runOptions("").Check()
 }
 
 // readBody is --body, or --body-file's content.
@@ -149,8 +156,15 @@ func (f *loadFlags) options(target string) (load.Options, error) {
 	if err != nil {
 		return load.Options{}, err
 	}
+	o := f.runOptions(target)
+	o.Body = body
+	return o, nil
+}
+
+// runOptions are the run's options the flags give, the body left out.
+func (f *loadFlags) runOptions(target string) load.Options {
 	o := load.Options{URL: target, Method: f.method, Connections: f.connections, Duration: f.duration,
-		Requests: f.requests, Warmup: f.warmup, Timeout: f.timeout, AllowRemote: f.allowRemote, Body: body}
+		Requests: f.requests, Warmup: f.warmup, Timeout: f.timeout, AllowRemote: f.allowRemote}
 	for _, h := range f.headers {
 		name, value, _ := strings.Cut(h, ":")
 		o.Header = append(o.Header, [2]string{strings.TrimSpace(name), strings.TrimSpace(value)})
@@ -166,7 +180,7 @@ func (f *loadFlags) options(target string) (load.Options, error) {
 	if f.requests > 0 {
 		o.Duration = 0
 	}
-	return o, nil
+	return o
 }
 
 func runLoad(ctx context.Context, cmd *cobra.Command, c *adminClient, f loadFlags, args []string) error {

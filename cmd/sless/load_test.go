@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -19,6 +21,8 @@ import (
 // Bad input is a clear error and exit status 2, before anything is sent.
 func TestLoadBadInput(t *testing.T) {
 	dead := "http://127.0.0.1:" + strconv.Itoa(testfn.FreePort(t)) + "/"
+	live := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer live.Close()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -33,6 +37,14 @@ func TestLoadBadInput(t *testing.T) {
 		{"compare one file", []string{"load", "--compare", "a.json"}, "two --json files"},
 		{"compare files that are not runs", []string{"load", "--compare", "/etc/hostname", "/etc/hostname"}, "--compare"},
 		{"a remote target", []string{"load", "http://10.1.2.3:80/", "-d", "1s"}, "not a loopback address"},
+		// The run's own rules, on a target that answers.
+		{"no connections", []string{"load", live.URL, "-c", "0"}, "connections must be from 1"},
+		{"too many connections", []string{"load", live.URL, "-c", "10001"}, "connections must be from 1"},
+		{"no duration", []string{"load", live.URL, "-d", "0"}, "a duration or a number of requests"},
+		{"a negative timeout", []string{"load", live.URL, "--timeout", "-1s"}, "must not be negative"},
+		{"a negative warmup", []string{"load", live.URL, "--rate", "10", "--warmup", "-1s"}, "must not be negative"},
+		{"messages without a queue", []string{"load", live.URL, "--messages", "5"}, "go with --queue"},
+		{"a queue without a wait", []string{"load", "--queue", "q", "--messages", "5", "-d", "0"}, "--duration"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := run(tc.args...)

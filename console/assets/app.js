@@ -107,8 +107,10 @@ function showFunctions() {
   const nameInput = h('input', { id: 'filter-name', type: 'search', placeholder: 'part of a name' });
   const tbody = h('tbody');
   const count = h('p', { class: 'muted', id: 'count' });
+  const banner = h('section', { class: 'banner', id: 'manifest-errors', role: 'alert', hidden: true });
   app.append(
     h('h1', { text: 'Functions' }),
+    banner,
     h('div', { class: 'filters' },
       h('label', { for: 'filter-namespace' }, 'Namespace', nsSelect),
       h('label', { for: 'filter-name' }, 'Name', nameInput)),
@@ -148,7 +150,9 @@ function showFunctions() {
   nsSelect.addEventListener('change', render);
   nameInput.addEventListener('input', render);
   every(1000, async () => {
-    last = (await api('/v1/functions')).functions;
+    const list = await api('/v1/functions');
+    last = list.functions;
+    renderManifestErrors(banner, list.errors || []);
     const namespaces = [...new Set(last.map((f) => f.namespace))].sort();
     if (namespaces.join() !== [...nsSelect.options].slice(1).map((o) => o.value).join()) {
       const chosen = nsSelect.value;
@@ -157,6 +161,19 @@ function showFunctions() {
     }
     render();
   });
+}
+
+// renderManifestErrors shows the manifests sless dev could not load: their
+// functions run as last loaded, or not at all, and nothing else says so.
+function renderManifestErrors(el, errors) {
+  const key = JSON.stringify(errors);
+  if (el.dataset.key === key) return;
+  el.dataset.key = key;
+  el.hidden = errors.length === 0;
+  el.replaceChildren(
+    h('h2', { text: errors.length === 1 ? 'A manifest did not load' : errors.length + ' manifests did not load' }),
+    h('p', { text: 'Their functions run as last loaded, or not at all, until the manifests are fixed.' }),
+    h('ul', {}, errors.map((e) => h('li', { text: (e.file ? e.file + ': ' : '') + e.error }))));
 }
 
 function functionRow(f) {
@@ -173,7 +190,7 @@ function updateRow(row, f) {
     c[2].replaceChildren(badge(state));
     row.state = state;
   }
-  c[2].title = f.error || '';
+  c[2].title = [f.reason, f.error, f.updateError && 'update failed: ' + f.updateError].filter(Boolean).join('\n');
   set(c[3], f.ready !== undefined ? f.ready + ' / ' + f.desired : String(f.instances ?? '—'));
   set(c[4], fmt.rate(s.requestsPerSecond));
   set(c[5], fmt.pct(s.errorRate));
@@ -230,7 +247,7 @@ function renderHead(head, f) {
 
 function renderProblems(el, f) {
   const items = [
-    ['Error', f.error], ['Update failed', f.updateError], ['Build error', f.buildError], ['Last crash', f.lastCrash],
+    ['Error', f.reason ? f.reason + ': ' + f.error : f.error], ['Update failed', f.updateError], ['Build error', f.buildError], ['Last crash', f.lastCrash],
   ].filter(([, v]) => v);
   const key = JSON.stringify(items);
   if (el.dataset.key === key) return;
@@ -308,7 +325,7 @@ function updateTriggers(f) {
         }
       },
     });
-    return h('tr', {}, h('td', { text: t.name }), h('td', { text: t.kind + (t.queue ? ' ' + t.queue : '') }),
+    return h('tr', {}, h('td', { text: t.name }), h('td', { text: [t.kind, t.queue, t.schedule, t.timezone].filter(Boolean).join(' ') }),
       h('td', { title: t.error || '' }, badge(t.state), t.error ? h('div', { class: 'error', text: t.error }) : null), h('td', {}, button));
   }));
 }

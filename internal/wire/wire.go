@@ -101,6 +101,15 @@ type RabbitMQTrigger struct {
 	DeadLetterQueue string `json:"deadLetterQueue,omitempty"`
 }
 
+// AdminAPIHeader marks every answer of the admin port (its value is the
+// API's version, AdminAPIVersion), so that a client given another address
+// can tell: the invocation port answers every path, /v1/ ones as unknown
+// functions, and the CLI would otherwise report that as the API's answer.
+const (
+	AdminAPIHeader  = "Sless-Admin-Api"
+	AdminAPIVersion = "v1"
+)
+
 // FirePattern is the activator's admin route that sends a cron fire, which
 // the autoscaler's scheduler calls: a POST whose body is the fire's and
 // whose ScheduledTimeHeader is its time. It answers 200 with

@@ -37,7 +37,11 @@ func (f Function) Key() string { return f.Namespace + "/" + f.Name }
 // FileError is a problem with one manifest file.
 type FileError struct {
 	File string
-	Err  error
+	// Function is the namespace/name of the function the problem is
+	// about, when it is about one (an invalid spec, a duplicate); empty
+	// when the file itself does not load.
+	Function string
+	Err      error
 }
 
 func (e *FileError) Error() string { return e.File + ": " + e.Err.Error() }
@@ -87,7 +91,7 @@ func Load(dir string, opts LoadOptions) ([]Function, []error) {
 		errs = append(errs, ferrs...)
 		for _, fn := range got {
 			if other, dup := seen[fn.Key()]; dup {
-				errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s is already defined in %s", fn.Key(), other)})
+				errs = append(errs, &FileError{File: file, Function: fn.Key(), Err: fmt.Errorf("function %s is already defined in %s", fn.Key(), other)})
 				continue
 			}
 			seen[fn.Key()] = file
@@ -136,7 +140,8 @@ func loadFile(file string, srcs sources) ([]Function, []error) {
 		}
 		fn.Default()
 		if verrs := srcs.validate(fn); len(verrs) > 0 {
-			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, verrs.ToAggregate())})
+			errs = append(errs, &FileError{File: file, Function: fn.Namespace + "/" + fn.Name,
+				Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, verrs.ToAggregate())})
 			continue
 		}
 		if fn.Spec.Source == "" { // an image to run as it is, on a cluster
@@ -145,7 +150,7 @@ func loadFile(file string, srcs sources) ([]Function, []error) {
 		}
 		src, err := srcs.resolve(file, fn.Spec.Source)
 		if err != nil {
-			errs = append(errs, &FileError{File: file, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, err)})
+			errs = append(errs, &FileError{File: file, Function: fn.Namespace + "/" + fn.Name, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, err)})
 			continue
 		}
 		fns = append(fns, Function{Function: fn, File: file, SourceDir: src})

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -47,26 +48,8 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet
 		proc.terminate(s.opts.StopTimeout)
 		return err
 	}
-	timeout := time.NewTimer(s.opts.StartTimeout)
-	defer timeout.Stop()
-	select {
-	case <-qp.srv.FirstReady():
-		startup := time.Since(start)
-		s.opts.Log.Debug("instance ready", "instance", name, "after", startup)
-		out.release()
-		s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin, inProcess: qp.inProcess}, qp.srv, startup)
-	case <-proc.exited:
-		signalGroup(proc.cmd.Process.Pid, killSignal) // what it left behind
-		qp.stop()
-		return fmt.Errorf("process exited before it was ready: %w%s", proc.err, out.tail())
-	case <-timeout.C:
-		qp.stop()
-		proc.terminate(s.opts.StopTimeout)
-		return fmt.Errorf("not ready within %s: no answer on /healthz%s", s.opts.StartTimeout, out.tail())
-	case <-ctx.Done():
-		qp.stop()
-		proc.terminate(s.opts.StopTimeout)
-		return nil
+	if ready, err := s.awaitReady(ctx, spec, in, proc, qp, out, start); !ready {
+		return err
 	}
 	select {
 	case <-proc.exited:
@@ -81,6 +64,48 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet
 		qp.stop() // drains: requests in flight finish first
 		proc.terminate(s.opts.StopTimeout)
 		return nil
+	}
+}
+
+// errNotReady is the error of an instance stopped for never passing its
+// readiness check.
+var errNotReady = errors.New("not ready")
+
+// awaitReady waits for an instance's first healthy answer: ready, or not
+// with why (nil when ctx ended), the process and its queue-proxy then
+// stopped. An instance unready for ReadinessGrace makes its function
+// failing, saying since when, why the last check failed and its last
+// output, and is given until StartTimeout.
+func (s *Supervisor) awaitReady(ctx context.Context, spec Function, in *instance, proc *process, qp *queueProxy, out *output, start time.Time) (bool, error) {
+	name := instanceName(spec.Namespace, spec.Name, in.id)
+	timeout := time.NewTimer(s.opts.StartTimeout)
+	defer timeout.Stop()
+	grace := time.NewTimer(s.opts.ReadinessGrace)
+	defer grace.Stop()
+	for {
+		select {
+		case <-qp.srv.FirstReady():
+			startup := time.Since(start)
+			s.opts.Log.Debug("instance ready", "instance", name, "after", startup)
+			out.release()
+			s.becameReady(spec.Namespace, spec.Name, in, Endpoint{Addr: qp.addr, Admin: qp.admin, inProcess: qp.inProcess}, qp.srv, startup)
+			return true, nil
+		case <-proc.exited:
+			signalGroup(proc.cmd.Process.Pid, killSignal) // what it left behind
+			qp.stop()
+			return false, fmt.Errorf("process exited before it was ready: %w%s", proc.err, out.tail())
+		case <-grace.C:
+			s.unready(spec.Namespace, spec.Name, in, fmt.Sprintf("instance %s has been running without passing its readiness check since %s (%s)%s",
+				name, start.UTC().Format(time.RFC3339), cmp.Or(qp.srv.ProbeFailure(), "no check done"), out.tail()))
+		case <-timeout.C:
+			qp.stop()
+			proc.terminate(s.opts.StopTimeout)
+			return false, fmt.Errorf("%w within %s (%s)%s", errNotReady, s.opts.StartTimeout, cmp.Or(qp.srv.ProbeFailure(), "no check done"), out.tail())
+		case <-ctx.Done():
+			qp.stop()
+			proc.terminate(s.opts.StopTimeout)
+			return false, nil
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ package supervisor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/queueproxy"
 	"sless.dev/sless/queueproxy/consumer"
@@ -67,10 +69,14 @@ type Options struct {
 	// into the supervisor.
 	Changed func(namespace, name string, ready []Endpoint)
 	// Failing is called, like Changed, when a function's current version
-	// starts or stops crash-looping: cause is the crash that made it
-	// failing, empty once an instance of it became ready or the function
-	// changed; serving counts the ready instances of earlier versions.
-	Failing func(namespace, name, cause string, serving int)
+	// starts or stops failing: its instances crash-loop before ready
+	// (reason v1alpha1.ReasonCrashing, or ReasonReadinessFailing when they
+	// were stopped for never passing the readiness check), or one has run
+	// for ReadinessGrace without passing it (ReasonReadinessFailing).
+	// cause says why; reason and cause are empty once an instance of it
+	// became ready or the function changed. serving counts the ready
+	// instances of earlier versions.
+	Failing func(namespace, name, reason, cause string, serving int)
 	// Crashed, when set, is called, like Changed, for every instance
 	// that exits unasked.
 	Crashed func(namespace, name string)
@@ -82,6 +88,10 @@ type Options struct {
 	Records consumer.Sink
 	// StartTimeout bounds the wait for a new instance to become ready.
 	StartTimeout time.Duration
+	// ReadinessGrace is how long an instance may run without passing its
+	// readiness check before its function is failing
+	// (v1alpha1.ReadinessGrace when 0).
+	ReadinessGrace time.Duration
 	// StopTimeout bounds the wait for a runtime process to exit after
 	// SIGTERM, before it is killed.
 	StopTimeout time.Duration
@@ -121,7 +131,8 @@ type function struct {
 	crashes   int
 	lastError string
 	failures  int           // crashes since an instance was last ready
-	failing   string        // the cause, once failures reached CrashLoopAfter
+	failing   string        // the cause, once failures reached CrashLoopAfter or an instance ran ReadinessGrace unready
+	reason    string        // failing's, a v1alpha1 Reason*
 	startup   time.Duration // the latest instance's start: exec to ready
 	notBefore time.Time     // no start before this (backoff)
 	retry     *time.Timer
@@ -150,6 +161,9 @@ func New(opts Options) *Supervisor {
 	if opts.StopTimeout == 0 {
 		opts.StopTimeout = 10 * time.Second
 	}
+	if opts.ReadinessGrace == 0 {
+		opts.ReadinessGrace = v1alpha1.ReadinessGrace
+	}
 	if opts.InstanceLog == nil {
 		opts.InstanceLog = opts.Log
 	}
@@ -157,7 +171,7 @@ func New(opts Options) *Supervisor {
 		opts.Changed = func(string, string, []Endpoint) {}
 	}
 	if opts.Failing == nil {
-		opts.Failing = func(string, string, string, int) {}
+		opts.Failing = func(string, string, string, string, int) {}
 	}
 	if opts.Lines == nil {
 		opts.Lines = func(string, string, string, string) {}
@@ -360,11 +374,34 @@ func (s *Supervisor) crashed(f *function, in *instance, err error) {
 	s.opts.Log.Warn("instance crashed", "namespace", f.spec.Namespace, "function", f.spec.Name,
 		"instance", in.id, "inARow", f.failures, "restartIn", backoff, "err", err)
 	if f.failures >= CrashLoopAfter {
-		first := f.failing == ""
-		f.failing = err.Error()
-		if first {
-			s.opts.Failing(f.spec.Namespace, f.spec.Name, f.failing, readyCount(f))
+		reason := v1alpha1.ReasonCrashing
+		if errors.Is(err, errNotReady) {
+			reason = v1alpha1.ReasonReadinessFailing
 		}
+		s.fail(f, reason, err.Error())
+	}
+}
+
+// unready reports an instance of f's current version that has run for
+// ReadinessGrace without passing its readiness check: its function is
+// failing, unless it already is. Called with s.mu held.
+func (s *Supervisor) unready(namespace, name string, in *instance, cause string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f := s.fns[key(namespace, name)]
+	if f == nil || in.stopping || in.gen != f.gen || f.failing != "" {
+		return
+	}
+	s.fail(f, v1alpha1.ReasonReadinessFailing, cause)
+}
+
+// fail makes f's current version failing for reason, telling Failing the
+// first time. Called with s.mu held.
+func (s *Supervisor) fail(f *function, reason, cause string) {
+	first := f.failing == ""
+	f.failing, f.reason = cause, reason
+	if first {
+		s.opts.Failing(f.spec.Namespace, f.spec.Name, reason, cause, readyCount(f))
 	}
 }
 
@@ -373,8 +410,8 @@ func (s *Supervisor) crashed(f *function, in *instance, err error) {
 func (s *Supervisor) recovered(f *function) {
 	f.failures = 0
 	if f.failing != "" {
-		f.failing = ""
-		s.opts.Failing(f.spec.Namespace, f.spec.Name, "", readyCount(f))
+		f.failing, f.reason = "", ""
+		s.opts.Failing(f.spec.Namespace, f.spec.Name, "", "", readyCount(f))
 	}
 }
 
@@ -450,9 +487,13 @@ type Status struct {
 	Generation int    `json:"generation"`
 	Crashes    int    `json:"crashes"`
 	LastError  string `json:"lastError,omitempty"`
-	// Failing is the last crash of the current version, once its
-	// instances crashed CrashLoopAfter times in a row before ready.
-	Failing string `json:"failing,omitempty"`
+	// Failing is why the current version cannot become ready: the last
+	// crash, once its instances crashed CrashLoopAfter times in a row
+	// before ready, or an instance that runs without passing its
+	// readiness check; FailingReason names it (v1alpha1.ReasonCrashing,
+	// ReasonReadinessFailing).
+	Failing       string `json:"failing,omitempty"`
+	FailingReason string `json:"failingReason,omitempty"`
 	// LastStartup is how long the latest instance took from the start of
 	// its process to its first healthy answer: a cold start's own share.
 	LastStartup time.Duration `json:"lastStartupNs"`
@@ -482,7 +523,7 @@ func (s *Supervisor) Status(namespace, name string) (st Status, ok bool) {
 		return Status{}, false
 	}
 	st = Status{Namespace: namespace, Name: name, Desired: f.desired, Generation: f.gen,
-		Crashes: f.crashes, LastError: f.lastError, Failing: f.failing, LastStartup: f.startup}
+		Crashes: f.crashes, LastError: f.lastError, Failing: f.failing, FailingReason: f.reason, LastStartup: f.startup}
 	st.Instances = make([]Instance, 0, len(f.insts))
 	for _, in := range f.insts {
 		is := Instance{Name: instanceName(namespace, name, in.id), Generation: in.gen, Started: in.started, Addr: in.ep.Addr}

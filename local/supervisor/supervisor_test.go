@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testfn"
@@ -290,14 +291,16 @@ func TestReAddedStartsFromZero(t *testing.T) {
 
 // failures records the supervisor's Failing calls.
 type failures struct {
-	mu    sync.Mutex
-	calls []string // cause, or "" for recovered; "cause@serving"
+	mu      sync.Mutex
+	calls   []string // cause, or "" for recovered; "cause@serving"
+	reasons []string
 }
 
-func (f *failures) record(_, _, cause string, serving int) {
+func (f *failures) record(_, _, reason, cause string, serving int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, fmt.Sprintf("%s@%d", cause, serving))
+	f.reasons = append(f.reasons, reason)
 }
 
 func (f *failures) get() []string {
@@ -334,7 +337,7 @@ func TestCrashLoop(t *testing.T) {
 	if got := fails.get()[0]; !strings.Contains(got, "SyntaxError") || !strings.HasSuffix(got, "@1") {
 		t.Errorf("Failing(%s), want the cause with the previous version's instance serving", got)
 	}
-	if st := status(t, s); st.Ready != 1 || !strings.Contains(st.Failing, "exit status 1") {
+	if st := status(t, s); st.Ready != 1 || !strings.Contains(st.Failing, "exit status 1") || st.FailingReason != v1alpha1.ReasonCrashing {
 		t.Errorf("status %+v, want the old instance ready and the new version failing", st)
 	}
 	eventually.True(t, "a retry after the failing", func() bool { return lines.Load() > CrashLoopAfter })
@@ -345,5 +348,50 @@ func TestCrashLoop(t *testing.T) {
 	eventually.True(t, "recovered", func() bool { c := fails.get(); return c[len(c)-1] == "@1" })
 	if st := status(t, s); st.Failing != "" {
 		t.Errorf("status %+v after a working version, want no failing", st)
+	}
+}
+
+// An instance whose process runs but never passes its readiness check
+// makes its function failing once it has been unready for ReadinessGrace
+// (before, it may be loading), with reason ReadinessFailing and a cause
+// that says since when, why the last check failed and the process's last
+// output; a new version ends it.
+func TestReadinessFailing(t *testing.T) {
+	fails := &failures{}
+	rec := newRecorder()
+	const grace = 500 * time.Millisecond
+	s := New(Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Changed: rec.record, Failing: fails.record,
+		ReadinessGrace: grace, StopTimeout: 5 * time.Second})
+	t.Cleanup(func() { _ = s.Shutdown(context.Background()) })
+
+	stuck := testFunction()
+	stuck.Process = runtimes.Process{Path: "/bin/sh", Args: []string{"-c", "echo loading the model >&2; exec sleep 600"}}
+	s.Set(stuck)
+	started := time.Now()
+	_, _ = s.Scale(context.Background(), "test", "fn", 1)
+	eventually.True(t, "the function failing", func() bool { return len(fails.get()) == 1 })
+	if waited := time.Since(started); waited < grace {
+		t.Errorf("failing after %v, before the grace of %v", waited, grace)
+	}
+	fails.mu.Lock()
+	reason := fails.reasons[0]
+	fails.mu.Unlock()
+	got := fails.get()[0]
+	if reason != v1alpha1.ReasonReadinessFailing || !strings.Contains(got, "test/fn#") ||
+		!strings.Contains(got, "without passing its readiness check since") || !strings.Contains(got, "GET /healthz: ") ||
+		!strings.Contains(got, "loading the model") || !strings.HasSuffix(got, "@0") {
+		t.Errorf("Failing(%s, %s), want ReadinessFailing since when, the last check's error and the last output", reason, got)
+	}
+	if st := status(t, s); st.Starting != 1 || st.FailingReason != v1alpha1.ReasonReadinessFailing || st.Failing == "" {
+		t.Errorf("status %+v, want the instance starting and the function failing its readiness", st)
+	}
+
+	s.Set(testFunction())
+	rec.waitReady(t, 1)
+	if c := fails.get(); len(c) != 2 || c[1] != "@0" {
+		t.Errorf("Failing calls %q, want the failing ended by the new version", c)
+	}
+	if st := status(t, s); st.Failing != "" || st.FailingReason != "" {
+		t.Errorf("status %+v after a version that is ready, want no failing", st)
 	}
 }
