@@ -296,6 +296,9 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	if rest != nil {
 		req.SetRequestURIBytes(rest)
 	}
+	// Only the platform sets its headers (a trigger's, a message's id):
+	// a client's could pass for them.
+	forward.StripReserved(&req.Header)
 	a.ensureRequestID(req)
 	forward.PrepareRequest(req, ctx.RemoteAddr())
 	deadline := start.Add(rt.fn.Timeout)

@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // StatusClientClosedRequest is recorded for requests whose client hung up
@@ -141,7 +143,7 @@ func isTimeout(err error) bool {
 // nothing of the request (it refused the connection). The activator's
 // Client turns the answer into ErrUnsent and sends the request elsewhere;
 // the mark never reaches a client.
-const UnsentHeader = "Sless-Unsent"
+const UnsentHeader = wire.HeaderPrefix + "Unsent"
 
 // ReadErrorStatus maps the error of reading a request's head (a fasthttp
 // server's ErrorHandler) to the status the client gets; all are the
