@@ -112,7 +112,8 @@ type RabbitMQTrigger struct {
 // FirePattern is the activator's admin route that sends a cron fire, which
 // the autoscaler's scheduler calls: a POST whose body is the fire's and
 // whose ScheduledTimeHeader is its time. It answers 200 with
-// {"status": <the invocation's status>}, 404 for an unknown function.
+// {"status": <the invocation's status>}, 404 for an unknown function or
+// trigger, 409 for a trigger that is disabled or not a cron trigger.
 const FirePattern = "POST /v1/namespaces/{namespace}/functions/{name}/triggers/{trigger}/fire"
 
 // FirePath is FirePattern's path for one trigger.
