@@ -285,6 +285,12 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		a.fail(ctx, fasthttp.StatusNotFound, msg, rt)
 		return
 	}
+	if forward.TooManyFields(&ctx.Request.Header) {
+		var res result
+		a.failed(ctx, rt, &res, fasthttp.StatusRequestHeaderFieldsTooLarge, forward.ErrTooManyFields.Error())
+		a.finish(ctx, rt, start, res)
+		return
+	}
 	bytesIn := ctx.Request.Header.ContentLength()
 	if int64(bytesIn) > a.cfg.MaxBodyBytes {
 		var res result

@@ -1,10 +1,13 @@
 package activator
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -314,4 +317,72 @@ func TestPeersShareAnInstance(t *testing.T) {
 		t.Fatal("cannot release the blocked requests")
 	}
 	wg.Wait()
+}
+
+// TestHeadLimits: the activator bounds a request's head, in fields and in
+// bytes, with a 431 in its own JSON, counted as the client's; a head
+// within both reaches the function through the queue-proxy, which takes
+// it with the fields the activator adds.
+func TestHeadLimits(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "fn", []string{startInstance(t)})
+	addr := runServer(t, a, time.Second)
+	// head is a request head of n fields (Host included) and about size
+	// bytes.
+	head := func(n, size int) string {
+		var b strings.Builder
+		b.WriteString("GET /fn/ns/fn/echo HTTP/1.1\r\nHost: fn\r\n")
+		value := strings.Repeat("v", max((size-b.Len()-2)/(n-1)-len("X-F000: \r\n"), 1))
+		for i := range n - 1 {
+			fmt.Fprintf(&b, "X-F%03d: %s\r\n", i, value)
+		}
+		return b.String() + "\r\n"
+	}
+	for _, tt := range []struct {
+		name string
+		head string
+		code int
+		want string // in the answer's body
+	}{
+		{"as many fields as allowed", head(forward.MaxHeaderFields, 2<<10), 200, `"X-F098"`},
+		{"one field too many", head(forward.MaxHeaderFields+1, 2<<10), 431,
+			`{"error":"request header has more than 100 fields","function":"fn","namespace":"ns"}`},
+		{"150 fields", head(150, 2<<10), 431, `"error":"request header has more than 100 fields"`},
+		{"a head at the limit", head(20, forward.MaxHeadBytes-20), 200, `"X-F018"`},
+		{"a head over the limit", head(20, forward.MaxHeadBytes+200), 431, `{"error":"request header too large"`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body, ct := sendRaw(t, addr, tt.head)
+			if code != tt.code || !strings.Contains(body, tt.want) {
+				t.Errorf("%d %.300s, want %d with %s", code, body, tt.code, tt.want)
+			}
+			if tt.code != 200 && ct != "application/json" {
+				t.Errorf("Content-Type %q: want the platform's JSON", ct)
+			}
+		})
+	}
+	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "fn", "431")); n != 2 {
+		t.Errorf(`sless_activator_requests_total{code="431"} = %v, want the 2 heads of too many fields`, n)
+	}
+}
+
+// sendRaw sends a request as is and returns the answer's status, body and
+// Content-Type.
+func sendRaw(t *testing.T, addr, request string) (int, string, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	_, _ = conn.Write([]byte(request)) // a hop may answer before it has read it all
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), resp.Header.Get("Content-Type")
 }

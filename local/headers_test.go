@@ -2,12 +2,15 @@ package local
 
 import (
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"sless.dev/sless/adminapi"
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -69,5 +72,38 @@ func checkNoReserved(t *testing.T, route string, headers map[string]string) {
 	}
 	if headers["x-kept"] != "yes" {
 		t.Errorf("%s: the function saw %v, without the caller's X-Kept", route, headers)
+	}
+}
+
+// A Python function behind the platform: the activator's limit of header
+// fields is the one a caller meets, answered in the platform's JSON (the
+// runtime's own, 100 fields, refused a head within it with an HTML page,
+// once the platform had added its fields).
+func TestHeadLimitPython(t *testing.T) {
+	p := startPlatformCode(t, headersHandler, manifest("heads", "  scale: {initial: 1}\n"))
+	p.waitFor("ready", time.Minute, func() bool { return p.status("heads").State == "ready" })
+	call := func(fields int) (int, string, string) {
+		req, err := http.NewRequest(http.MethodGet, "http://"+p.Addr()+"/fn/default/heads", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Go's client adds Host, User-Agent and Accept-Encoding.
+		for i := range fields - 3 {
+			req.Header.Set(fmt.Sprintf("X-F%03d", i), "v")
+		}
+		resp, err := p.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Content-Type"), string(body)
+	}
+	if code, _, body := call(forward.MaxHeaderFields); code != 200 || !strings.Contains(body, `"x-f096":"v"`) {
+		t.Errorf("%d fields: %d %.200s, want 200", forward.MaxHeaderFields, code, body)
+	}
+	code, ct, body := call(forward.MaxHeaderFields + 1)
+	if code != 431 || ct != "application/json" || !strings.Contains(body, `"error":"request header has more than 100 fields"`) {
+		t.Errorf("%d fields: %d %s %.200s, want the activator's 431 in JSON", forward.MaxHeaderFields+1, code, ct, body)
 	}
 }

@@ -40,7 +40,9 @@ func Cases(path string, maxBody int) []Case {
 		{"HTTP/1.0 with a body", "POST " + path + " HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello", http.StatusOK},
 		{"malformed chunk size", "POST " + path + " HTTP/1.1\r\nHost: fn\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
 			http.StatusBadRequest},
-		{"headers too large", "GET " + path + " HTTP/1.1\r\nHost: fn\r\nX-Big: " + strings.Repeat("h", 20<<10) + "\r\n\r\n",
+		// Over every hop's limit: the activator's 16 KiB and the
+		// queue-proxy's 32 KiB (forward.MaxHeadBytes, InnerHeadBytes).
+		{"headers too large", "GET " + path + " HTTP/1.1\r\nHost: fn\r\nX-Big: " + strings.Repeat("h", 40<<10) + "\r\n\r\n",
 			http.StatusRequestHeaderFieldsTooLarge},
 		{"small body never comes", "POST " + path + " HTTP/1.1\r\nHost: fn\r\nContent-Length: 10\r\n\r\nabc",
 			http.StatusRequestTimeout},

@@ -9,8 +9,22 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// The limits of a client's request head, which the activator enforces
+// with a 431 in the platform's JSON, whatever runtime the function runs
+// in. The hops behind it take more, for the fields the platform adds
+// (X-Forwarded-For, X-Request-Id, a trigger's Sless-…): the queue-proxy
+// heads up to InnerHeadBytes, each runtime more fields and bytes than
+// that, so that none refuses in its own way a head the activator let
+// through (Python's http.server stops at 100 fields, Node at 16 KiB).
+const (
+	MaxHeadBytes    = 16 << 10
+	MaxHeaderFields = 100
+	InnerHeadBytes  = 2 * MaxHeadBytes
+)
+
 // NewServer returns a fasthttp server set up for a proxy hop: request
-// bodies streamed and bounded by maxBody, heads up to 16 KiB, a client
+// bodies streamed and bounded by maxBody, heads up to MaxHeadBytes (a hop
+// behind the activator raises ReadBufferSize to InnerHeadBytes), a client
 // given readTimeout (0: DefaultReadTimeout) to send a request head and
 // to take an answer written at once, and nothing added to the answers
 // that the next hop did not send (no default Server, Content-Type or Date
@@ -23,7 +37,7 @@ func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.Reque
 	return &fasthttp.Server{
 		Handler:                      handler,
 		ErrorHandler:                 onReadError,
-		ReadBufferSize:               16 << 10, // the longest request head
+		ReadBufferSize:               MaxHeadBytes, // the longest request head
 		MaxRequestBodySize:           int(maxBody),
 		StreamRequestBody:            true,
 		ReadTimeout:                  readTimeout,
