@@ -491,6 +491,6 @@ func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *rou
 		body["path"] = string(ctx.Path())
 	}
 	b, _ := json.Marshal(body)
-	forward.WriteError(&ctx.Response, code, b)
+	forward.WriteError(ctx, code, b)
 	return code
 }

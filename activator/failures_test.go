@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -385,4 +386,76 @@ func sendRaw(t *testing.T, addr, request string) (int, string, string) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(body), resp.Header.Get("Content-Type")
+}
+
+// TestAnswerBeforeBody: an instance that answers before it has read a
+// streamed body, and closes the connection, has its answer passed on, and
+// the failure is counted where it belongs: the queue-proxy's 413 (its
+// limit below the activator's) is the client's, the refusal of a dead user
+// process the function's. (The activator's write of the body failed, and
+// it answered 400 "malformed request body", blaming the client, or 502
+// "broken pipe" for a chunked body.)
+func TestAnswerBeforeBody(t *testing.T) {
+	const instanceMax = 1 << 20
+	a := newActivator(t, Config{MaxBodyBytes: 10 << 20}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "small", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "small", []string{testinstance.Start(t, func(c *queueproxy.Config) { c.MaxBodyBytes = instanceMax }).Addr})
+	dead := testinstance.Start(t)
+	dead.Function.Kill()
+	a.SetFunction(Function{Namespace: "ns", Name: "dead", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "dead", []string{dead.Addr})
+	addr := strings.TrimPrefix(serveActivator(t, a), "http://")
+	body := strings.Repeat("x", 4<<20)
+	// post reads the answer while it sends the body, as clients that
+	// take an early answer do: the activator closes the connection after
+	// it, the rest of the body unread.
+	post := func(path string, chunked bool) (int, string) {
+		head := "POST " + path + " HTTP/1.1\r\nHost: fn\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+		payload := body
+		if chunked {
+			head = "POST " + path + " HTTP/1.1\r\nHost: fn\r\nTransfer-Encoding: chunked\r\n\r\n"
+			payload = strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n"
+		}
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		go func() { _, _ = conn.Write([]byte(head + payload)) }()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("POST %s: no answer: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tt := range []struct {
+		name, path string
+		chunked    bool
+		code       int
+		want       string
+	}{
+		{"over the instance's limit", "/fn/ns/small/count", false, 413, "request body too large"},
+		{"chunked over the instance's limit", "/fn/ns/small/count", true, 413, "request body too large"},
+		{"refused by the user process", "/fn/ns/dead/count", false, 502, "connection refused by the function"},
+		{"chunked, refused by the user process", "/fn/ns/dead/count", true, 502, "connection refused by the function"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 5 {
+				if code, b := post(tt.path, tt.chunked); code != tt.code || !strings.Contains(b, tt.want) {
+					t.Fatalf("%d %s, want %d %s", code, b, tt.code, tt.want)
+				}
+			}
+		})
+	}
+	for code, want := range map[string]float64{"400": 0, "413": 10, "502": 0} {
+		if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "small", code)); n != want {
+			t.Errorf(`sless_activator_requests_total{function="small",code=%q} = %v, want %v`, code, n, want)
+		}
+	}
+	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "dead", "400")); n != 0 {
+		t.Errorf(`sless_activator_requests_total{function="dead",code="400"} = %v: the function's failure blamed on the client`, n)
+	}
 }

@@ -174,14 +174,23 @@ func ReadErrorStatus(err error) (code int, msg string) {
 	return fasthttp.StatusBadRequest, "malformed request"
 }
 
-// WriteError answers with code and a JSON body, replacing whatever the
-// response held. A 503 says when to retry: it means no capacity now.
-func WriteError(resp *fasthttp.Response, code int, body []byte) {
+// WriteError answers ctx's request with code and a JSON body, replacing
+// whatever the response held. A 503 says when to retry: it means no
+// capacity now. A request whose body came chunked is answered with
+// Connection: close, since the hop may have left that body unread:
+// fasthttp then reads at most 256 KiB more of it and closes the
+// connection, but decides so only once the answer has gone without
+// saying it, and a client told nothing would reuse the connection.
+func WriteError(ctx *fasthttp.RequestCtx, code int, body []byte) {
+	resp := &ctx.Response
 	resp.Reset()
 	resp.SetStatusCode(code)
 	resp.Header.SetContentType("application/json")
 	if code == fasthttp.StatusServiceUnavailable {
 		resp.Header.Set("Retry-After", "1")
+	}
+	if ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() == -1 {
+		resp.SetConnectionClose()
 	}
 	resp.SetBodyRaw(body)
 }

@@ -23,7 +23,9 @@ const (
 )
 
 // NewServer returns a fasthttp server set up for a proxy hop: request
-// bodies streamed and bounded by maxBody, heads up to MaxHeadBytes (a hop
+// bodies streamed and bounded by maxBody (one declared over it refused
+// from the request's head, before any of it is read or a 100 Continue
+// invites it), heads up to MaxHeadBytes (a hop
 // behind the activator raises ReadBufferSize to InnerHeadBytes), a client
 // given readTimeout (0: DefaultReadTimeout) to send a request head and
 // to take an answer written at once, and nothing added to the answers
@@ -36,6 +38,8 @@ func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.Reque
 	}
 	return &fasthttp.Server{
 		Handler:                      handler,
+		HeaderReceived:               refuseEarly(maxBody),
+		ExpectHandler:                expect(handler, maxBody),
 		ErrorHandler:                 onReadError,
 		ReadBufferSize:               MaxHeadBytes, // the longest request head
 		MaxRequestBodySize:           int(maxBody),
@@ -49,6 +53,35 @@ func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.Reque
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
 		Logger:                       slogPrinter{log},
+	}
+}
+
+// refuseEarly puts a request whose head declares a body over maxBody on
+// the path of Expect: 100-continue, whatever the client asked: there
+// expect answers it from its head alone. fasthttp would otherwise read
+// the first 8 KiB of the body before the handler runs, so that a client
+// that sends its head and waits would get no answer but a 408.
+func refuseEarly(maxBody int64) func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		if int64(h.ContentLength()) > maxBody {
+			h.Set(fasthttp.HeaderExpect, "100-continue")
+		}
+		return fasthttp.RequestConfig{}
+	}
+}
+
+// expect answers Expect: 100-continue: 100 lets the client send its body,
+// but one declared over maxBody gets the hop's handler's answer at once
+// (413, in the hop's JSON, counted as the client's) before any of it is
+// sent, and the connection closes. The handler answers such a request
+// from its head, reading nothing.
+func expect(handler fasthttp.RequestHandler, maxBody int64) func(*fasthttp.RequestCtx) int {
+	return func(ctx *fasthttp.RequestCtx) int {
+		if int64(ctx.Request.Header.ContentLength()) <= maxBody {
+			return fasthttp.StatusContinue
+		}
+		handler(ctx)
+		return ctx.Response.StatusCode()
 	}
 }
 
