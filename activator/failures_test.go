@@ -323,7 +323,8 @@ func TestPeersShareAnInstance(t *testing.T) {
 // TestHeadLimits: the activator bounds a request's head, in fields and in
 // bytes, with a 431 in its own JSON, counted as the client's; a head
 // within both reaches the function through the queue-proxy, which takes
-// it with the fields the activator adds.
+// it with the fields the activator adds. A body declared over the limit
+// gets its 413, in the same JSON, from the head.
 func TestHeadLimits(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
@@ -352,6 +353,8 @@ func TestHeadLimits(t *testing.T) {
 		{"150 fields", head(150, 2<<10), 431, `"error":"request header has more than 100 fields"`},
 		{"a head at the limit", head(20, forward.MaxHeadBytes-20), 200, `"X-F018"`},
 		{"a head over the limit", head(20, forward.MaxHeadBytes+200), 431, `{"error":"request header too large"`},
+		{"a body declared over the limit", "POST /fn/ns/fn/echo HTTP/1.1\r\nHost: fn\r\nExpect: 100-continue\r\nContent-Length: " +
+			strconv.Itoa(DefaultMaxBodyBytes+1) + "\r\n\r\n", 413, `{"error":"request body too large","function":"fn","namespace":"ns"}`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			code, body, ct := sendRaw(t, addr, tt.head)

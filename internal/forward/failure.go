@@ -1,9 +1,7 @@
 package forward
 
 import (
-	"bytes"
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"syscall"
@@ -146,17 +144,6 @@ func isTimeout(err error) bool {
 // Client turns the answer into ErrUnsent and sends the request elsewhere;
 // the mark never reaches a client.
 const UnsentHeader = wire.HeaderPrefix + "Unsent"
-
-// ErrTooManyFields is the answer to a request head of more than
-// MaxHeaderFields fields (431).
-var ErrTooManyFields = fmt.Errorf("request header has more than %d fields", MaxHeaderFields)
-
-// TooManyFields reports whether a request read from a client has more than
-// MaxHeaderFields header fields: its raw head, one field a line and a
-// blank line after them, is counted without parsing it.
-func TooManyFields(h *fasthttp.RequestHeader) bool {
-	return bytes.Count(h.RawHeaders(), []byte("\n"))-1 > MaxHeaderFields
-}
 
 // ReadErrorStatus maps the error of reading a request's head (a fasthttp
 // server's ErrorHandler) to the status the client gets; all are the

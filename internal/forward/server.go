@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"syscall"
@@ -22,11 +23,22 @@ const (
 	InnerHeadBytes  = 2 * MaxHeadBytes
 )
 
+// ErrTooManyFields is the answer to a request head of more than
+// MaxHeaderFields fields (431).
+var ErrTooManyFields = fmt.Errorf("request header has more than %d fields", MaxHeaderFields)
+
+// TooManyFields reports whether a request read from a client has more than
+// MaxHeaderFields header fields: its raw head, one field a line and a
+// blank line after them, is counted without parsing it.
+func TooManyFields(h *fasthttp.RequestHeader) bool {
+	return bytes.Count(h.RawHeaders(), []byte("\n"))-1 > MaxHeaderFields
+}
+
 // NewServer returns a fasthttp server set up for a proxy hop: request
 // bodies streamed and bounded by maxBody (one declared over it refused
 // from the request's head, before any of it is read or a 100 Continue
-// invites it), heads up to MaxHeadBytes (a hop
-// behind the activator raises ReadBufferSize to InnerHeadBytes), a client
+// invites it), heads up to MaxHeadBytes (a hop behind the activator
+// raises ReadBufferSize to InnerHeadBytes), a client
 // given readTimeout (0: DefaultReadTimeout) to send a request head and
 // to take an answer written at once, and nothing added to the answers
 // that the next hop did not send (no default Server, Content-Type or Date
