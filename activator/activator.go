@@ -286,6 +286,12 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		a.fail(ctx, fasthttp.StatusNotFound, msg, rt)
 		return
 	}
+	if forward.TooManyFields(&ctx.Request.Header) {
+		var res result
+		a.failed(ctx, rt, &res, fasthttp.StatusRequestHeaderFieldsTooLarge, forward.ErrTooManyFields.Error())
+		a.finish(ctx, rt, start, res)
+		return
+	}
 	bytesIn := ctx.Request.Header.ContentLength()
 	if int64(bytesIn) > a.cfg.MaxBodyBytes {
 		var res result
@@ -297,6 +303,9 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	if rest != nil {
 		req.SetRequestURIBytes(rest)
 	}
+	// Only the platform sets its headers (a trigger's, a message's id):
+	// a client's could pass for them.
+	forward.StripReserved(&req.Header)
 	a.ensureRequestID(req)
 	forward.PrepareRequest(req, ctx.RemoteAddr())
 	deadline := start.Add(rt.fn.Timeout)
@@ -486,6 +495,6 @@ func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *rou
 		body["path"] = string(ctx.Path())
 	}
 	b, _ := json.Marshal(body)
-	forward.WriteError(&ctx.Response, code, b)
+	forward.WriteError(ctx, code, b)
 	return code
 }

@@ -16,7 +16,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
@@ -268,7 +270,15 @@ func TestServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
+	off := false
+	a.SetFunction(FunctionFor(&v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hello"},
+		Spec: v1alpha1.FunctionSpec{TimeoutSeconds: 10, Triggers: []v1alpha1.Trigger{
+			{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
+			{Name: "tick", Cron: &v1alpha1.CronTrigger{Schedule: "@hourly"}},
+			{Name: "stopped", Enabled: &off, Cron: &v1alpha1.CronTrigger{Schedule: "@hourly"}},
+		}},
+	}))
 	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
 	srv := &Server{Activator: a, Registry: reg, Records: ring, Token: "s3cret", DrainTimeout: 5 * time.Second, Log: quiet}
 	serving, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -314,12 +324,13 @@ func TestServer(t *testing.T) {
 }
 
 // checkFireRoute: the scheduler's fire route sends a fire with its time and
-// body, recorded as cron, behind the token; bad requests change nothing.
+// body, recorded as cron, behind the token, for an enabled cron trigger
+// only; bad requests change nothing.
 func checkFireRoute(t *testing.T, adminURL string, ring *invocation.Ring) {
 	t.Helper()
 	scheduled := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC).Format(time.RFC3339Nano)
-	fire := func(fn, when, token, body string) (int, string) {
-		req, _ := http.NewRequest(http.MethodPost, adminURL+wire.FirePath("ns", fn, "tick"), strings.NewReader(body))
+	fire := func(fn, trigger, when, token, body string) (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, adminURL+wire.FirePath("ns", fn, trigger), strings.NewReader(body))
 		req.Header.Set(wire.ScheduledTimeHeader, when)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := client.Do(req)
@@ -331,23 +342,26 @@ func checkFireRoute(t *testing.T, adminURL string, ring *invocation.Ring) {
 		return resp.StatusCode, string(b)
 	}
 	for _, tt := range []struct {
-		name, fn, when, token, body string
-		code                        int
-		want                        string
+		name, fn, trigger, when, token, body string
+		code                                 int
+		want                                 string
 	}{
-		{"fire", "hello", scheduled, "s3cret", "{}", 200, `{"status":200}`},
-		{"no token", "hello", scheduled, "wrong", "{}", 401, ""},
-		{"bad time", "hello", "yesterday", "s3cret", "{}", 400, "not an RFC 3339 time"},
-		{"unknown function", "nobody", scheduled, "s3cret", "{}", 404, "unknown function"},
-		{"body too large", "hello", scheduled, "s3cret", strings.Repeat("x", 64<<10+1), 413, "at most 65536 bytes"},
+		{"fire", "hello", "tick", scheduled, "s3cret", "{}", 200, `{"status":200}`},
+		{"no token", "hello", "tick", scheduled, "wrong", "{}", 401, ""},
+		{"bad time", "hello", "tick", "yesterday", "s3cret", "{}", 400, "not an RFC 3339 time"},
+		{"unknown function", "nobody", "tick", scheduled, "s3cret", "{}", 404, "unknown function"},
+		{"unknown trigger", "hello", "nope", scheduled, "s3cret", "{}", 404, "fire nope of ns/hello: the function has no such trigger"},
+		{"disabled trigger", "hello", "stopped", scheduled, "s3cret", "{}", 409, "fire stopped of ns/hello: the trigger is disabled"},
+		{"not a cron trigger", "hello", "web", scheduled, "s3cret", "{}", 409, "fire web of ns/hello: not a cron trigger"},
+		{"body too large", "hello", "tick", scheduled, "s3cret", strings.Repeat("x", 64<<10+1), 413, "at most 65536 bytes"},
 	} {
-		if code, body := fire(tt.fn, tt.when, tt.token, tt.body); code != tt.code || !strings.Contains(body, tt.want) {
+		if code, body := fire(tt.fn, tt.trigger, tt.when, tt.token, tt.body); code != tt.code || !strings.Contains(body, tt.want) {
 			t.Errorf("%s: %d %s, want %d %s", tt.name, code, body, tt.code, tt.want)
 		}
 	}
 	page, err := ring.List(context.Background(), invocation.Query{Namespace: "ns", Function: "hello", Trigger: "cron"})
 	if err != nil || len(page.Invocations) != 1 || page.Invocations[0].TriggerName != "tick" || page.Invocations[0].Status != 200 {
-		t.Errorf("cron records: %+v, %v; want the one fire", page.Invocations, err)
+		t.Errorf("cron records: %+v, %v; want the one fire of tick", page.Invocations, err)
 	}
 }
 

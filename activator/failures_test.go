@@ -1,11 +1,15 @@
 package activator
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -314,4 +318,147 @@ func TestPeersShareAnInstance(t *testing.T) {
 		t.Fatal("cannot release the blocked requests")
 	}
 	wg.Wait()
+}
+
+// TestHeadLimits: the activator bounds a request's head, in fields and in
+// bytes, with a 431 in its own JSON, counted as the client's; a head
+// within both reaches the function through the queue-proxy, which takes
+// it with the fields the activator adds. A body declared over the limit
+// gets its 413, in the same JSON, from the head.
+func TestHeadLimits(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "fn", []string{startInstance(t)})
+	addr := runServer(t, a, time.Second)
+	// head is a request head of n fields (Host included) and about size
+	// bytes.
+	head := func(n, size int) string {
+		var b strings.Builder
+		b.WriteString("GET /fn/ns/fn/echo HTTP/1.1\r\nHost: fn\r\n")
+		value := strings.Repeat("v", max((size-b.Len()-2)/(n-1)-len("X-F000: \r\n"), 1))
+		for i := range n - 1 {
+			fmt.Fprintf(&b, "X-F%03d: %s\r\n", i, value)
+		}
+		return b.String() + "\r\n"
+	}
+	for _, tt := range []struct {
+		name string
+		head string
+		code int
+		want string // in the answer's body
+	}{
+		{"as many fields as allowed", head(forward.MaxHeaderFields, 2<<10), 200, `"X-F098"`},
+		{"one field too many", head(forward.MaxHeaderFields+1, 2<<10), 431,
+			`{"error":"request header has more than 100 fields","function":"fn","namespace":"ns"}`},
+		{"150 fields", head(150, 2<<10), 431, `"error":"request header has more than 100 fields"`},
+		{"a head at the limit", head(20, forward.MaxHeadBytes-20), 200, `"X-F018"`},
+		{"a head over the limit", head(20, forward.MaxHeadBytes+200), 431, `{"error":"request header too large"`},
+		{"a body declared over the limit", "POST /fn/ns/fn/echo HTTP/1.1\r\nHost: fn\r\nExpect: 100-continue\r\nContent-Length: " +
+			strconv.Itoa(DefaultMaxBodyBytes+1) + "\r\n\r\n", 413, `{"error":"request body too large","function":"fn","namespace":"ns"}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, body, ct := sendRaw(t, addr, tt.head)
+			if code != tt.code || !strings.Contains(body, tt.want) {
+				t.Errorf("%d %.300s, want %d with %s", code, body, tt.code, tt.want)
+			}
+			if tt.code != 200 && ct != "application/json" {
+				t.Errorf("Content-Type %q: want the platform's JSON", ct)
+			}
+		})
+	}
+	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "fn", "431")); n != 2 {
+		t.Errorf(`sless_activator_requests_total{code="431"} = %v, want the 2 heads of too many fields`, n)
+	}
+}
+
+// sendRaw sends a request as is and returns the answer's status, body and
+// Content-Type.
+func sendRaw(t *testing.T, addr, request string) (int, string, string) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	_, _ = conn.Write([]byte(request)) // a hop may answer before it has read it all
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), resp.Header.Get("Content-Type")
+}
+
+// TestAnswerBeforeBody: an instance that answers before it has read a
+// streamed body, and closes the connection, has its answer passed on, and
+// the failure is counted where it belongs: the queue-proxy's 413 (its
+// limit below the activator's) is the client's, the refusal of a dead user
+// process the function's. (The activator's write of the body failed, and
+// it answered 400 "malformed request body", blaming the client, or 502
+// "broken pipe" for a chunked body.)
+func TestAnswerBeforeBody(t *testing.T) {
+	const instanceMax = 1 << 20
+	a := newActivator(t, Config{MaxBodyBytes: 10 << 20}, &countingPoker{})
+	a.SetFunction(Function{Namespace: "ns", Name: "small", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "small", []string{testinstance.Start(t, func(c *queueproxy.Config) { c.MaxBodyBytes = instanceMax }).Addr})
+	dead := testinstance.Start(t)
+	dead.Function.Kill()
+	a.SetFunction(Function{Namespace: "ns", Name: "dead", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "dead", []string{dead.Addr})
+	addr := strings.TrimPrefix(serveActivator(t, a), "http://")
+	body := strings.Repeat("x", 4<<20)
+	// post reads the answer while it sends the body, as clients that
+	// take an early answer do: the activator closes the connection after
+	// it, the rest of the body unread.
+	post := func(path string, chunked bool) (int, string) {
+		head := "POST " + path + " HTTP/1.1\r\nHost: fn\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n"
+		payload := body
+		if chunked {
+			head = "POST " + path + " HTTP/1.1\r\nHost: fn\r\nTransfer-Encoding: chunked\r\n\r\n"
+			payload = strconv.FormatInt(int64(len(body)), 16) + "\r\n" + body + "\r\n0\r\n\r\n"
+		}
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		go func() { _, _ = conn.Write([]byte(head + payload)) }()
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("POST %s: no answer: %v", path, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, tt := range []struct {
+		name, path string
+		chunked    bool
+		code       int
+		want       string
+	}{
+		{"over the instance's limit", "/fn/ns/small/count", false, 413, "request body too large"},
+		{"chunked over the instance's limit", "/fn/ns/small/count", true, 413, "request body too large"},
+		{"refused by the user process", "/fn/ns/dead/count", false, 502, "connection refused by the function"},
+		{"chunked, refused by the user process", "/fn/ns/dead/count", true, 502, "connection refused by the function"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			for range 5 {
+				if code, b := post(tt.path, tt.chunked); code != tt.code || !strings.Contains(b, tt.want) {
+					t.Fatalf("%d %s, want %d %s", code, b, tt.code, tt.want)
+				}
+			}
+		})
+	}
+	for code, want := range map[string]float64{"400": 0, "413": 10, "502": 0} {
+		if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "small", code)); n != want {
+			t.Errorf(`sless_activator_requests_total{function="small",code=%q} = %v, want %v`, code, n, want)
+		}
+	}
+	if n := testutil.ToFloat64(a.metrics.requests.WithLabelValues("ns", "dead", "400")); n != 0 {
+		t.Errorf(`sless_activator_requests_total{function="dead",code="400"} = %v: the function's failure blamed on the client`, n)
+	}
 }

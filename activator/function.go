@@ -10,7 +10,9 @@ import (
 // same on Kubernetes and in the local platform.
 func FunctionFor(fn *v1alpha1.Function) Function {
 	http, disabled := false, ""
+	triggers := make(map[string]Trigger, len(fn.Spec.Triggers))
 	for _, t := range fn.Spec.Triggers {
+		triggers[t.Name] = Trigger{Cron: t.Cron != nil, Enabled: t.IsEnabled()}
 		switch {
 		case t.HTTP == nil:
 		case t.IsEnabled():
@@ -23,5 +25,6 @@ func FunctionFor(fn *v1alpha1.Function) Function {
 		Namespace: fn.Namespace, Name: fn.Name, HTTP: http, DisabledHTTP: disabled,
 		Concurrency: int(fn.Spec.Concurrency),
 		Timeout:     time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
+		Triggers:    triggers,
 	}
 }

@@ -20,6 +20,15 @@ type Function struct {
 	Concurrency int `json:"concurrency"`
 	// Timeout bounds a request, waiting included.
 	Timeout time.Duration `json:"timeoutNs"`
+	// Triggers are the function's triggers by name, which the fire route
+	// checks: it fires an enabled cron trigger only.
+	Triggers map[string]Trigger `json:"triggers,omitempty"`
+}
+
+// Trigger is one of a function's triggers, as the fire route sees it.
+type Trigger struct {
+	Cron    bool `json:"cron"`
+	Enabled bool `json:"enabled"`
 }
 
 // route is a function with its throttler, as the request path sees it.

@@ -199,7 +199,11 @@ func (s *Server) fire(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	code, err := s.Activator.Fire(r.Context(), r.PathValue("namespace"), r.PathValue("name"), r.PathValue("trigger"), scheduled, body)
-	if err != nil {
+	switch {
+	case errors.Is(err, ErrNotFireable):
+		adminapi.WriteJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		return
+	case err != nil:
 		adminapi.WriteJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
 		return
 	}

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/timeline"
 )
@@ -150,17 +152,18 @@ type Scale struct {
 	Max *int32 `json:"max,omitempty"`
 }
 
-// Check refuses bounds that cannot hold, given the current ones.
+// Check refuses bounds that a Function could not have, given its scale
+// now: v1alpha1's check of them, which manifests and the CRD make too.
 func (s Scale) Check(spec v1alpha1.Scale) error {
-	lo, hi := spec.Min, spec.Max
+	next := spec
 	if s.Min != nil {
-		lo = *s.Min
+		next.Min = *s.Min
 	}
 	if s.Max != nil {
-		hi = *s.Max
+		next.Max = *s.Max
 	}
-	if lo < 0 || hi < 1 || lo > hi {
-		return BadInput("min %d and max %d: want 0 ≤ min ≤ max and max ≥ 1", lo, hi)
+	if errs := v1alpha1.ValidateScaleBounds(&next, field.NewPath("spec", "scale")); len(errs) > 0 {
+		return BadInput("%v", errs.ToAggregate())
 	}
 	return nil
 }

@@ -53,7 +53,7 @@ const fnPath = "/v1/namespaces/default/functions/"
 // on, scale bounds changed, each as a session override, and the errors of
 // bad requests, which change nothing.
 func TestActions(t *testing.T) {
-	const spec = "  scale: {initial: 1, max: 3}\n  triggers:\n    - {name: web, http: {}}\n    - {name: tick, cron: {schedule: \"@hourly\"}}\n"
+	const spec = "  scale: {min: 1, max: 3}\n  triggers:\n    - {name: web, http: {}}\n    - {name: tick, cron: {schedule: \"@hourly\"}}\n"
 	p := startPlatformWith(t, manifest("acts", spec), withToken)
 	p.waitFor("ready", time.Minute, func() bool { return p.status("acts").State == "ready" })
 
@@ -91,8 +91,10 @@ func TestActions(t *testing.T) {
 		{"no enabled", "PATCH", "acts/triggers/web", `{}`, 400, `{"enabled": true}`},
 		{"not JSON", "PATCH", "acts/triggers/web", `enabled`, 400, "bad JSON body"},
 		{"unknown field", "PATCH", "acts/scale", `{"minimum": 1}`, 400, "unknown field"},
-		{"min above max", "PATCH", "acts/scale", `{"min": 4}`, 400, "min 4 and max 3"},
-		{"max zero", "PATCH", "acts/scale", `{"max": 0}`, 400, "max ≥ 1"},
+		{"min above max", "PATCH", "acts/scale", `{"min": 4}`, 400, "spec.scale.min: Invalid value: 4: must not exceed max (3)"},
+		{"max zero", "PATCH", "acts/scale", `{"max": 0}`, 400, "spec.scale.max: Invalid value: 0: must be between 1 and 1000"},
+		{"max above the CRD's bound", "PATCH", "acts/scale", `{"max": 100000}`, 400, "spec.scale.max: Invalid value: 100000: must be between 1 and 1000"},
+		{"min above the CRD's bound", "PATCH", "acts/scale", `{"min": 1001, "max": 1001}`, 400, "spec.scale.min: Invalid value: 1001: must be between 0 and 1000"},
 		{"nothing to scale", "PATCH", "acts/scale", `{}`, 400, "min, max or both"},
 		{"a path without a slash", "POST", "acts/invoke", `{"path": "x"}`, 400, "path must start with"},
 		{"invoke unknown", "POST", "nope/invoke", `{}`, 404, "unknown function"},

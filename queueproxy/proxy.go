@@ -139,7 +139,7 @@ func (p *proxy) pass(ctx *fasthttp.RequestCtx, deadline time.Time, cc *forward.C
 }
 
 func (p *proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {
-	forward.WriteError(&ctx.Response, code, body)
+	forward.WriteError(ctx, code, body)
 	return code
 }
 

@@ -158,6 +158,7 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	defer hangups.Close()
 	serving = hangups.Listener(serving, s.cfg.ReadTimeout)
 	fs := forward.NewServer(s.proxy.ServeHTTP, s.proxy.serveReadError, s.cfg.MaxBodyBytes, s.cfg.ReadTimeout, s.log)
+	fs.ReadBufferSize = forward.InnerHeadBytes // what the activator lets through, and the fields it adds
 	fs.Concurrency = min(maxConnections, forward.MaxConns(2))
 	hs := &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 5 * time.Second}
 

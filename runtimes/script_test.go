@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -25,6 +26,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/syncbuf"
 )
 
@@ -256,7 +258,25 @@ func scriptContractCases(errorType string) []scriptCase {
 		{name: "async", method: "GET", target: "/async", status: 200, contentType: "application/json", check: scriptBodyIs(`{"async":true}`)},
 		{name: "unencodable result", method: "GET", target: "/unencodable", status: 500, contentType: "application/json", check: scriptErrorNames("")},
 		{name: "healthz is the runtime's", method: "GET", target: "/healthz", status: 200, contentType: "text/plain", check: scriptBodyIs("ok")},
+		{name: "the largest head the platform sends", method: "GET", target: "/echo", headers: platformHead(),
+			status: 200, contentType: "application/json",
+			check: scriptEcho(scriptEvent{Method: "GET", Path: "/echo", Headers: map[string]string{"x-f100": platformHead()[100][1]}})},
 	}
+}
+
+// platformHead are more fields, and more bytes, than the activator lets
+// through (forward.MaxHeaderFields, MaxHeadBytes), as many as the
+// queue-proxy in front of a runtime takes (InnerHeadBytes): the fields the
+// platform adds included, a runtime must serve them, not refuse them its
+// own way.
+func platformHead() [][2]string {
+	n := forward.MaxHeaderFields + 10
+	value := strings.Repeat("v", (forward.InnerHeadBytes-1<<10)/n-len("X-F000: \r\n"))
+	h := make([][2]string, n)
+	for i := range h {
+		h[i] = [2]string{fmt.Sprintf("X-F%03d", i), value}
+	}
+	return h
 }
 
 // scriptInvoke runs the cases in order against inst.

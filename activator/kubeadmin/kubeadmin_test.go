@@ -108,7 +108,8 @@ func TestBackend(t *testing.T) {
 	}{
 		{"unknown trigger", "PATCH", "web/triggers/nope", `{"enabled": true}`, 404, `no trigger "nope"`},
 		{"unknown function", "GET", "nope", "", 404, "unknown function default/nope"},
-		{"min above max", "PATCH", "web/scale", `{"min": 5}`, 400, "min 5 and max 3"},
+		{"min above max", "PATCH", "web/scale", `{"min": 5}`, 400, "spec.scale.min: Invalid value: 5: must not exceed max (3)"},
+		{"max above the CRD's bound", "PATCH", "web/scale", `{"max": 100000}`, 400, "spec.scale.max: Invalid value: 100000: must be between 1 and 1000"},
 		{"invoke unknown", "POST", "nope/invoke", `{}`, 404, "unknown function"},
 		{"invoke, no activator", "POST", "web/invoke", `{}`, 502, "invoke"},
 	} {

@@ -34,6 +34,7 @@ func TestAPIServer(t *testing.T) {
 	c := controlplane.Client(t, cfg, apiextensionsv1.AddToScheme, kedav1alpha1.AddToScheme)
 	t.Run("defaults match Go defaulting", func(t *testing.T) { testDefaults(t, c) })
 	t.Run("invalid functions are refused", func(t *testing.T) { testRejects(t, c) })
+	t.Run("the scale bounds are Go's", func(t *testing.T) { testScaleBounds(t, c) })
 	t.Run("printer columns and short name", func(t *testing.T) { testPrinting(t, c, cfg) })
 	t.Run("replicas at zero are printed", func(t *testing.T) { testPrintingZero(t, c, cfg) })
 	t.Run("security context", func(t *testing.T) { testSecurityContext(t, c) })
@@ -93,6 +94,8 @@ func testRejects(t *testing.T, c client.Client) {
 		{"min above default max", `{runtime: go, scale: {min: 11}}`, []string{`spec.scale.min: Invalid value`, `min must not exceed max`}},
 		{"initial above max", `{runtime: go, scale: {max: 3, initial: 4}}`, []string{`spec.scale.initial: Invalid value`, `initial must lie within [min, max]`}},
 		{"initial below min", `{runtime: go, scale: {min: 2, initial: 1}}`, []string{`spec.scale.initial: Invalid value`}},
+		{"max above the bound", fmt.Sprintf(`{runtime: go, scale: {max: %d}}`, v1alpha1.MaxScale+1), []string{`spec.scale.max: Invalid value`}},
+		{"min above the bound", fmt.Sprintf(`{runtime: go, scale: {min: %d, max: %[1]d}}`, v1alpha1.MaxScale+1), []string{`spec.scale.min: Invalid value`}},
 		{"bad owner", `{runtime: go, scale: {owner: hpa}}`, []string{`spec.scale.owner: Unsupported value: "hpa"`}},
 		{"bad metric", `{runtime: go, scale: {metric: cpu}}`, []string{`spec.scale.metric: Unsupported value: "cpu"`}},
 		{"window too short", `{runtime: go, scale: {window: 1s}}`, []string{`spec.scale.window: Invalid value`, `window must be between 6s and 1h`}},
@@ -133,6 +136,26 @@ func testRejects(t *testing.T, c client.Client) {
 			}
 			assertGoRefuses(t, manifest, strings.SplitN(tt.want[0], ":", 2)[0])
 		})
+	}
+}
+
+// testScaleBounds: the CRD takes the largest scale Go's validation takes
+// (testRejects: and refuses one more), so that the admin API, which checks
+// a change with Go's, refuses what the API server would.
+func testScaleBounds(t *testing.T, c client.Client) {
+	top := int32(v1alpha1.MaxScale)
+	fn := &v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Name: "largest", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x",
+			Scale: v1alpha1.Scale{Min: top, Max: top, Initial: &top}},
+	}
+	defaulted := fn.DeepCopy()
+	defaulted.Default()
+	if errs := v1alpha1.Validate(defaulted, v1alpha1.ModeKubernetes); len(errs) > 0 {
+		t.Fatalf("Validate() = %v", errs)
+	}
+	if err := c.Create(context.Background(), fn); err != nil {
+		t.Errorf("create with min, max and initial %d: %v", top, err)
 	}
 }
 

@@ -25,11 +25,15 @@ const (
 	ModeLocal      Mode = "local"
 )
 
+// MaxScale is the most instances a Function's scale may name (min, max,
+// initial). The CRD's markers on Scale say the same: the API server test
+// refuses what passes it with both.
+const MaxScale = 1000
+
 // Bounds shared with the CRD markers in function_types.go.
 const (
 	maxTimeoutSeconds = 3600
 	maxConcurrency    = 1000
-	maxScale          = 1000
 	maxTarget         = 100000
 	maxQueueLength    = 100000
 	maxPrefetch       = 1000
@@ -217,16 +221,25 @@ func validateProfile(p *field.Path, typ string, localhost *string, runtimeDefaul
 	return nil
 }
 
-func validateScale(s *Scale, p *field.Path) field.ErrorList {
+// ValidateScaleBounds checks a scale's min, max and initial, at path p:
+// the one check of them, for a Function (Validate) and for a change of its
+// bounds through the admin API, which gets the same answer on every
+// platform.
+func ValidateScaleBounds(s *Scale, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	errs = append(errs, inRange(p.Child("min"), s.Min, 0, maxScale)...)
-	errs = append(errs, inRange(p.Child("max"), s.Max, 1, maxScale)...)
+	errs = append(errs, inRange(p.Child("min"), s.Min, 0, MaxScale)...)
+	errs = append(errs, inRange(p.Child("max"), s.Max, 1, MaxScale)...)
 	if s.Min > s.Max {
 		errs = append(errs, field.Invalid(p.Child("min"), s.Min, fmt.Sprintf("must not exceed max (%d)", s.Max)))
 	}
 	if s.Initial != nil && (*s.Initial < s.Min || *s.Initial > s.Max) {
 		errs = append(errs, field.Invalid(p.Child("initial"), *s.Initial, fmt.Sprintf("must lie within [min, max] = [%d, %d]", s.Min, s.Max)))
 	}
+	return errs
+}
+
+func validateScale(s *Scale, p *field.Path) field.ErrorList {
+	errs := ValidateScaleBounds(s, p)
 	errs = append(errs, inRange(p.Child("target"), s.Target, 1, maxTarget)...)
 	errs = append(errs, inRange(p.Child("targetUtilization"), s.TargetUtilization, 1, 100)...)
 	if s.Metric != MetricConcurrency && s.Metric != MetricRPS {

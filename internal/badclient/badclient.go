@@ -36,11 +36,19 @@ func Cases(path string, maxBody int) []Case {
 		// The hop answers once it has the head and a first part of the body.
 		{"content length over the limit", "POST " + path + " HTTP/1.1\r\nHost: fn\r\nContent-Length: " +
 			strconv.Itoa(maxBody+1) + "\r\n\r\n" + chunk[:16<<10], http.StatusRequestEntityTooLarge},
+		// Refused from the head: none of the body is sent, nor invited
+		// by a 100 Continue.
+		{"content length over the limit, body held back", "POST " + path + " HTTP/1.1\r\nHost: fn\r\nContent-Length: " +
+			strconv.Itoa(maxBody+1) + "\r\n\r\n", http.StatusRequestEntityTooLarge},
+		{"expect 100-continue over the limit", "POST " + path + " HTTP/1.1\r\nHost: fn\r\nExpect: 100-continue\r\nContent-Length: " +
+			strconv.Itoa(maxBody+1) + "\r\n\r\n", http.StatusRequestEntityTooLarge},
 		{"HTTP/1.0 without Host", "GET " + path + " HTTP/1.0\r\n\r\n", http.StatusOK},
 		{"HTTP/1.0 with a body", "POST " + path + " HTTP/1.0\r\nContent-Length: 5\r\n\r\nhello", http.StatusOK},
 		{"malformed chunk size", "POST " + path + " HTTP/1.1\r\nHost: fn\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n0\r\n\r\n",
 			http.StatusBadRequest},
-		{"headers too large", "GET " + path + " HTTP/1.1\r\nHost: fn\r\nX-Big: " + strings.Repeat("h", 20<<10) + "\r\n\r\n",
+		// Over every hop's limit: the activator's 16 KiB and the
+		// queue-proxy's 32 KiB (forward.MaxHeadBytes, InnerHeadBytes).
+		{"headers too large", "GET " + path + " HTTP/1.1\r\nHost: fn\r\nX-Big: " + strings.Repeat("h", 40<<10) + "\r\n\r\n",
 			http.StatusRequestHeaderFieldsTooLarge},
 		{"small body never comes", "POST " + path + " HTTP/1.1\r\nHost: fn\r\nContent-Length: 10\r\n\r\nabc",
 			http.StatusRequestTimeout},

@@ -122,17 +122,27 @@ func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 	if err := c.conn.SetDeadline(deadline); err != nil {
 		return false, err
 	}
-	if err := c.writeRequest(req, cc, deadline); err != nil {
-		return false, err
+	// A next hop that stops taking the body (errNotTaken) may have
+	// answered first (a body over its limit, a refusal): that answer,
+	// not the broken write, is the request's.
+	werr := c.writeRequest(req, cc, deadline)
+	if werr != nil && !errors.Is(werr, errNotTaken) {
+		return false, werr
 	}
 	if _, err := c.br.Peek(1); err != nil {
-		if isTimeout(err) {
+		switch {
+		case werr != nil:
+			return false, werr
+		case isTimeout(err):
 			return false, err
 		}
 		return false, fmt.Errorf("%w: %w", ErrNothingRead, err)
 	}
 	if err := readResponseHeader(&resp.Header, c.br); err != nil {
 		return false, fmt.Errorf("read response: %w", err)
+	}
+	if werr != nil {
+		resp.SetConnectionClose() // the connection is spent
 	}
 	if resp.StatusCode() == fasthttp.StatusBadGateway && len(resp.Header.Peek(UnsentHeader)) > 0 {
 		// The next hop's function refused it: unless its body is
@@ -202,16 +212,29 @@ func (c *conn) writeRequest(req *fasthttp.Request, cc *Conn, deadline time.Time)
 	if cl >= 0 {
 		c.lr = io.LimitedReader{R: &c.src, N: cl}
 		n, err := c.bw.ReadFrom(&c.lr)
-		if c.src.err != nil || n < cl {
+		switch {
+		case c.src.err != nil:
 			return fmt.Errorf("%w: %d of %d bytes", bodyError(c.src.err), n, cl)
+		case err != nil:
+			// Written short because the next hop stopped reading,
+			// not because the client's body did.
+			return notTaken(err)
+		case n < cl:
+			return fmt.Errorf("%w: %d of %d bytes", bodyError(nil), n, cl)
 		}
-		if err != nil {
-			return fmt.Errorf("forward request body: %w", err)
+		if err := c.bw.Flush(); err != nil {
+			return notTaken(err)
 		}
-		return c.flush()
+		return nil
 	}
 	return c.writeChunked(&c.src)
 }
+
+// errNotTaken marks a request whose body the next hop stopped taking: it
+// closed the connection, perhaps having answered first.
+var errNotTaken = errors.New("forward request body")
+
+func notTaken(err error) error { return fmt.Errorf("%w: %w", errNotTaken, err) }
 
 // clientBody reads the client's body for the next hop. It keeps the error
 // of reading it apart from those of writing it on, and gives the client
@@ -249,12 +272,15 @@ func (c *conn) writeChunked(stream io.Reader) error {
 			c.bw.WriteString("\r\n")
 			c.bw.Write(buf[:n])
 			if _, werr := c.bw.WriteString("\r\n"); werr != nil {
-				return fmt.Errorf("forward request body: %w", werr)
+				return notTaken(werr)
 			}
 		}
 		if errors.Is(err, io.EOF) {
 			c.bw.WriteString("0\r\n\r\n")
-			return c.flush()
+			if err := c.bw.Flush(); err != nil {
+				return notTaken(err)
+			}
+			return nil
 		}
 		if err != nil {
 			return bodyError(err)

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -53,9 +54,33 @@ func (c *Conn) extendRead(deadline time.Time) {
 	_ = c.Conn.SetReadDeadline(d)
 }
 
+// Close closes the connection; one whose client is still sending (a body
+// the server answered before reading) lingers first, so that the client
+// gets the answer.
 func (c *Conn) Close() error {
 	if c.unwatch != nil {
 		c.unwatch()
 	}
+	if tc, ok := c.Conn.(*net.TCPConn); ok && unread(tc) {
+		go linger(tc)
+		return nil
+	}
 	return c.Conn.Close()
+}
+
+// lingerFor bounds how long linger reads what a client still sends.
+const lingerFor = 2 * time.Second
+
+// linger closes tc as a server that answered before it read the request's
+// body must: closed at once with bytes unread, the connection is reset,
+// and the client loses the answer written just before (Linux drops what
+// it received once reset; a client that writes its whole body before it
+// reads, as the activator does to the queue-proxy, always would). It ends
+// its writing, so that the client reads the answer and then the end, and
+// reads what the client still sends, for lingerFor at most.
+func linger(tc *net.TCPConn) {
+	_ = tc.CloseWrite()
+	_ = tc.SetReadDeadline(time.Now().Add(lingerFor))
+	_, _ = io.Copy(io.Discard, tc)
+	_ = tc.Close()
 }

@@ -7,6 +7,8 @@ import (
 	"syscall"
 
 	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // StatusClientClosedRequest is recorded for requests whose client hung up
@@ -141,7 +143,7 @@ func isTimeout(err error) bool {
 // nothing of the request (it refused the connection). The activator's
 // Client turns the answer into ErrUnsent and sends the request elsewhere;
 // the mark never reaches a client.
-const UnsentHeader = "Sless-Unsent"
+const UnsentHeader = wire.HeaderPrefix + "Unsent"
 
 // ReadErrorStatus maps the error of reading a request's head (a fasthttp
 // server's ErrorHandler) to the status the client gets; all are the
@@ -159,14 +161,23 @@ func ReadErrorStatus(err error) (code int, msg string) {
 	return fasthttp.StatusBadRequest, "malformed request"
 }
 
-// WriteError answers with code and a JSON body, replacing whatever the
-// response held. A 503 says when to retry: it means no capacity now.
-func WriteError(resp *fasthttp.Response, code int, body []byte) {
+// WriteError answers ctx's request with code and a JSON body, replacing
+// whatever the response held. A 503 says when to retry: it means no
+// capacity now. A request whose body came chunked is answered with
+// Connection: close, since the hop may have left that body unread:
+// fasthttp then reads at most 256 KiB more of it and closes the
+// connection, but decides so only once the answer has gone without
+// saying it, and a client told nothing would reuse the connection.
+func WriteError(ctx *fasthttp.RequestCtx, code int, body []byte) {
+	resp := &ctx.Response
 	resp.Reset()
 	resp.SetStatusCode(code)
 	resp.Header.SetContentType("application/json")
 	if code == fasthttp.StatusServiceUnavailable {
 		resp.Header.Set("Retry-After", "1")
+	}
+	if ctx.Request.IsBodyStream() && ctx.Request.Header.ContentLength() == -1 {
+		resp.SetConnectionClose()
 	}
 	resp.SetBodyRaw(body)
 }

@@ -67,14 +67,15 @@ func TestReadErrorStatus(t *testing.T) {
 }
 
 func TestWriteErrorRetryAfter(t *testing.T) {
-	var resp fasthttp.Response
+	var ctx fasthttp.RequestCtx
+	resp := &ctx.Response
 	resp.Header.Set("X-From-Function", "1")
-	WriteError(&resp, 503, []byte(`{}`))
+	WriteError(&ctx, 503, []byte(`{}`))
 	if string(resp.Header.Peek("Retry-After")) != "1" || resp.Header.Peek("X-From-Function") != nil {
 		t.Errorf("503 headers %q: want Retry-After and nothing of the function's", resp.Header.String())
 	}
-	WriteError(&resp, 502, []byte(`{}`))
-	if resp.Header.Peek("Retry-After") != nil {
-		t.Errorf("502 with Retry-After")
+	WriteError(&ctx, 502, []byte(`{}`))
+	if resp.Header.Peek("Retry-After") != nil || resp.ConnectionClose() {
+		t.Errorf("502 headers %q: want no Retry-After, the connection kept", resp.Header.String())
 	}
 }

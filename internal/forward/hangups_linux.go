@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"syscall"
 
@@ -93,3 +94,14 @@ func (h *Hangups) Run(ctx context.Context) {
 }
 
 func (h *Hangups) Close() error { return unix.Close(h.epfd) }
+
+// unread reports whether bytes the client sent wait unread on tc.
+func unread(tc *net.TCPConn) bool {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	n := 0
+	_ = rc.Control(func(fd uintptr) { n, _ = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	return n > 0
+}

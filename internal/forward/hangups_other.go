@@ -5,6 +5,7 @@ package forward
 import (
 	"context"
 	"log/slog"
+	"net"
 )
 
 // Hangups is a no-op where epoll is missing: requests of clients that hang
@@ -15,3 +16,6 @@ func NewHangups(log *slog.Logger) (*Hangups, error) { return &Hangups{log: log},
 func (h *Hangups) watch(*Conn) error                { return nil }
 func (h *Hangups) Run(context.Context)              {}
 func (h *Hangups) Close() error                     { return nil }
+
+// unread cannot tell here: connections close at once.
+func unread(*net.TCPConn) bool { return false }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // hopByHop are the headers that describe one connection and must not be
@@ -31,17 +33,54 @@ type headers interface {
 	AddBytesKV(key, value []byte)
 }
 
-// StripHopByHop removes the hop-by-hop headers from h. fasthttp's Del
+// StripHopByHop removes the hop-by-hop headers from h, keeping the order
+// of repeated fields (removeFields). Requests and responses without
+// hop-by-hop headers, the usual case, cost a few lookups and no
+// allocation.
+func StripHopByHop(h headers) {
+	if hasHopByHop(h) {
+		removeFields(h, hopByHop)
+	}
+}
+
+// StripReserved removes from a client's request every header whose name
+// starts with wire.HeaderPrefix: only the platform sets those, and a
+// handler believes them. A request without any, the usual case, costs one
+// pass over its head and no allocation.
+func StripReserved(h *fasthttp.RequestHeader) {
+	var names []string
+	if raw := h.RawHeaders(); len(raw) > 0 {
+		// The raw head, for the reason hasHopByHop gives.
+		for len(raw) > 0 {
+			line, rest, _ := bytes.Cut(raw, []byte("\n"))
+			if name, _, ok := bytes.Cut(line, []byte(":")); ok && isReserved(bytes.TrimSpace(name)) {
+				names = append(names, string(bytes.TrimSpace(name)))
+			}
+			raw = rest
+		}
+	} else {
+		for k := range h.All() {
+			if isReserved(k) {
+				names = append(names, string(k))
+			}
+		}
+	}
+	if len(names) > 0 {
+		removeFields(h, names)
+	}
+}
+
+func isReserved(name []byte) bool {
+	return len(name) >= len(wire.HeaderPrefix) && strings.EqualFold(string(name[:len(wire.HeaderPrefix)]), wire.HeaderPrefix)
+}
+
+// removeFields removes the fields named names from h. fasthttp's Del
 // moves the last field into the deleted one's place, which would reorder
 // the values of a repeated field; when a field repeats, the fields are
-// rebuilt in order instead. Requests and responses without hop-by-hop
-// headers, the usual case, cost a few lookups and no allocation.
-func StripHopByHop(h headers) {
-	if !hasHopByHop(h) {
-		return
-	}
+// rebuilt in order instead.
+func removeFields(h headers, names []string) {
 	if !hasRepeatedField(h) {
-		for _, k := range hopByHop {
+		for _, k := range names {
 			h.Del(k)
 		}
 		return
@@ -49,11 +88,11 @@ func StripHopByHop(h headers) {
 	type field struct{ key, value []byte }
 	var kept []field
 	for k, v := range h.All() {
-		if !isOneOf(k, hopByHop) && !isOneOf(k, ownFields) {
+		if !isOneOf(k, names) && !isOneOf(k, ownFields) {
 			kept = append(kept, field{bytes.Clone(k), bytes.Clone(v)})
 		}
 	}
-	for _, k := range hopByHop {
+	for _, k := range names {
 		h.Del(k)
 	}
 	for _, f := range kept {

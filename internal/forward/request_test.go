@@ -72,3 +72,53 @@ func TestPrepareRequestAllocatesNothing(t *testing.T) {
 		t.Errorf("PrepareRequest allocates %.0f times, want 0", allocs)
 	}
 }
+
+// TestStripReserved: a client's headers of the platform's prefix, in any
+// case, go, and PrepareRequest after it does not bring them back; the
+// others stay, a repeated field's values in order, cookies as they came.
+func TestStripReserved(t *testing.T) {
+	tests := []struct{ name, head, want string }{
+		{"none", "Host: x\r\nX-A: 1\r\nCookie: a=1;b=2\r\n", "Host: x\r\nX-A: 1\r\nCookie: a=1;b=2\r\n"},
+		{"forged trigger headers",
+			"Host: x\r\nSless-Message-Id: m1\r\nsless-delivery-count: 1\r\nSLESS-TRIGGER: orders\r\nX-A: 1\r\nSless-Queue: q\r\nSless-Scheduled-Time: 2026-01-01T00:00:00Z\r\nSless-Unsent: 1\r\n",
+			"Host: x\r\nX-A: 1\r\n"},
+		{"repeated fields keep their order",
+			"Host: x\r\nX-M: one\r\nSless-Trigger: a\r\nX-M: two\r\nSless-Trigger: b\r\nX-M: three\r\n",
+			"Host: x\r\nX-M: one\r\nX-M: two\r\nX-M: three\r\n"},
+		{"then hop-by-hop go too", "Host: x\r\nX-M: one\r\nSless-Queue: q\r\nTe: trailers\r\nX-M: two\r\nX-M: three\r\n",
+			"Host: x\r\nX-M: one\r\nX-M: two\r\nX-M: three\r\n"},
+		{"a name that only starts alike stays", "Host: x\r\nSlessy: 1\r\nX-Sless-Trigger: 2\r\n", "Host: x\r\nSlessy: 1\r\nX-Sless-Trigger: 2\r\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var req fasthttp.Request
+			if err := req.Read(bufio.NewReader(strings.NewReader("GET / HTTP/1.1\r\n" + tt.head + "\r\n"))); err != nil {
+				t.Fatal(err)
+			}
+			StripReserved(&req.Header)
+			PrepareRequest(&req, nil) // which must not bring them back
+			got := strings.TrimPrefix(req.Header.String(), "GET / HTTP/1.1\r\n")
+			if sortedLines(got) != sortedLines(tt.want+"\r\n") {
+				t.Errorf("headers after StripReserved:\n%q\nwant\n%q", got, tt.want)
+			}
+			var values []string
+			for _, v := range req.Header.PeekAll("X-M") {
+				values = append(values, string(v))
+			}
+			if strings.Contains(tt.want, "X-M") && strings.Join(values, ",") != "one,two,three" {
+				t.Errorf("X-M values in order %q, want one,two,three", values)
+			}
+		})
+	}
+}
+
+func TestStripReservedAllocatesNothing(t *testing.T) {
+	var req fasthttp.Request
+	head := "GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\nAccept: */*\r\nX-Request-Id: abc\r\nCookie: a=1\r\n\r\n"
+	if err := req.Read(bufio.NewReader(strings.NewReader(head))); err != nil {
+		t.Fatal(err)
+	}
+	if allocs := testing.AllocsPerRun(100, func() { StripReserved(&req.Header) }); allocs != 0 {
+		t.Errorf("StripReserved allocates %.0f times without reserved headers, want 0", allocs)
+	}
+}

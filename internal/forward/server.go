@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"fmt"
 	"log/slog"
 	"syscall"
@@ -9,8 +10,35 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
+// The limits of a client's request head, which the activator enforces
+// with a 431 in the platform's JSON, whatever runtime the function runs
+// in. The hops behind it take more, for the fields the platform adds
+// (X-Forwarded-For, X-Request-Id, a trigger's Sless-…): the queue-proxy
+// heads up to InnerHeadBytes, each runtime more fields and bytes than
+// that, so that none refuses in its own way a head the activator let
+// through (Python's http.server stops at 100 fields, Node at 16 KiB).
+const (
+	MaxHeadBytes    = 16 << 10
+	MaxHeaderFields = 100
+	InnerHeadBytes  = 2 * MaxHeadBytes
+)
+
+// ErrTooManyFields is the answer to a request head of more than
+// MaxHeaderFields fields (431).
+var ErrTooManyFields = fmt.Errorf("request header has more than %d fields", MaxHeaderFields)
+
+// TooManyFields reports whether a request read from a client has more than
+// MaxHeaderFields header fields: its raw head, one field a line and a
+// blank line after them, is counted without parsing it.
+func TooManyFields(h *fasthttp.RequestHeader) bool {
+	return bytes.Count(h.RawHeaders(), []byte("\n"))-1 > MaxHeaderFields
+}
+
 // NewServer returns a fasthttp server set up for a proxy hop: request
-// bodies streamed and bounded by maxBody, heads up to 16 KiB, a client
+// bodies streamed and bounded by maxBody (one declared over it refused
+// from the request's head, before any of it is read or a 100 Continue
+// invites it), heads up to MaxHeadBytes (a hop behind the activator
+// raises ReadBufferSize to InnerHeadBytes), a client
 // given readTimeout (0: DefaultReadTimeout) to send a request head and
 // to take an answer written at once, and nothing added to the answers
 // that the next hop did not send (no default Server, Content-Type or Date
@@ -22,8 +50,10 @@ func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.Reque
 	}
 	return &fasthttp.Server{
 		Handler:                      handler,
+		HeaderReceived:               refuseEarly(maxBody),
+		ExpectHandler:                expect(handler, maxBody),
 		ErrorHandler:                 onReadError,
-		ReadBufferSize:               16 << 10, // the longest request head
+		ReadBufferSize:               MaxHeadBytes, // the longest request head
 		MaxRequestBodySize:           int(maxBody),
 		StreamRequestBody:            true,
 		ReadTimeout:                  readTimeout,
@@ -35,6 +65,35 @@ func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.Reque
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
 		Logger:                       slogPrinter{log},
+	}
+}
+
+// refuseEarly puts a request whose head declares a body over maxBody on
+// the path of Expect: 100-continue, whatever the client asked: there
+// expect answers it from its head alone. fasthttp would otherwise read
+// the first 8 KiB of the body before the handler runs, so that a client
+// that sends its head and waits would get no answer but a 408.
+func refuseEarly(maxBody int64) func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		if int64(h.ContentLength()) > maxBody {
+			h.Set(fasthttp.HeaderExpect, "100-continue")
+		}
+		return fasthttp.RequestConfig{}
+	}
+}
+
+// expect answers Expect: 100-continue: 100 lets the client send its body,
+// but one declared over maxBody gets the hop's handler's answer at once
+// (413, in the hop's JSON, counted as the client's) before any of it is
+// sent, and the connection closes. The handler answers such a request
+// from its head, reading nothing.
+func expect(handler fasthttp.RequestHandler, maxBody int64) func(*fasthttp.RequestCtx) int {
+	return func(ctx *fasthttp.RequestCtx) int {
+		if int64(ctx.Request.Header.ContentLength()) <= maxBody {
+			return fasthttp.StatusContinue
+		}
+		handler(ctx)
+		return ctx.Response.StatusCode()
 	}
 }
 

@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // childEnv marks the test binary run as the function process; its
@@ -99,7 +101,7 @@ func newHandler() http.Handler {
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") })
 	mux.HandleFunc("/echo", h.echo)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Sless-Queue") != "" {
+		if r.Header.Get(wire.QueueHeader) != "" {
 			h.track(h.message)(w, r)
 			return
 		}

@@ -58,20 +58,28 @@ const (
 	KEDANamespace = "namespace"
 )
 
+// HeaderPrefix begins the name of every header the platform sets: those
+// below, which tell a handler how it was called, and the marks its hops
+// exchange. Only the platform sets them: the activator removes every
+// header of a client's request whose name starts with it, so that a
+// handler can believe them (deduplicate on a message's id, trust that a
+// cron trigger called it).
+const HeaderPrefix = "Sless-"
+
 // Headers an invocation by a trigger other than HTTP carries to the
 // function, so that a handler can tell how it was called.
 const (
 	// TriggerHeader names the trigger in the Function (cron, rabbitmq).
-	TriggerHeader = "Sless-Trigger"
+	TriggerHeader = HeaderPrefix + "Trigger"
 	// ScheduledTimeHeader is a cron fire's scheduled time (RFC 3339).
-	ScheduledTimeHeader = "Sless-Scheduled-Time"
+	ScheduledTimeHeader = HeaderPrefix + "Scheduled-Time"
 	// A message's id, routing key and queue, and how many times it has
 	// been delivered to the function, this delivery included (1 the
 	// first time). The message's content type is the request's.
-	MessageIDHeader     = "Sless-Message-Id"
-	RoutingKeyHeader    = "Sless-Routing-Key"
-	QueueHeader         = "Sless-Queue"
-	DeliveryCountHeader = "Sless-Delivery-Count"
+	MessageIDHeader     = HeaderPrefix + "Message-Id"
+	RoutingKeyHeader    = HeaderPrefix + "Routing-Key"
+	QueueHeader         = HeaderPrefix + "Queue"
+	DeliveryCountHeader = HeaderPrefix + "Delivery-Count"
 )
 
 // NonRootUID is the user (and group) sless's images run as, and the
@@ -113,7 +121,8 @@ const (
 // FirePattern is the activator's admin route that sends a cron fire, which
 // the autoscaler's scheduler calls: a POST whose body is the fire's and
 // whose ScheduledTimeHeader is its time. It answers 200 with
-// {"status": <the invocation's status>}, 404 for an unknown function.
+// {"status": <the invocation's status>}, 404 for an unknown function or
+// trigger, 409 for a trigger that is disabled or not a cron trigger.
 const FirePattern = "POST /v1/namespaces/{namespace}/functions/{name}/triggers/{trigger}/fire"
 
 // FirePath is FirePattern's path for one trigger.

@@ -125,7 +125,11 @@ function main() {
   const source = path.resolve(process.env.SLESS_SOURCE || process.cwd());
   const name = process.env.SLESS_HANDLER || DEFAULT_HANDLER;
   const handler = loadHandler(source, name);
-  const server = http.createServer((req, res) => {
+  // The platform's activator bounds a request's head (100 fields, 16 KiB:
+  // docs/activator.md) and answers beyond it; behind it the runtime takes
+  // that and the fields the platform adds. Node's own bound, 16 KiB,
+  // refused those with an answer of its own.
+  const server = http.createServer({ maxHeaderSize: 64 << 10 }, (req, res) => {
     serve(handler, req, res).catch((err) => {
       console.error(`sless: request ${req.method} ${req.url} failed: ${describe(err)}`);
       res.destroy();

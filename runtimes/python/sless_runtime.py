@@ -13,6 +13,7 @@ is 1. Standard library only.
 """
 
 import base64
+import http.client
 import http.server
 import importlib
 import json
@@ -26,6 +27,12 @@ import urllib.parse
 
 DEFAULT_HANDLER = "main.handle"
 MAX_LINE = 65537  # longest chunk-size or trailer line read from a request
+
+# The platform's activator bounds a request's head (100 fields, 16 KiB:
+# docs/activator.md) and answers beyond it; behind it the runtime takes
+# that and the fields the platform adds. http.server's own bound, 100
+# fields, refused those with an HTML page of its own.
+http.client._MAXHEADERS = 1000
 
 
 def fail(message):
