@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,10 +28,14 @@ type prober struct {
 	client *fasthttp.HostClient
 	log    *slog.Logger
 	ready  atomic.Bool
+	mu     sync.Mutex
+	up     chan struct{} // closed while ready; set with ready, under mu
 	wake   chan struct{} // a request saw the process refuse: probe now
 	first  chan struct{} // closed at the first success
 	// fast, when set, replaces the random fast interval.
 	fast time.Duration
+	// down, when set, is called when a probe finds the process gone.
+	down func()
 }
 
 func newProber(userPort int, log *slog.Logger) *prober {
@@ -41,6 +46,7 @@ func newProber(userPort int, log *slog.Logger) *prober {
 			NoDefaultUserAgentHeader: true,
 		},
 		log:   log,
+		up:    make(chan struct{}),
 		wake:  make(chan struct{}, 1),
 		first: make(chan struct{}),
 	}
@@ -49,7 +55,7 @@ func newProber(userPort int, log *slog.Logger) *prober {
 // failed marks the process not ready and makes the prober look again at
 // once, at the fast pace.
 func (p *prober) failed() {
-	if p.ready.Swap(false) {
+	if p.set(false) {
 		select {
 		case p.wake <- struct{}{}:
 		default:
@@ -69,8 +75,11 @@ func (p *prober) run(ctx context.Context) {
 			timer.Stop()
 		}
 		ok := p.probe()
-		if was := p.ready.Swap(ok); was != ok {
+		if p.set(ok) {
 			p.log.Info("user process readiness changed", "ready", ok)
+			if !ok && p.down != nil {
+				p.down()
+			}
 		}
 		next := slowProbe
 		switch {
@@ -83,6 +92,29 @@ func (p *prober) run(ctx context.Context) {
 		}
 		timer.Reset(next)
 	}
+}
+
+// set records whether the process is ready, and reports a change.
+func (p *prober) set(ok bool) (changed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready.Load() == ok {
+		return false
+	}
+	p.ready.Store(ok)
+	if ok {
+		close(p.up)
+	} else {
+		p.up = make(chan struct{})
+	}
+	return true
+}
+
+// whenReady is closed once the process is ready: at once if it is now.
+func (p *prober) whenReady() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.up
 }
 
 func (p *prober) firstSuccess() {

@@ -129,13 +129,26 @@ func (p *proxy) pass(ctx *fasthttp.RequestCtx, deadline time.Time, cc *forward.C
 		return f.Code, nil
 	}
 	code := p.fail(ctx, f.Code, p.errBody.failure(f))
+	p.lost(f)
 	if f.Unsent {
-		// The user process took nothing: readiness drops at once, and
-		// the activator sends the request to another instance.
-		p.refused()
+		// The user process took nothing: the activator sends the
+		// request to another instance.
 		resp.Header.Set(forward.UnsentHeader, "1")
 	}
 	return code, nil
+}
+
+// lost handles a call to the user process that failed. A refusal drops
+// readiness at once. A refusal or a broken connection means the process
+// died, and the idle connections to it with it: they are closed, since a
+// request sent on one would fail as if the process had crashed under it.
+func (p *proxy) lost(f forward.Failure) {
+	if f.Unsent {
+		p.refused()
+	}
+	if f.Unsent || f.Code == fasthttp.StatusBadGateway {
+		p.client.CloseIdle()
+	}
 }
 
 func (p *proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {

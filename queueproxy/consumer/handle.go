@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -34,26 +35,44 @@ const (
 	resultDeadLettered = "dead_lettered"
 	resultDropped      = "dropped"
 	resultRequeued     = "requeued"
+	resultIsolated     = "isolated"
 )
 
-// handle invokes the function with one delivery and settles it.
-func (c *Consumer) handle(pub *publisher, ack *acker, d amqp.Delivery) {
+// handle invokes the function with one delivery and settles it. ctx ends
+// when the instance stops.
+func (c *Consumer) handle(ctx context.Context, pub *publisher, ack *acker, d amqp.Delivery) {
 	if d.Redelivered {
 		c.m.redelivered.Inc()
 	}
 	failed := attempts(d.Headers)
+	mark, _ := d.Headers[IsolateHeader].(string)
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	c.request(req, d, failed+1)
 	start := time.Now()
-	ans := c.invoke.Invoke(req, resp, nil)
+	ans, t, alone := c.invokeSent(ctx, req, resp, c.iso.alone(mark))
 	took := time.Since(start)
 	c.m.duration.Observe(took.Seconds())
 
 	result := resultAcked
-	if ans.Code/100 != 2 {
-		result = c.fail(pub, d, failed+1, ans)
+	switch {
+	case ans.Unsent:
+		// The instance stops before the process took it: back to the
+		// queue, no attempt spent.
+		result = resultRequeued
+	case ans.Code/100 == 2:
+	case ans.crashed() && !alone:
+		result = c.isolate(pub, d, c.iso.crash(t))
+	case ans.crashed():
+		// Alone at the process when it died: the culprit.
+		c.iso.crash(t)
+		if mark != "" && mark != markCrashed {
+			c.iso.resolve(mark)
+		}
+		result = c.fail(pub, d, failed+1, ans, true)
+	default:
+		result = c.fail(pub, d, failed+1, ans, mark == markCrashed)
 	}
 	if result == resultRequeued {
 		ack.Requeue(d.DeliveryTag)
@@ -61,7 +80,65 @@ func (c *Consumer) handle(pub *publisher, ack *acker, d amqp.Delivery) {
 		ack.Ack(d.DeliveryTag)
 	}
 	c.m.count(result)
-	c.record(d, start, took, ans, len(resp.Body()))
+	if !ans.Unsent {
+		c.record(d, start, took, ans, len(resp.Body()))
+	}
+}
+
+// Waits before sending again a request the process refused, from the
+// process being ready again.
+const (
+	minResend = 50 * time.Millisecond
+	maxResend = 5 * time.Second
+)
+
+// invokeSent invokes the function with req, alone when exclusive, until
+// the request reaches it: a request the process refused (it is down, or
+// no slot freed) is not the message's failure, and is sent again once the
+// process is ready. It returns the answer unsent when ctx ends first. t is
+// the last invocation's turn, and alone whether it had the process to
+// itself.
+func (c *Consumer) invokeSent(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, exclusive bool) (ans Answer, t turn, alone bool) {
+	for pause := minResend; ; pause = min(2*pause, maxResend) {
+		t = c.iso.enter(exclusive)
+		ans = c.invoke.Invoke(req, resp, ctx.Done())
+		alone = c.iso.leave(t)
+		if !ans.Unsent || !c.waitToResend(ctx, pause) {
+			return ans, t, alone
+		}
+		resp.Reset()
+	}
+}
+
+// waitToResend waits for the process to be ready, then pause; it reports
+// false when ctx ends first.
+func (c *Consumer) waitToResend(ctx context.Context, pause time.Duration) bool {
+	select {
+	case <-c.invoke.Ready():
+	case <-ctx.Done():
+		return false
+	}
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// isolate sends d back to its queue marked with the crash it was in
+// flight at, so that it runs alone when it returns; no attempt is spent.
+// If that publish fails, d returns to the queue unmarked.
+func (c *Consumer) isolate(pub *publisher, d amqp.Delivery, crash string) string {
+	msg := copyOf(d)
+	msg.Headers[IsolateHeader] = crash
+	if err := pub.publish(c.opts.Trigger.Queue, nil, msg); err != nil {
+		return c.requeue(d, "isolation", err)
+	}
+	c.log.Info("message in flight at a crash of the function: it runs alone when it returns", "messageId", d.MessageId, "crash", crash)
+	return resultIsolated
 }
 
 // request builds the invocation of delivery d, its attempt-th.
@@ -88,12 +165,13 @@ func (c *Consumer) request(req *fasthttp.Request, d amqp.Delivery, attempt int) 
 }
 
 // fail settles a failed attempt: a retry after a backoff while retries
-// remain, then the dead-letter queue (or, with none, a logged drop). The
-// message is acknowledged (by the caller) only once its copy is
-// confirmed; if publishing fails it returns to the queue instead.
-func (c *Consumer) fail(pub *publisher, d amqp.Delivery, attempt int, ans Answer) string {
+// remain, then the dead-letter queue (or, with none, a logged drop). A
+// message that crashed the function is marked to run alone. The message
+// is acknowledged (by the caller) only once its copy is confirmed; if
+// publishing fails it returns to the queue instead.
+func (c *Consumer) fail(pub *publisher, d amqp.Delivery, attempt int, ans Answer, crasher bool) string {
 	t := c.opts.Trigger
-	msg := failed(d, attempt, ans, t)
+	msg := failed(d, attempt, ans, t, crasher)
 	switch {
 	case attempt <= t.MaxRetries:
 		if err := pub.retry(msg, backoff(c.opts.Backoff, attempt)); err != nil {
@@ -121,17 +199,31 @@ func (c *Consumer) requeue(d amqp.Delivery, what string, err error) string {
 }
 
 // failed is the copy of d that is retried or dead-lettered: d's body and
-// properties, with the attempts so far and the last failure in headers.
-func failed(d amqp.Delivery, attempt int, ans Answer, t wire.RabbitMQTrigger) amqp.Publishing {
-	h := make(amqp.Table, len(d.Headers)+5)
-	for k, v := range d.Headers {
-		h[k] = v
-	}
+// properties, with the attempts so far and the last failure in headers,
+// and marked to run alone when it crashed the function.
+func failed(d amqp.Delivery, attempt int, ans Answer, t wire.RabbitMQTrigger, crasher bool) amqp.Publishing {
+	msg := copyOf(d)
+	h := msg.Headers
 	h[AttemptsHeader] = int32(attempt)
 	h[StatusHeader] = int32(ans.Code)
 	h[ErrorHeader] = invocation.TruncateError(ans.Reason)
 	h[QueueHeader] = t.Queue
 	h[TriggerHeader] = t.Name
+	if crasher {
+		h[IsolateHeader] = markCrashed
+	} else {
+		delete(h, IsolateHeader) // its crash's suspicion is lifted
+	}
+	return msg
+}
+
+// copyOf is a publishing of d's body and properties, with a copy of its
+// headers to add to.
+func copyOf(d amqp.Delivery) amqp.Publishing {
+	h := make(amqp.Table, len(d.Headers)+6)
+	for k, v := range d.Headers {
+		h[k] = v
+	}
 	return amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
 		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
