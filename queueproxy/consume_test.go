@@ -385,7 +385,8 @@ func TestRefusedSpendsNoAttempt(t *testing.T) {
 		h, queue := consuming(t, ch, wire.RabbitMQTrigger{MaxRetries: 0, DeadLetterQueue: amqptest.Name("dlq")}, nil)
 		h.fn.Kill()
 		amqptest.Publish(t, ch, queue, messages(testfn.Message{ID: "a"}, testfn.Message{ID: "b"})...)
-		eventually.True(t, "both refused", func() bool { return h.counter("sless_queueproxy_requests_total", "code", "502") >= 2 })
+		// Refused, or held back once the prober saw the process gone.
+		eventually.True(t, "both at the instance", func() bool { return amqptest.Depth(t, ch, queue) == 0 })
 		return h, queue
 	}
 
@@ -413,7 +414,7 @@ func TestRefusedSpendsNoAttempt(t *testing.T) {
 		case <-time.After(15 * time.Second):
 			t.Fatal("queue-proxy did not stop")
 		}
-		if r := h.results(queue, "requeued"); r != 2 {
+		if r := h.results(queue, "requeued"); r < 2 { // more if one came back before the cancel
 			t.Errorf("requeued %d, want the 2 refused", r)
 		}
 		if n := h.results(queue, "dead_lettered") + h.results(queue, "retried"); n != 0 {

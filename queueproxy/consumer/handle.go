@@ -85,40 +85,48 @@ func (c *Consumer) handle(ctx context.Context, pub *publisher, ack *acker, d amq
 	}
 }
 
-// Waits before sending again a request the process refused, from the
-// process being ready again.
+// Waits before sending again a request the process refused.
 const (
 	minResend = 50 * time.Millisecond
 	maxResend = 5 * time.Second
 )
 
-// invokeSent invokes the function with req, alone when exclusive, until
-// the request reaches it: a request the process refused (it is down, or
-// no slot freed) is not the message's failure, and is sent again once the
-// process is ready. It returns the answer unsent when ctx ends first. t is
-// the last invocation's turn, and alone whether it had the process to
-// itself.
+// stopping is the answer to a request never sent because the instance
+// stopped first.
+var stopping = Answer{Code: fasthttp.StatusServiceUnavailable, Reason: "the instance stopped", Platform: true, Unsent: true}
+
+// invokeSent invokes the function with req, alone when exclusive, once
+// the process is ready, until the request reaches it: a request the
+// process refused (it is down, or no slot freed) is not the message's
+// failure, and is sent again. It returns an unsent answer when ctx ends
+// first. t is the last invocation's turn, and alone whether it had the
+// process to itself.
 func (c *Consumer) invokeSent(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, exclusive bool) (ans Answer, t turn, alone bool) {
+	ready := func() bool {
+		select {
+		case <-c.invoke.Ready():
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
 	for pause := minResend; ; pause = min(2*pause, maxResend) {
-		t = c.iso.enter(exclusive)
+		var ok bool
+		if t, ok = c.iso.enter(exclusive, ready); !ok {
+			return stopping, t, false
+		}
 		ans = c.invoke.Invoke(req, resp, ctx.Done())
 		alone = c.iso.leave(t)
-		if !ans.Unsent || !c.waitToResend(ctx, pause) {
+		if !ans.Unsent || !sleep(ctx, pause) {
 			return ans, t, alone
 		}
 		resp.Reset()
 	}
 }
 
-// waitToResend waits for the process to be ready, then pause; it reports
-// false when ctx ends first.
-func (c *Consumer) waitToResend(ctx context.Context, pause time.Duration) bool {
-	select {
-	case <-c.invoke.Ready():
-	case <-ctx.Done():
-		return false
-	}
-	t := time.NewTimer(pause)
+// sleep waits for d, and reports false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-t.C:

@@ -60,18 +60,26 @@ type turn struct {
 	life      uint64
 }
 
-// enter waits for the process: shared, or alone when exclusive.
-func (s *Isolation) enter(exclusive bool) turn {
+// enter waits for the process: shared, or alone when exclusive, and then
+// for ready, which reports false when the caller gives up; then no turn
+// is taken. The wait for ready is inside the gate: a turn that crashed
+// the process ends before its death shows everywhere, and the turns let
+// in after it must wait for the new process, not reach the dying one.
+func (s *Isolation) enter(exclusive bool, ready func() bool) (turn, bool) {
 	if exclusive {
 		s.gate.Lock()
 	} else {
 		s.gate.RLock()
 	}
+	if !ready() {
+		s.unlock(exclusive)
+		return turn{}, false
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running++
 	s.started++
-	return turn{exclusive: exclusive, first: s.running == 1, started: s.started, life: s.life}
+	return turn{exclusive: exclusive, first: s.running == 1, started: s.started, life: s.life}, true
 }
 
 // leave ends a turn, and reports whether it had the process to itself
@@ -81,12 +89,16 @@ func (s *Isolation) leave(t turn) (alone bool) {
 	alone = t.first && s.started == t.started
 	s.running--
 	s.mu.Unlock()
-	if t.exclusive {
+	s.unlock(t.exclusive)
+	return alone
+}
+
+func (s *Isolation) unlock(exclusive bool) {
+	if exclusive {
 		s.gate.Unlock()
 	} else {
 		s.gate.RUnlock()
 	}
-	return alone
 }
 
 // crash names the crash that ended turn t: the same for every turn that

@@ -10,13 +10,13 @@ import (
 // their crash's name, and the next life gets another.
 func TestIsolationAlone(t *testing.T) {
 	s := NewIsolation()
-	a := s.enter(false)
+	a := enter(s, false)
 	if !s.leave(a) {
 		t.Error("a turn with the process to itself is not alone")
 	}
 
-	a = s.enter(false)
-	b := s.enter(false) // started while a ran
+	a = enter(s, false)
+	b := enter(s, false) // started while a ran
 	if s.leave(b) {
 		t.Error("a turn that started while another ran is alone")
 	}
@@ -26,7 +26,7 @@ func TestIsolationAlone(t *testing.T) {
 	if s.crash(a) != s.crash(b) {
 		t.Error("turns at the same crash are named apart")
 	}
-	c := s.enter(false)
+	c := enter(s, false)
 	s.leave(c)
 	if s.crash(c) == s.crash(a) {
 		t.Error("a crash of the next life has the name of the last one")
@@ -37,17 +37,20 @@ func TestIsolationAlone(t *testing.T) {
 // the process, and the unmarked ones wait for it.
 func TestIsolationExclusive(t *testing.T) {
 	s := NewIsolation()
-	shared := s.enter(false)
+	shared := enter(s, false)
 	if s.gate.TryLock() {
 		t.Fatal("an exclusive turn could begin while a shared one ran")
 	}
 	s.leave(shared)
-	x := s.enter(true)
+	x := enter(s, true)
 	if s.gate.TryRLock() {
 		t.Fatal("a shared turn could begin while an exclusive one ran")
 	}
 	if !s.leave(x) {
 		t.Error("the exclusive turn was not alone")
+	}
+	if _, ok := s.enter(true, func() bool { return false }); ok || !s.gate.TryLock() {
+		t.Error("a turn given up while waiting for the process was taken, or held the gate")
 	}
 }
 
@@ -68,4 +71,9 @@ func TestIsolationMarks(t *testing.T) {
 	if !s.alone("c-1") {
 		t.Error("the resolved crashes are not bounded: the oldest is still known")
 	}
+}
+
+func enter(s *Isolation, exclusive bool) turn {
+	t, _ := s.enter(exclusive, func() bool { return true })
+	return t
 }
