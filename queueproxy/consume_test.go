@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
@@ -23,7 +24,11 @@ import (
 // (name, queue and URL filled in), and returns it with the queue.
 func consuming(t *testing.T, ch *amqp.Channel, trigger wire.RabbitMQTrigger, mutate func(*Config)) (*harness, string) {
 	t.Helper()
-	trigger.Queue = amqptest.Queue(t, ch, "consume")
+	if trigger.QueueType == v1alpha1.QueueQuorum {
+		trigger.Queue = amqptest.QuorumQueue(t, ch, "consume")
+	} else {
+		trigger.Queue = amqptest.Queue(t, ch, "consume")
+	}
 	trigger.Name = strings.ReplaceAll(trigger.Queue, "sless-test-", "t")
 	trigger.URLEnv = "AMQP_URL"
 	if trigger.Prefetch == 0 {
@@ -424,4 +429,24 @@ func TestRefusedSpendsNoAttempt(t *testing.T) {
 			t.Errorf("queue depth after the stop = %d, want the 2 refused back", d)
 		}
 	})
+}
+
+// TestConsumeQuorum: a quorum trigger's retry and dead-letter queues are
+// quorum queues too; a message retried through them comes back and is
+// acked, and one that always fails is dead-lettered.
+func TestConsumeQuorum(t *testing.T) {
+	ch := amqptest.Channel(t)
+	dlq := amqptest.Name("dlq")
+	h, queue := consuming(t, ch, wire.RabbitMQTrigger{MaxRetries: 1, DeadLetterQueue: dlq, QueueType: v1alpha1.QueueQuorum}, nil)
+	amqptest.Publish(t, ch, queue, messages(testfn.Message{ID: "flaky", Fail: 1}, testfn.Message{ID: "poison", Fail: -1})...)
+	h.waitResults(queue, "acked", 1)
+	h.waitResults(queue, "dead_lettered", 1)
+	if d := h.deliveries()["flaky"]; d.Count != 2 {
+		t.Errorf("flaky delivered %d times, want 2", d.Count)
+	}
+	for _, q := range append(consumer.RetryQueues(queue, h.srv.cfg.RetryBackoff, 1), dlq) {
+		if typ := amqptest.QueueType(t, q); typ != "quorum" {
+			t.Errorf("%s is a %s queue, want quorum as the trigger's", q, typ)
+		}
+	}
 }

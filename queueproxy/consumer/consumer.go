@@ -14,11 +14,13 @@ import (
 	"log/slog"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
@@ -108,6 +110,9 @@ type Consumer struct {
 
 	mu     sync.Mutex
 	status Status
+	// warnedType is set once a quorum trigger's queue was found not to
+	// be one.
+	warnedType atomic.Bool
 }
 
 // Status is what a consumer is doing, for the platform's status.
@@ -221,9 +226,14 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 	if err := checkQueue(conn, c.opts.Trigger.Queue); err != nil {
 		return false, err
 	}
-	pub, err := newPublisher(conn, c.opts.Trigger.Queue)
+	pub, err := newPublisher(conn, c.opts.Trigger.Queue, c.opts.Trigger.QueueType == v1alpha1.QueueQuorum)
 	if err != nil {
 		return false, err
+	}
+	if dlq := c.opts.Trigger.DeadLetterQueue; dlq != "" {
+		if err := pub.declareDeadLetter(dlq); err != nil {
+			return false, err
+		}
 	}
 	sub, err := conn.Channel()
 	if err != nil {

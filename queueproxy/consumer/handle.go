@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
@@ -28,6 +29,10 @@ const (
 	TriggerHeader = "x-sless-trigger"
 )
 
+// deliveryCountHeader is a quorum queue's count of a message's returns,
+// set by the broker on each delivery.
+const deliveryCountHeader = "x-delivery-count"
+
 // Results of a message, the result label of sless_queue_messages_total.
 const (
 	resultAcked        = "acked"
@@ -44,6 +49,7 @@ func (c *Consumer) handle(ctx context.Context, pub *publisher, ack *acker, d amq
 	if d.Redelivered {
 		c.m.redelivered.Inc()
 	}
+	c.checkType(d)
 	failed := attempts(d.Headers)
 	mark, _ := d.Headers[IsolateHeader].(string)
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
@@ -83,6 +89,15 @@ func (c *Consumer) handle(ctx context.Context, pub *publisher, ack *acker, d amq
 	if !ans.Unsent {
 		c.record(d, start, took, ans, len(resp.Body()))
 	}
+}
+
+// checkType warns, once, when a quorum trigger's queue is not one: its
+// deliveries carry no count of returns, and no delivery limit bounds them.
+func (c *Consumer) checkType(d amqp.Delivery) {
+	if c.opts.Trigger.QueueType != v1alpha1.QueueQuorum || d.Headers[deliveryCountHeader] != nil || c.warnedType.Swap(true) {
+		return
+	}
+	c.log.Warn("the trigger's queueType is quorum, but its queue is not a quorum queue (no x-delivery-count): a message that kills the instance each time is redelivered without bound")
 }
 
 // Waits before sending again a request the process refused.
@@ -232,6 +247,7 @@ func copyOf(d amqp.Delivery) amqp.Publishing {
 	for k, v := range d.Headers {
 		h[k] = v
 	}
+	delete(h, deliveryCountHeader) // the original's returns, not the copy's
 	return amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
 		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
