@@ -30,7 +30,7 @@ type prober struct {
 	ready  atomic.Bool
 	mu     sync.Mutex
 	up     chan struct{} // closed while ready; set with ready, under mu
-	wake   chan struct{} // a request saw the process refuse: probe now
+	wake   chan struct{} // a request saw the process refuse or die: probe now
 	first  chan struct{} // closed at the first success
 	// fast, when set, replaces the random fast interval.
 	fast time.Duration

@@ -30,7 +30,7 @@ const (
 )
 
 // deliveryCountHeader is a quorum queue's count of a message's returns,
-// set by the broker on each delivery.
+// set by the broker on a message it delivers again.
 const deliveryCountHeader = "x-delivery-count"
 
 // Results of a message, the result label of sless_queue_messages_total.
@@ -91,10 +91,13 @@ func (c *Consumer) handle(ctx context.Context, pub *publisher, ack *acker, d amq
 	}
 }
 
-// checkType warns, once, when a quorum trigger's queue is not one: its
-// deliveries carry no count of returns, and no delivery limit bounds them.
+// checkType warns, once, when a quorum trigger's queue is not one: a
+// quorum queue counts the returns of a message it delivers again (not on
+// its first delivery, since RabbitMQ 3.12), and no delivery limit bounds
+// those of another queue.
 func (c *Consumer) checkType(d amqp.Delivery) {
-	if c.opts.Trigger.QueueType != v1alpha1.QueueQuorum || d.Headers[deliveryCountHeader] != nil || c.warnedType.Swap(true) {
+	if c.opts.Trigger.QueueType != v1alpha1.QueueQuorum || !d.Redelivered || d.Headers[deliveryCountHeader] != nil ||
+		c.warnedType.Swap(true) {
 		return
 	}
 	c.log.Warn("the trigger's queueType is quorum, but its queue is not a quorum queue (no x-delivery-count): a message that kills the instance each time is redelivered without bound")
