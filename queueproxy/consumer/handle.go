@@ -160,7 +160,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (c *Consumer) isolate(pub *publisher, d amqp.Delivery, crash string) string {
 	msg := copyOf(d)
 	msg.Headers[IsolateHeader] = crash
-	if err := pub.publish(c.opts.Trigger.Queue, nil, msg); err != nil {
+	if err := pub.sendBack(msg); err != nil {
 		return c.requeue(d, "isolation", err)
 	}
 	c.log.Info("message in flight at a crash of the function: it runs alone when it returns", "messageId", d.MessageId, "crash", crash)

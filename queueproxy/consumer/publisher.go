@@ -59,6 +59,11 @@ func (p *publisher) retry(msg amqp.Publishing, wait time.Duration) error {
 	return p.publish(name, p.typed(args), msg)
 }
 
+// sendBack puts msg back in the consumed queue, at its tail.
+func (p *publisher) sendBack(msg amqp.Publishing) error {
+	return p.publish(p.queue, nil, msg)
+}
+
 // deadLetter puts msg in the dead-letter queue, declared when missing.
 func (p *publisher) deadLetter(msg amqp.Publishing, dlq string) error {
 	return p.publish(dlq, p.typed(nil), msg)
@@ -91,11 +96,12 @@ func (p *publisher) typed(args amqp.Table) amqp.Table {
 }
 
 // publish sends msg to queue, declaring it first with args when this
-// connection has not yet.
+// connection has not yet; the consumed queue is the user's and never
+// declared: a message sent back to it is returned if it is gone.
 func (p *publisher) publish(queue string, args amqp.Table, msg amqp.Publishing) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.declared[queue] {
+	if queue != p.queue && !p.declared[queue] {
 		if err := declare(p.conn, queue, args); err != nil {
 			return err
 		}
