@@ -11,6 +11,7 @@ import (
 
 	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/queueproxy/consumer"
 )
 
 // consumerFn is a Python function that appends the id of every message it
@@ -117,5 +118,62 @@ func TestQueueMissing(t *testing.T) {
 	})
 	if code, _, err := p.invoke("missing", ""); code != 200 {
 		t.Errorf("HTTP beside a failing queue trigger: %d %v", code, err)
+	}
+}
+
+// crashFn exits its process on the message "poison", after a pause that
+// keeps the others in flight with it, and writes the id of every other
+// message it processed to a file of its process in $OUT.
+const crashFn = `import os, time
+out = open(os.path.join(os.environ["OUT"], str(os.getpid())), "a", buffering=1)
+
+def handle(event):
+    if event["body"] == "poison":
+        time.sleep(0.2)
+        os._exit(3)
+    time.sleep(0.5)
+    out.write(event["headers"]["sless-message-id"] + "\n")
+    return "ok"
+`
+
+// TestQueueCrashSparesOthers: in sless dev, where a crashed runtime takes
+// its instance (queue-proxy included) down, a message that kills its
+// runtime spends only its own attempts: the four processed with it are
+// processed, and the dead-letter queue holds the poison alone.
+func TestQueueCrashSparesOthers(t *testing.T) {
+	ch := amqptest.Channel(t)
+	queue := amqptest.Queue(t, ch, "local")
+	dlq := amqptest.Queue(t, ch, "dlq")
+	const backoff = 50 * time.Millisecond
+	amqptest.DeleteAtCleanup(t, ch, consumer.RetryQueues(queue, backoff, 1)...)
+	out := t.TempDir()
+	spec := fmt.Sprintf(`  scale: {initial: 1, min: 1, max: 1}
+  env: [{name: OUT, value: %q}]
+  triggers:
+    - {name: orders, rabbitmq: {queue: %s, prefetch: 5, maxRetries: 1, deadLetterQueue: %s}}
+`, out, queue, dlq)
+	p := startPlatformCode(t, crashFn, manifest("crasher", spec), func(o *Options) {
+		o.AMQPURL, o.RetryBackoff = amqptest.URL(), backoff
+	})
+	p.waitFor("consuming", 30*time.Second, func() bool {
+		st := p.status("crasher")
+		return len(st.Triggers) == 1 && st.Triggers[0].State == "consuming"
+	})
+	amqptest.Publish(t, ch, queue, []byte("poison"), []byte("1"), []byte("2"), []byte("3"), []byte("4"))
+	p.waitFor("the healthy messages processed and the poison dead-lettered", time.Minute, func() bool {
+		return len(seen(t, out)) == 4 && amqptest.Depth(t, ch, dlq) == 1
+	})
+	msg, ok, err := ch.Get(dlq, true)
+	if err != nil || !ok {
+		t.Fatalf("dead-letter queue: %v, %v", ok, err)
+	}
+	if string(msg.Body) != "poison" || msg.Headers[consumer.AttemptsHeader] != int32(2) || msg.Headers[consumer.StatusHeader] != int32(502) {
+		t.Errorf("dead-lettered %q with %v, want the poison after 2 attempts, status 502", msg.Body, msg.Headers)
+	}
+	if got := seen(t, out); got["0"] != 0 {
+		t.Errorf("the poison was processed: %v", got)
+	}
+	if d := amqptest.Depth(t, ch, dlq); d != 0 {
+		t.Errorf("%d more messages dead-lettered, want the poison alone", d)
 	}
 }

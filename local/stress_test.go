@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/activator"
 	"sless.dev/sless/internal/badclient"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/needs"
@@ -198,11 +199,11 @@ func TestSoak(t *testing.T) {
 		}
 		b.Wait()
 	})
-	loop(500*time.Millisecond, func() { count(p.get(p.client, pick(), "s=3")) }) // past the timeout
-	loop(100*time.Millisecond, func() { _ = p.get(impatient, pick(), "s=0.5") }) // hangs up
-	loop(7*time.Second, func() { count(p.get(p.client, pick(), "crash")) })      // kills an instance
-	cases := badclient.Cases("/fn/default/python", 64<<10)
-	loop(time.Second, func() { // a misbehaving client
+	loop(500*time.Millisecond, func() { count(p.get(p.client, pick(), "s=3")) })       // past the timeout
+	loop(100*time.Millisecond, func() { _ = p.get(impatient, pick(), "s=0.5") })       // hangs up
+	loop(7*time.Second, func() { count(p.get(p.client, pick(), "crash")) })            // kills an instance
+	cases := badclient.Cases("/fn/default/python", int(activator.DefaultMaxBodyBytes)) // the platform's limit: startSleepers sets none
+	loop(time.Second, func() {                                                         // a misbehaving client
 		c := cases[rand.IntN(len(cases))]
 		if strings.Contains(c.Name, "never") || strings.Contains(c.Name, "stops") {
 			return // 10 s each at the default read timeout

@@ -81,7 +81,7 @@ var Settings = []Setting{
 	{wire.EnvMaxBody, "max-body-bytes", "10485760", "largest request body; larger ones get 413"},
 	{wire.EnvDrain, "drain-seconds", "30", "longest drain after SIGTERM"},
 	{wire.EnvReadTimeout, "read-timeout-seconds", "10", "most a client may take to send a request head, or each part of its body (408 beyond)"},
-	{wire.EnvRabbitMQ, "rabbitmq-triggers", "", "RabbitMQ triggers to consume, a JSON array of {name, queue, urlEnv, prefetch, maxRetries, deadLetterQueue}"},
+	{wire.EnvRabbitMQ, "rabbitmq-triggers", "", "RabbitMQ triggers to consume, a JSON array of {name, queue, urlEnv, prefetch, maxRetries, deadLetterQueue, queueType}"},
 	{wire.EnvRetryBackoff, "retry-backoff-ms", "1000", "wait before a failed message's first retry, doubled for each next one"},
 	{wire.EnvRecordsURL, "records-url", "", "the activators' admin API (http://host:port), where the records of consumed messages go"},
 	{wire.EnvPodIP, "pod-ip", "", "the pod's IP, which with the serving port names the instance in records"},
@@ -165,6 +165,8 @@ func checkTrigger(t wire.RabbitMQTrigger) error {
 		return fmt.Errorf("prefetch %d: must be between 1 and 1000", t.Prefetch)
 	case t.MaxRetries < 0 || t.MaxRetries > 100:
 		return fmt.Errorf("maxRetries %d: must be between 0 and 100", t.MaxRetries)
+	case t.QueueType != "" && t.QueueType != v1alpha1.QueueClassic && t.QueueType != v1alpha1.QueueQuorum:
+		return fmt.Errorf("queueType %q: must be %s or %s", t.QueueType, v1alpha1.QueueClassic, v1alpha1.QueueQuorum)
 	}
 	return nil
 }
@@ -226,10 +228,16 @@ func RabbitMQFor(spec v1alpha1.FunctionSpec) []wire.RabbitMQTrigger {
 		if r == nil || !t.IsEnabled() {
 			continue
 		}
-		out = append(out, wire.RabbitMQTrigger{
+		w := wire.RabbitMQTrigger{
 			Name: t.Name, Queue: r.Queue, URLEnv: URLEnv(t.Name), Prefetch: int(r.Prefetch),
 			MaxRetries: int(ptr.Deref(r.MaxRetries, 0)), DeadLetterQueue: r.DeadLetterQueue,
-		})
+		}
+		if r.QueueType != v1alpha1.QueueClassic {
+			// Classic, the default, is left out: the pods of functions
+			// older than queueType keep their spec.
+			w.QueueType = r.QueueType
+		}
+		out = append(out, w)
 	}
 	return out
 }

@@ -41,15 +41,16 @@ func TestParseConfig(t *testing.T) {
 				`SLESS_USER_PORT="70000"`, `SLESS_MAX_BODY_BYTES="0"`, `SLESS_FUNCTION="": must name the function`}},
 		{name: "rabbitmq triggers", env: map[string]string{"SLESS_FUNCTION": "f", "AMQP_0": "amqp://u:p@broker:5672/v", "SLESS_RETRY_BACKOFF_MS": "50",
 			"SLESS_POD_IP": "10.0.0.7", "SLESS_RECORDS_URL": "http://activator:9090",
-			"SLESS_RABBITMQ_TRIGGERS": `[{"name":"orders","queue":"orders","urlEnv":"AMQP_0","prefetch":5,"maxRetries":2,"deadLetterQueue":"orders.dlq"}]`},
+			"SLESS_RABBITMQ_TRIGGERS": `[{"name":"orders","queue":"orders","urlEnv":"AMQP_0","prefetch":5,"maxRetries":2,"deadLetterQueue":"orders.dlq","queueType":"quorum"}]`},
 			want: func(c Config) bool {
 				return reflect.DeepEqual(c.RabbitMQ, []RabbitMQ{{URL: "amqp://u:p@broker:5672/v", RabbitMQTrigger: wire.RabbitMQTrigger{
-					Name: "orders", Queue: "orders", URLEnv: "AMQP_0", Prefetch: 5, MaxRetries: 2, DeadLetterQueue: "orders.dlq"}}}) &&
+					Name: "orders", Queue: "orders", URLEnv: "AMQP_0", Prefetch: 5, MaxRetries: 2, DeadLetterQueue: "orders.dlq", QueueType: v1alpha1.QueueQuorum}}}) &&
 					c.RetryBackoff == 50*time.Millisecond && c.PodIP == "10.0.0.7" && c.RecordsURL == "http://activator:9090"
 			}},
 		{name: "rabbitmq errors, URLs not quoted", env: map[string]string{"SLESS_FUNCTION": "f", "BAD": "http://u:secret@x",
-			"SLESS_RABBITMQ_TRIGGERS": `[{"name":"a","queue":"q","urlEnv":"BAD","prefetch":1},{"name":"b","queue":"q","urlEnv":"NONE","prefetch":1},{"name":"c","queue":"","urlEnv":"X","prefetch":1},{"name":"d","queue":"q","urlEnv":"BAD","prefetch":0}]`},
-			errs: []string{"[0]: BAD (urlEnv) is not an AMQP URL", "[1]: NONE (urlEnv) is not an AMQP URL", "[2]: queue is required", "[3]: prefetch 0"}},
+			"SLESS_RABBITMQ_TRIGGERS": `[{"name":"a","queue":"q","urlEnv":"BAD","prefetch":1},{"name":"b","queue":"q","urlEnv":"NONE","prefetch":1},{"name":"c","queue":"","urlEnv":"X","prefetch":1},{"name":"d","queue":"q","urlEnv":"BAD","prefetch":0},{"name":"e","queue":"q","urlEnv":"BAD","prefetch":1,"queueType":"stream"}]`},
+			errs: []string{"[0]: BAD (urlEnv) is not an AMQP URL", "[1]: NONE (urlEnv) is not an AMQP URL", "[2]: queue is required", "[3]: prefetch 0",
+				`[4]: queueType "stream": must be classic or quorum`}},
 		{name: "rabbitmq not JSON", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_RABBITMQ_TRIGGERS": `{"name":"a"}`},
 			errs: []string{"SLESS_RABBITMQ_TRIGGERS: not a JSON array"}},
 		{name: "port clash", env: map[string]string{"SLESS_FUNCTION": "f", "SLESS_USER_PORT": "9091"},
@@ -85,13 +86,13 @@ func TestRabbitMQFor(t *testing.T) {
 	fn := &v1alpha1.Function{Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Triggers: []v1alpha1.Trigger{
 		{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
 		{Name: "orders-new", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "orders", Prefetch: 3, MaxRetries: ptr.To[int32](0), DeadLetterQueue: "dlq"}},
-		{Name: "audit", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "audit"}},
+		{Name: "audit", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "audit", QueueType: v1alpha1.QueueQuorum}},
 		{Name: "off", Enabled: ptr.To(false), RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "off"}},
 	}}}
 	fn.Default()
 	want := []wire.RabbitMQTrigger{
 		{Name: "orders-new", Queue: "orders", URLEnv: "SLESS_AMQP_URL_ORDERS_NEW", Prefetch: 3, DeadLetterQueue: "dlq"},
-		{Name: "audit", Queue: "audit", URLEnv: "SLESS_AMQP_URL_AUDIT", Prefetch: v1alpha1.DefaultPrefetch, MaxRetries: v1alpha1.DefaultMaxRetries},
+		{Name: "audit", Queue: "audit", URLEnv: "SLESS_AMQP_URL_AUDIT", Prefetch: v1alpha1.DefaultPrefetch, MaxRetries: v1alpha1.DefaultMaxRetries, QueueType: v1alpha1.QueueQuorum},
 	}
 	if got := RabbitMQFor(fn.Spec); !reflect.DeepEqual(got, want) {
 		t.Errorf("RabbitMQFor = %+v\nwant %+v", got, want)

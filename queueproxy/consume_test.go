@@ -12,6 +12,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
@@ -23,7 +24,11 @@ import (
 // (name, queue and URL filled in), and returns it with the queue.
 func consuming(t *testing.T, ch *amqp.Channel, trigger wire.RabbitMQTrigger, mutate func(*Config)) (*harness, string) {
 	t.Helper()
-	trigger.Queue = amqptest.Queue(t, ch, "consume")
+	if trigger.QueueType == v1alpha1.QueueQuorum {
+		trigger.Queue = amqptest.QuorumQueue(t, ch, "consume")
+	} else {
+		trigger.Queue = amqptest.Queue(t, ch, "consume")
+	}
 	trigger.Name = strings.ReplaceAll(trigger.Queue, "sless-test-", "t")
 	trigger.URLEnv = "AMQP_URL"
 	if trigger.Prefetch == 0 {
@@ -316,5 +321,132 @@ func TestSlowMessageHoldsNoSlot(t *testing.T) {
 	h.waitResults(queue, "acked", 21)
 	if d := amqptest.Depth(t, ch, queue); d != 0 {
 		t.Errorf("queue depth = %d, want 0", d)
+	}
+}
+
+// TestCrashSparesOthers: a message whose handler kills the runtime, in
+// flight with four healthy ones (prefetch 5), spends only its own
+// attempts. The others are sent back to run alone, spending none, and are
+// processed; the dead-letter queue holds the culprit alone, after
+// 1 + maxRetries crashes of its own and at most one more, the one it
+// shared. The queue then runs at full concurrency again.
+func TestCrashSparesOthers(t *testing.T) {
+	ch := amqptest.Channel(t)
+	dlq := amqptest.Name("dlq")
+	h, queue := consuming(t, ch, wire.RabbitMQTrigger{Prefetch: 5, MaxRetries: 2, DeadLetterQueue: dlq}, nil)
+	h.fn.RestartOnExit()
+	ms := []testfn.Message{{ID: "poison", Exit: true, SleepMs: 300}}
+	for i := range 4 {
+		ms = append(ms, testfn.Message{ID: fmt.Sprint(i), SleepMs: 1000})
+	}
+	amqptest.Publish(t, ch, queue, messages(ms...)...)
+	h.waitResults(queue, "dead_lettered", 1)
+	h.waitResults(queue, "acked", 4)
+
+	if r := h.results(queue, "retried"); r != 2 {
+		t.Errorf("retried = %d, want the culprit's 2 retries alone", r)
+	}
+	if n := h.results(queue, "isolated"); n < 4 {
+		t.Errorf("isolated = %d, want at least the 4 healthy messages in flight at the first crash", n)
+	}
+	if d := amqptest.Depth(t, ch, dlq); d != 1 {
+		t.Fatalf("dead-letter queue holds %d messages, want the culprit alone", d)
+	}
+	msg, ok, err := ch.Get(dlq, true)
+	if err != nil || !ok {
+		t.Fatalf("dead-letter queue: %v, %v", ok, err)
+	}
+	var body testfn.Message
+	if err := json.Unmarshal(msg.Body, &body); err != nil || body.ID != "poison" {
+		t.Errorf("dead-lettered %q, want the poison message", msg.Body)
+	}
+	if msg.Headers[consumer.AttemptsHeader] != int32(3) || msg.Headers[consumer.StatusHeader] != int32(502) ||
+		msg.Headers[consumer.IsolateHeader] != "crashed" {
+		t.Errorf("dead-letter headers %v: want 3 attempts, status 502, marked crashed", msg.Headers)
+	}
+
+	// Back to normal: messages share the process again.
+	h.get("http://"+h.fn.Addr(), "/max") // resets it
+	var more []testfn.Message
+	for i := range 5 {
+		more = append(more, testfn.Message{ID: fmt.Sprint("more", i), SleepMs: 300})
+	}
+	amqptest.Publish(t, ch, queue, messages(more...)...)
+	h.waitResults(queue, "acked", 9)
+	if _, body := h.get("http://"+h.fn.Addr(), "/max"); string(body) == "0" || string(body) == "1" {
+		t.Errorf("at most %s message at the process at once after the culprit was found, want them together", body)
+	}
+	if s := h.fn.Starts(); s < 4 || s > 5 {
+		t.Errorf("the function process started %d times, want 4 or 5: first start, then one a crash of the culprit's 3, and one the crash it shared", s)
+	}
+}
+
+// TestRefusedSpendsNoAttempt: messages that reach no process (it is down)
+// spend no attempt: they are sent once it is back, as first attempts; if
+// the instance stops first, they go back to the queue.
+func TestRefusedSpendsNoAttempt(t *testing.T) {
+	ch := amqptest.Channel(t)
+	start := func(t *testing.T) (*harness, string) {
+		h, queue := consuming(t, ch, wire.RabbitMQTrigger{MaxRetries: 0, DeadLetterQueue: amqptest.Name("dlq")}, nil)
+		h.fn.Kill()
+		amqptest.Publish(t, ch, queue, messages(testfn.Message{ID: "a"}, testfn.Message{ID: "b"})...)
+		// Refused, or held back once the prober saw the process gone.
+		eventually.True(t, "both at the instance", func() bool { return amqptest.Depth(t, ch, queue) == 0 })
+		return h, queue
+	}
+
+	t.Run("process back", func(t *testing.T) {
+		h, queue := start(t)
+		h.fn.Restart()
+		h.waitResults(queue, "acked", 2)
+		got := h.deliveries()
+		for _, id := range []string{"a", "b"} {
+			if d := got[id]; d.Count != 1 || http.Header(d.Headers).Get(wire.DeliveryCountHeader) != "1" {
+				t.Errorf("%s: %d deliveries, the last counted %q; want 1, \"1\"", id, d.Count, http.Header(d.Headers).Get(wire.DeliveryCountHeader))
+			}
+		}
+		if n := h.results(queue, "dead_lettered") + h.results(queue, "retried"); n != 0 {
+			t.Errorf("%d refused messages spent an attempt", n)
+		}
+	})
+
+	t.Run("instance stops", func(t *testing.T) {
+		h, queue := start(t)
+		h.cancel()
+		select {
+		case err := <-h.done:
+			h.done <- err // for the cleanup
+		case <-time.After(15 * time.Second):
+			t.Fatal("queue-proxy did not stop")
+		}
+		if r := h.results(queue, "requeued"); r < 2 { // more if one came back before the cancel
+			t.Errorf("requeued %d, want the 2 refused", r)
+		}
+		if n := h.results(queue, "dead_lettered") + h.results(queue, "retried"); n != 0 {
+			t.Errorf("%d refused messages spent an attempt", n)
+		}
+		if d := amqptest.Depth(t, ch, queue); d != 2 {
+			t.Errorf("queue depth after the stop = %d, want the 2 refused back", d)
+		}
+	})
+}
+
+// TestConsumeQuorum: a quorum trigger's retry and dead-letter queues are
+// quorum queues too; a message retried through them comes back and is
+// acked, and one that always fails is dead-lettered.
+func TestConsumeQuorum(t *testing.T) {
+	ch := amqptest.Channel(t)
+	dlq := amqptest.Name("dlq")
+	h, queue := consuming(t, ch, wire.RabbitMQTrigger{MaxRetries: 1, DeadLetterQueue: dlq, QueueType: v1alpha1.QueueQuorum}, nil)
+	amqptest.Publish(t, ch, queue, messages(testfn.Message{ID: "flaky", Fail: 1}, testfn.Message{ID: "poison", Fail: -1})...)
+	h.waitResults(queue, "acked", 1)
+	h.waitResults(queue, "dead_lettered", 1)
+	if d := h.deliveries()["flaky"]; d.Count != 2 {
+		t.Errorf("flaky delivered %d times, want 2", d.Count)
+	}
+	for _, q := range append(consumer.RetryQueues(queue, h.srv.cfg.RetryBackoff, 1), dlq) {
+		if typ := amqptest.QueueType(t, q); typ != "quorum" {
+			t.Errorf("%s is a %s queue, want quorum as the trigger's", q, typ)
+		}
 	}
 }

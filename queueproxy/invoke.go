@@ -18,8 +18,8 @@ const maxWhyBytes = 1024
 // queue message) to the user process, through the same breaker, timeout,
 // stats and metrics as those that did, and fills resp. It returns the
 // status, and for a failure why: the function's answer, or the platform's
-// cause. gone, when closed, gives the request up while it waits for a
-// slot.
+// cause, marked unsent when the request never reached the process. gone,
+// when closed, gives the request up while it waits for a slot.
 func (p *proxy) Invoke(req *fasthttp.Request, resp *fasthttp.Response, gone <-chan struct{}) consumer.Answer {
 	start := time.Now()
 	p.stats.In(start)
@@ -35,18 +35,19 @@ func (p *proxy) invoke(req *fasthttp.Request, resp *fasthttp.Response, start tim
 		case nil:
 			defer p.breaker.Release()
 		case ErrQueueFull:
-			return platform(fasthttp.StatusServiceUnavailable, "queue-proxy queue full")
+			return unsent(fasthttp.StatusServiceUnavailable, "queue-proxy queue full")
 		case ErrClientGone:
-			return platform(forward.StatusClientClosedRequest, "given up while waiting for a slot")
+			return unsent(forward.StatusClientClosedRequest, "given up while waiting for a slot")
 		default:
-			return platform(fasthttp.StatusGatewayTimeout, "timed out waiting for a slot")
+			return unsent(fasthttp.StatusGatewayTimeout, "timed out waiting for a slot")
 		}
 	}
 	body, err := p.client.Do(req, resp, deadline, nil)
 	if err != nil {
 		f := forward.Classify(err)
+		p.lost(f)
 		if f.Unsent {
-			p.refused()
+			return unsent(f.Code, f.Message())
 		}
 		return platform(f.Code, f.Message())
 	}
@@ -73,4 +74,8 @@ func (p *proxy) invoke(req *fasthttp.Request, resp *fasthttp.Response, start tim
 
 func platform(code int, reason string) consumer.Answer {
 	return consumer.Answer{Code: code, Reason: reason, Platform: true}
+}
+
+func unsent(code int, reason string) consumer.Answer {
+	return consumer.Answer{Code: code, Reason: reason, Platform: true, Unsent: true}
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,10 +31,14 @@ type prober struct {
 	// failure is why the last probe failed, for an instance that never
 	// becomes ready to say why.
 	failure atomic.Pointer[error]
-	wake    chan struct{} // a request saw the process refuse: probe now
+	mu      sync.Mutex
+	up      chan struct{} // closed while ready; set with ready, under mu
+	wake    chan struct{} // a request saw the process refuse or die: probe now
 	first   chan struct{} // closed at the first success
 	// fast, when set, replaces the random fast interval.
 	fast time.Duration
+	// down, when set, is called when a probe finds the process gone.
+	down func()
 }
 
 func newProber(userPort int, log *slog.Logger) *prober {
@@ -44,6 +49,7 @@ func newProber(userPort int, log *slog.Logger) *prober {
 			NoDefaultUserAgentHeader: true,
 		},
 		log:   log,
+		up:    make(chan struct{}),
 		wake:  make(chan struct{}, 1),
 		first: make(chan struct{}),
 	}
@@ -52,7 +58,7 @@ func newProber(userPort int, log *slog.Logger) *prober {
 // failed marks the process not ready and makes the prober look again at
 // once, at the fast pace.
 func (p *prober) failed() {
-	if p.ready.Swap(false) {
+	if p.set(false) {
 		select {
 		case p.wake <- struct{}{}:
 		default:
@@ -76,8 +82,11 @@ func (p *prober) run(ctx context.Context) {
 		if !ok {
 			p.failure.Store(&err)
 		}
-		if was := p.ready.Swap(ok); was != ok {
+		if p.set(ok) {
 			p.log.Info("user process readiness changed", "ready", ok)
+			if !ok && p.down != nil {
+				p.down()
+			}
 		}
 		next := slowProbe
 		switch {
@@ -90,6 +99,29 @@ func (p *prober) run(ctx context.Context) {
 		}
 		timer.Reset(next)
 	}
+}
+
+// set records whether the process is ready, and reports a change.
+func (p *prober) set(ok bool) (changed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ready.Load() == ok {
+		return false
+	}
+	p.ready.Store(ok)
+	if ok {
+		close(p.up)
+	} else {
+		p.up = make(chan struct{})
+	}
+	return true
+}
+
+// whenReady is closed once the process is ready: at once if it is now.
+func (p *prober) whenReady() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.up
 }
 
 func (p *prober) firstSuccess() {

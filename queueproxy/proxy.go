@@ -20,14 +20,16 @@ type proxy struct {
 	timeout time.Duration
 	maxBody int64
 	errBody errorBodies
-	// refused is called when the user process refuses a connection, so
-	// readiness drops at once rather than at the next probe.
-	refused func()
+	// died is called when a call finds the user process refusing
+	// connections or breaking one, so that readiness drops at once
+	// rather than at the next probe.
+	died func()
 }
 
 // newProxy returns a proxy to the user process on 127.0.0.1:cfg.UserPort.
-// refused is called whenever the user process refuses a connection.
-func newProxy(cfg Config, stats *Stats, m *metrics, refused func()) *proxy {
+// died is called whenever the user process refuses a connection or breaks
+// one.
+func newProxy(cfg Config, stats *Stats, m *metrics, died func()) *proxy {
 	p := &proxy{
 		client:  forward.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), userIdleTimeout, cfg.MaxBodyBytes),
 		stats:   stats,
@@ -35,7 +37,7 @@ func newProxy(cfg Config, stats *Stats, m *metrics, refused func()) *proxy {
 		timeout: cfg.Timeout,
 		maxBody: cfg.MaxBodyBytes,
 		errBody: newErrorBodies(cfg.Namespace, cfg.Function),
-		refused: refused,
+		died:    died,
 	}
 	if cfg.Concurrency > 0 {
 		p.breaker = NewBreaker(cfg.Concurrency, cfg.QueueDepth)
@@ -129,13 +131,25 @@ func (p *proxy) pass(ctx *fasthttp.RequestCtx, deadline time.Time, cc *forward.C
 		return f.Code, nil
 	}
 	code := p.fail(ctx, f.Code, p.errBody.failure(f))
+	p.lost(f)
 	if f.Unsent {
-		// The user process took nothing: readiness drops at once, and
-		// the activator sends the request to another instance.
-		p.refused()
+		// The user process took nothing: the activator sends the
+		// request to another instance.
 		resp.Header.Set(forward.UnsentHeader, "1")
 	}
 	return code, nil
+}
+
+// lost handles a call to the user process that failed. A refusal or a
+// broken connection means the process died (or is dying): readiness drops
+// until a probe finds it answering again, and the idle connections died
+// with it: they are closed, since a request sent on one would fail as if
+// the new process had crashed under it.
+func (p *proxy) lost(f forward.Failure) {
+	if f.Unsent || f.Code == fasthttp.StatusBadGateway {
+		p.died()
+		p.client.CloseIdle()
+	}
 }
 
 func (p *proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {

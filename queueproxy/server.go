@@ -96,6 +96,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	}
 	s.prober = newProber(cfg.UserPort, log)
 	s.proxy = newProxy(cfg, s.stats, m, s.prober.failed)
+	s.prober.down = s.proxy.client.CloseIdle // its connections died with it
 	if len(cfg.RabbitMQ) > 0 {
 		if s.consumerMetrics, err = consumer.NewMetrics(s.registry, cfg.Namespace, cfg.Function); err != nil {
 			return nil, fmt.Errorf("register metrics: %w", err)
@@ -220,6 +221,7 @@ func (s *Server) startConsumers(ctx context.Context, instance string) (stop func
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	iso := consumer.NewIsolation() // the consumers share the process
 	for _, t := range s.cfg.RabbitMQ {
 		prefetch := t.Prefetch
 		if s.cfg.Concurrency > 0 {
@@ -228,8 +230,8 @@ func (s *Server) startConsumers(ctx context.Context, instance string) (stop func
 		c := consumer.New(consumer.Options{
 			Namespace: s.cfg.Namespace, Function: s.cfg.Function, Trigger: t.RabbitMQTrigger, URL: t.URL,
 			Prefetch: prefetch, Backoff: s.cfg.RetryBackoff, Instance: instance, Records: s.Records,
-			Metrics: s.consumerMetrics, Log: s.log,
-		}, s.proxy)
+			Metrics: s.consumerMetrics, Log: s.log, Isolation: iso,
+		}, invoker{s.proxy, s.prober})
 		s.mu.Lock()
 		s.consumers = append(s.consumers, c)
 		s.mu.Unlock()
@@ -243,6 +245,15 @@ func (s *Server) startConsumers(ctx context.Context, instance string) (stop func
 	}
 	return func() { cancel(); wg.Wait() }
 }
+
+// invoker is what the consumers invoke the user process through: the
+// proxy, and the prober for its readiness.
+type invoker struct {
+	*proxy
+	prober *prober
+}
+
+func (i invoker) Ready() <-chan struct{} { return i.prober.whenReady() }
 
 // Consumers reports what the consumers of the function's queues are
 // doing; none before Run.

@@ -95,6 +95,9 @@ func (t *Trigger) setDefaults() {
 			n := int32(DefaultMaxRetries)
 			r.MaxRetries = &n
 		}
+		if r.QueueType == "" {
+			r.QueueType = QueueClassic
+		}
 	}
 }
 

@@ -352,7 +352,30 @@ type RabbitMQTrigger struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=255
 	DeadLetterQueue string `json:"deadLetterQueue,omitempty"`
+
+	// QueueType is the type of Queue: the queues sless declares for the
+	// trigger (retries, dead letters) are of the same type. A quorum
+	// queue counts the returns of a message whose instance died holding
+	// it, and its x-delivery-limit bounds them.
+	// +optional
+	// +kubebuilder:default=classic
+	QueueType QueueType `json:"queueType,omitempty"`
 }
+
+// QueueType is a RabbitMQ queue type.
+//
+// +kubebuilder:validation:Enum=classic;quorum
+type QueueType string
+
+// The queue types a RabbitMQ trigger consumes.
+const (
+	// QueueClassic is RabbitMQ's classic queue: no count of returns.
+	QueueClassic QueueType = "classic"
+	// QueueQuorum is a replicated quorum queue (RabbitMQ 3.10 or later,
+	// for its message TTLs): it counts a message's returns in
+	// x-delivery-count.
+	QueueQuorum QueueType = "quorum"
+)
 
 // FunctionStatus is what sless observed and did. The replica counts are
 // written even when 0, and a stored status without them (written before

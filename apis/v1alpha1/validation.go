@@ -346,6 +346,9 @@ func validateRabbitMQ(r *RabbitMQTrigger, mode Mode, p *field.Path) field.ErrorL
 	if r.MaxRetries != nil {
 		errs = append(errs, inRange(p.Child("maxRetries"), *r.MaxRetries, 0, maxRetries)...)
 	}
+	if r.QueueType != "" && r.QueueType != QueueClassic && r.QueueType != QueueQuorum {
+		errs = append(errs, field.NotSupported(p.Child("queueType"), r.QueueType, []QueueType{QueueClassic, QueueQuorum}))
+	}
 	if r.DeadLetterQueue != "" && r.DeadLetterQueue == r.Queue {
 		errs = append(errs, field.Invalid(p.Child("deadLetterQueue"), r.DeadLetterQueue, "must differ from queue"))
 	}

@@ -54,6 +54,7 @@ func TestValidate(t *testing.T) {
 			f.Spec.Triggers[2].RabbitMQ.MaxRetries = ptr(int32(0))
 		}},
 		{name: "local rabbitmq without secret", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[2].RabbitMQ.ConnectionSecret = "" }},
+		{name: "quorum queue", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[2].RabbitMQ.QueueType = QueueQuorum }},
 
 		{name: "bad name", mode: ModeLocal, mutate: func(f *Function) { f.Name = "1hello" },
 			want: []string{"metadata.name: Invalid value: \"1hello\""}},
@@ -166,6 +167,8 @@ func TestValidate(t *testing.T) {
 			r.Queue, r.ConnectionSecret, r.Prefetch, r.MaxRetries = "", "", 0, ptr(int32(101))
 		}, want: []string{"spec.triggers[2].rabbitmq.queue: Required value", "spec.triggers[2].rabbitmq.connectionSecret: Required value",
 			"spec.triggers[2].rabbitmq.prefetch: Invalid value: 0", "spec.triggers[2].rabbitmq.maxRetries: Invalid value: 101"}},
+		{name: "unknown queue type", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[2].RabbitMQ.QueueType = "stream" },
+			want: []string{`spec.triggers[2].rabbitmq.queueType: Unsupported value: "stream": supported values: "classic", "quorum"`}},
 		{name: "dead letter queue is the queue", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[2].RabbitMQ.DeadLetterQueue = "orders" },
 			want: []string{`spec.triggers[2].rabbitmq.deadLetterQueue: Invalid value: "orders": must differ from queue`}},
 		{name: "same queue twice", mode: ModeLocal, mutate: func(f *Function) {

@@ -69,6 +69,17 @@ func Queue(t testing.TB, ch *amqp.Channel, what string) string {
 	return name
 }
 
+// QuorumQueue declares a quorum queue of a new name, deleted at cleanup.
+func QuorumQueue(t testing.TB, ch *amqp.Channel, what string) string {
+	t.Helper()
+	name := Name(what)
+	if _, err := ch.QueueDeclare(name, true, false, false, false, amqp.Table{"x-queue-type": "quorum"}); err != nil {
+		t.Fatal(err)
+	}
+	DeleteAtCleanup(t, ch, name)
+	return name
+}
+
 // DeleteAtCleanup deletes queues, if they exist, when the test ends.
 func DeleteAtCleanup(t testing.TB, ch *amqp.Channel, queues ...string) {
 	t.Cleanup(func() {
@@ -149,4 +160,16 @@ func CloseConnections(t testing.TB, mark string) int {
 		Ctl(t, "close_connection", pid, "sless test: broker restart")
 	}
 	return len(pids)
+}
+
+// QueueType is the type of queue (classic, quorum), as rabbitmqctl tells.
+func QueueType(t testing.TB, queue string) string {
+	t.Helper()
+	for line := range strings.Lines(Ctl(t, "-q", "--no-table-headers", "list_queues", "name", "type")) {
+		if name, typ, ok := strings.Cut(strings.TrimSpace(line), "\t"); ok && name == queue {
+			return typ
+		}
+	}
+	t.Fatalf("queue %s not listed by rabbitmqctl", queue)
+	return ""
 }

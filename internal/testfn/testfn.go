@@ -86,6 +86,9 @@ type Message struct {
 	// SleepMs delays the answer; Block waits for /release?id=<ID>.
 	SleepMs int  `json:"sleepMs,omitempty"`
 	Block   bool `json:"block,omitempty"`
+	// Exit ends the process (exit status 3) after the sleep, as a handler
+	// that crashes its runtime does.
+	Exit bool `json:"exit,omitempty"`
 }
 
 // Deliveries is what /messages reports of each message delivered: how
@@ -252,6 +255,9 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 	n := d.Count
 	h.mu.Unlock()
 	time.Sleep(time.Duration(m.SleepMs) * time.Millisecond)
+	if m.Exit {
+		os.Exit(3)
+	}
 	if m.Block {
 		select {
 		case <-h.gate(m.ID):
@@ -289,7 +295,14 @@ func (h *handler) release(w http.ResponseWriter, r *http.Request) {
 type Process struct {
 	Port int
 	t    testing.TB
-	cmd  *exec.Cmd
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{} // closed when cmd has exited
+	// restarts, when set, restarts the process whenever it exits; closed,
+	// it stops.
+	restarts chan struct{}
+	starts   int
 }
 
 // Start runs the function process on a free loopback port and stops it
@@ -307,19 +320,30 @@ func Start(t testing.TB) *Process {
 func (p *Process) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)) }
 
 // Restart starts the process again on the same port (after Kill or exit).
-// The listener is opened here and handed to the process, which then holds
-// the only copy: once it dies, connections are refused.
 func (p *Process) Restart() {
 	p.t.Helper()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.start(); err != nil {
+		p.t.Fatal(err)
+	}
+}
+
+// start runs the process, with p.mu held. The listener is opened here and
+// handed to the process, which then holds the only copy: once it dies,
+// connections are refused.
+func (p *Process) start() error {
 	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Port)))
 	if err != nil {
-		p.t.Fatalf("function process listener: %v", err)
+		return fmt.Errorf("function process listener: %w", err)
 	}
-	p.Port = ln.Addr().(*net.TCPAddr).Port
+	if p.Port == 0 { // the first start; later ones keep the port
+		p.Port = ln.Addr().(*net.TCPAddr).Port
+	}
 	f, err := ln.(*net.TCPListener).File()
 	ln.Close()
 	if err != nil {
-		p.t.Fatalf("function process listener: %v", err)
+		return fmt.Errorf("function process listener: %w", err)
 	}
 	defer f.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -327,21 +351,78 @@ func (p *Process) Restart() {
 	cmd.ExtraFiles = []*os.File{f}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
-		p.t.Fatalf("start function process: %v", err)
+		return fmt.Errorf("start function process: %w", err)
 	}
-	p.cmd = cmd
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	p.cmd, p.exited = cmd, exited
+	p.starts++
+	return nil
 }
 
-// Kill stops the process and waits for it.
+// RestartOnExit starts the process again each time it exits, as a kubelet
+// restarts a container, until Kill.
+func (p *Process) RestartOnExit() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.restarts != nil {
+		return
+	}
+	p.restarts = make(chan struct{})
+	go func(stop chan struct{}) {
+		for {
+			p.mu.Lock()
+			exited := p.exited
+			p.mu.Unlock()
+			select {
+			case <-stop:
+				return
+			case <-exited:
+			}
+			p.mu.Lock()
+			if p.restarts != stop { // killed
+				p.mu.Unlock()
+				return
+			}
+			err := p.start()
+			p.mu.Unlock()
+			if err != nil {
+				p.t.Errorf("restart: %v", err)
+				return
+			}
+		}
+	}(p.restarts)
+}
+
+// Starts is how many times the process was started.
+func (p *Process) Starts() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.starts
+}
+
+// Kill stops the process, and its restarts, and waits for it.
 func (p *Process) Kill() {
-	if p.cmd != nil && p.cmd.ProcessState == nil {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
+	p.mu.Lock()
+	if p.restarts != nil {
+		close(p.restarts)
+		p.restarts = nil
+	}
+	cmd, exited := p.cmd, p.exited
+	p.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		<-exited
 	}
 }
 
 // Wait waits for the process to exit on its own.
-func (p *Process) Wait() { _ = p.cmd.Wait() }
+func (p *Process) Wait() {
+	p.mu.Lock()
+	exited := p.exited
+	p.mu.Unlock()
+	<-exited
+}
 
 // FreePort returns a loopback port that was free a moment ago.
 func FreePort(t testing.TB) int {

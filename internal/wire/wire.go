@@ -6,6 +6,8 @@
 // readers cannot drift; users, dashboards and scripts depend on them too.
 package wire
 
+import "sless.dev/sless/apis/v1alpha1"
+
 // Labels on every object the controller creates for a function, and on
 // its pods. The activator and the autoscaler find a function's
 // EndpointSlices by FunctionLabel (the slices inherit the Service's
@@ -107,6 +109,8 @@ type RabbitMQTrigger struct {
 	Prefetch        int    `json:"prefetch"`
 	MaxRetries      int    `json:"maxRetries"`
 	DeadLetterQueue string `json:"deadLetterQueue,omitempty"`
+	// QueueType is the queue's type; empty is classic.
+	QueueType v1alpha1.QueueType `json:"queueType,omitempty"`
 }
 
 // AdminAPIHeader marks every answer of the admin port (its value is the

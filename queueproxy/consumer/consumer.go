@@ -14,11 +14,13 @@ import (
 	"log/slog"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
@@ -44,6 +46,8 @@ const (
 // instance's breaker and timeout (the queue-proxy).
 type Invoker interface {
 	Invoke(req *fasthttp.Request, resp *fasthttp.Response, gone <-chan struct{}) Answer
+	// Ready is closed once the user process answers its health check.
+	Ready() <-chan struct{}
 }
 
 // Answer is how an invocation ended.
@@ -56,6 +60,16 @@ type Answer struct {
 	Reason string
 	// Platform is set when the platform, not the function, answered.
 	Platform bool
+	// Unsent means the request never reached the user process: it
+	// refused the connection (it is down), or no slot freed in time.
+	Unsent bool
+}
+
+// crashed reports whether the connection to the user process broke
+// after the request was sent, before its answer: the process died (or
+// closed the connection) while it handled the message.
+func (a Answer) crashed() bool {
+	return a.Platform && !a.Unsent && a.Code == fasthttp.StatusBadGateway
 }
 
 // Sink keeps invocation records.
@@ -76,9 +90,12 @@ type Options struct {
 	Backoff time.Duration
 	// Instance names the instance in records.
 	Instance string
-	Records  Sink // nil: no records
-	Metrics  *Metrics
-	Log      *slog.Logger
+	// Isolation is shared by the consumers of one instance, which invoke
+	// the same process (nil: one of its own).
+	Isolation *Isolation
+	Records   Sink // nil: no records
+	Metrics   *Metrics
+	Log       *slog.Logger
 }
 
 // Consumer consumes one trigger's queue, reconnecting with backoff for as
@@ -87,11 +104,15 @@ type Consumer struct {
 	opts   Options
 	broker string // the URL without its password
 	invoke Invoker
+	iso    *Isolation
 	log    *slog.Logger
 	m      queueMetrics
 
 	mu     sync.Mutex
 	status Status
+	// warnedType is set once a quorum trigger's queue was found not to
+	// be one.
+	warnedType atomic.Bool
 }
 
 // Status is what a consumer is doing, for the platform's status.
@@ -120,7 +141,10 @@ func New(opts Options, inv Invoker) *Consumer {
 		opts.Backoff = DefaultBackoff
 	}
 	opts.Prefetch = max(opts.Prefetch, 1)
-	c := &Consumer{opts: opts, broker: redact(opts.URL), invoke: inv,
+	if opts.Isolation == nil {
+		opts.Isolation = NewIsolation()
+	}
+	c := &Consumer{opts: opts, broker: redact(opts.URL), invoke: inv, iso: opts.Isolation,
 		log: opts.Log.With("trigger", opts.Trigger.Name, "queue", opts.Trigger.Queue),
 		m:   opts.Metrics.forQueue(opts.Trigger.Queue)}
 	c.setStatus(StateConnecting, nil)
@@ -202,9 +226,14 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 	if err := checkQueue(conn, c.opts.Trigger.Queue); err != nil {
 		return false, err
 	}
-	pub, err := newPublisher(conn, c.opts.Trigger.Queue)
+	pub, err := newPublisher(conn, c.opts.Trigger.Queue, c.opts.Trigger.QueueType == v1alpha1.QueueQuorum)
 	if err != nil {
 		return false, err
+	}
+	if dlq := c.opts.Trigger.DeadLetterQueue; dlq != "" {
+		if err := pub.declareDeadLetter(dlq); err != nil {
+			return false, err
+		}
 	}
 	sub, err := conn.Channel()
 	if err != nil {
@@ -234,7 +263,7 @@ func (c *Consumer) session(ctx context.Context) (consumed bool, err error) {
 			if !ok {
 				return true, closeReason(closed, c.opts.Trigger.Queue)
 			}
-			handlers.Go(func() { c.handle(pub, ack, d) })
+			handlers.Go(func() { c.handle(ctx, pub, ack, d) })
 		case <-ctx.Done():
 			if err := sub.Cancel(tag, false); err != nil {
 				return true, nil // the connection is gone: what it held returns to the queue

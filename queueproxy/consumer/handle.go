@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/valyala/fasthttp"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
@@ -27,6 +29,10 @@ const (
 	TriggerHeader = "x-sless-trigger"
 )
 
+// deliveryCountHeader is a quorum queue's count of a message's returns,
+// set by the broker on a message it delivers again.
+const deliveryCountHeader = "x-delivery-count"
+
 // Results of a message, the result label of sless_queue_messages_total.
 const (
 	resultAcked        = "acked"
@@ -34,26 +40,45 @@ const (
 	resultDeadLettered = "dead_lettered"
 	resultDropped      = "dropped"
 	resultRequeued     = "requeued"
+	resultIsolated     = "isolated"
 )
 
-// handle invokes the function with one delivery and settles it.
-func (c *Consumer) handle(pub *publisher, ack *acker, d amqp.Delivery) {
+// handle invokes the function with one delivery and settles it. ctx ends
+// when the instance stops.
+func (c *Consumer) handle(ctx context.Context, pub *publisher, ack *acker, d amqp.Delivery) {
 	if d.Redelivered {
 		c.m.redelivered.Inc()
 	}
+	c.checkType(d)
 	failed := attempts(d.Headers)
+	mark, _ := d.Headers[IsolateHeader].(string)
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
 	c.request(req, d, failed+1)
 	start := time.Now()
-	ans := c.invoke.Invoke(req, resp, nil)
+	ans, t, alone := c.invokeSent(ctx, req, resp, c.iso.alone(mark))
 	took := time.Since(start)
 	c.m.duration.Observe(took.Seconds())
 
 	result := resultAcked
-	if ans.Code/100 != 2 {
-		result = c.fail(pub, d, failed+1, ans)
+	switch {
+	case ans.Unsent:
+		// The instance stops before the process took it: back to the
+		// queue, no attempt spent.
+		result = resultRequeued
+	case ans.Code/100 == 2:
+	case ans.crashed() && !alone:
+		result = c.isolate(pub, d, c.iso.crash(t))
+	case ans.crashed():
+		// Alone at the process when it died: the culprit.
+		c.iso.crash(t)
+		if mark != "" && mark != markCrashed {
+			c.iso.resolve(mark)
+		}
+		result = c.fail(pub, d, failed+1, ans, true)
+	default:
+		result = c.fail(pub, d, failed+1, ans, mark == markCrashed)
 	}
 	if result == resultRequeued {
 		ack.Requeue(d.DeliveryTag)
@@ -61,7 +86,85 @@ func (c *Consumer) handle(pub *publisher, ack *acker, d amqp.Delivery) {
 		ack.Ack(d.DeliveryTag)
 	}
 	c.m.count(result)
-	c.record(d, start, took, ans, len(resp.Body()))
+	if !ans.Unsent {
+		c.record(d, start, took, ans, len(resp.Body()))
+	}
+}
+
+// checkType warns, once, when a quorum trigger's queue is not one: a
+// quorum queue counts the returns of a message it delivers again (not on
+// its first delivery, since RabbitMQ 3.12), and no delivery limit bounds
+// those of another queue.
+func (c *Consumer) checkType(d amqp.Delivery) {
+	if c.opts.Trigger.QueueType != v1alpha1.QueueQuorum || !d.Redelivered || d.Headers[deliveryCountHeader] != nil ||
+		c.warnedType.Swap(true) {
+		return
+	}
+	c.log.Warn("the trigger's queueType is quorum, but its queue is not a quorum queue (no x-delivery-count): a message that kills the instance each time is redelivered without bound")
+}
+
+// Waits before sending again a request the process refused.
+const (
+	minResend = 50 * time.Millisecond
+	maxResend = 5 * time.Second
+)
+
+// stopping is the answer to a request never sent because the instance
+// stopped first.
+var stopping = Answer{Code: fasthttp.StatusServiceUnavailable, Reason: "the instance stopped", Platform: true, Unsent: true}
+
+// invokeSent invokes the function with req, alone when exclusive, once
+// the process is ready, until the request reaches it: a request the
+// process refused (it is down, or no slot freed) is not the message's
+// failure, and is sent again. It returns an unsent answer when ctx ends
+// first. t is the last invocation's turn, and alone whether it had the
+// process to itself.
+func (c *Consumer) invokeSent(ctx context.Context, req *fasthttp.Request, resp *fasthttp.Response, exclusive bool) (ans Answer, t turn, alone bool) {
+	ready := func() bool {
+		select {
+		case <-c.invoke.Ready():
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	for pause := minResend; ; pause = min(2*pause, maxResend) {
+		var ok bool
+		if t, ok = c.iso.enter(exclusive, ready); !ok {
+			return stopping, t, false
+		}
+		ans = c.invoke.Invoke(req, resp, ctx.Done())
+		alone = c.iso.leave(t)
+		if !ans.Unsent || !sleep(ctx, pause) {
+			return ans, t, alone
+		}
+		resp.Reset()
+	}
+}
+
+// sleep waits for d, and reports false when ctx ends first.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// isolate sends d back to its queue marked with the crash it was in
+// flight at, so that it runs alone when it returns; no attempt is spent.
+// If that publish fails, d returns to the queue unmarked.
+func (c *Consumer) isolate(pub *publisher, d amqp.Delivery, crash string) string {
+	msg := copyOf(d)
+	msg.Headers[IsolateHeader] = crash
+	if err := pub.sendBack(msg); err != nil {
+		return c.requeue(d, "isolation", err)
+	}
+	c.log.Info("message in flight at a crash of the function: it runs alone when it returns", "messageId", d.MessageId, "crash", crash)
+	return resultIsolated
 }
 
 // request builds the invocation of delivery d, its attempt-th.
@@ -88,12 +191,13 @@ func (c *Consumer) request(req *fasthttp.Request, d amqp.Delivery, attempt int) 
 }
 
 // fail settles a failed attempt: a retry after a backoff while retries
-// remain, then the dead-letter queue (or, with none, a logged drop). The
-// message is acknowledged (by the caller) only once its copy is
-// confirmed; if publishing fails it returns to the queue instead.
-func (c *Consumer) fail(pub *publisher, d amqp.Delivery, attempt int, ans Answer) string {
+// remain, then the dead-letter queue (or, with none, a logged drop). A
+// message that crashed the function is marked to run alone. The message
+// is acknowledged (by the caller) only once its copy is confirmed; if
+// publishing fails it returns to the queue instead.
+func (c *Consumer) fail(pub *publisher, d amqp.Delivery, attempt int, ans Answer, crasher bool) string {
 	t := c.opts.Trigger
-	msg := failed(d, attempt, ans, t)
+	msg := failed(d, attempt, ans, t, crasher)
 	switch {
 	case attempt <= t.MaxRetries:
 		if err := pub.retry(msg, backoff(c.opts.Backoff, attempt)); err != nil {
@@ -121,17 +225,32 @@ func (c *Consumer) requeue(d amqp.Delivery, what string, err error) string {
 }
 
 // failed is the copy of d that is retried or dead-lettered: d's body and
-// properties, with the attempts so far and the last failure in headers.
-func failed(d amqp.Delivery, attempt int, ans Answer, t wire.RabbitMQTrigger) amqp.Publishing {
-	h := make(amqp.Table, len(d.Headers)+5)
-	for k, v := range d.Headers {
-		h[k] = v
-	}
+// properties, with the attempts so far and the last failure in headers,
+// and marked to run alone when it crashed the function.
+func failed(d amqp.Delivery, attempt int, ans Answer, t wire.RabbitMQTrigger, crasher bool) amqp.Publishing {
+	msg := copyOf(d)
+	h := msg.Headers
 	h[AttemptsHeader] = int32(attempt)
 	h[StatusHeader] = int32(ans.Code)
 	h[ErrorHeader] = invocation.TruncateError(ans.Reason)
 	h[QueueHeader] = t.Queue
 	h[TriggerHeader] = t.Name
+	if crasher {
+		h[IsolateHeader] = markCrashed
+	} else {
+		delete(h, IsolateHeader) // its crash's suspicion is lifted
+	}
+	return msg
+}
+
+// copyOf is a publishing of d's body and properties, with a copy of its
+// headers to add to.
+func copyOf(d amqp.Delivery) amqp.Publishing {
+	h := make(amqp.Table, len(d.Headers)+6)
+	for k, v := range d.Headers {
+		h[k] = v
+	}
+	delete(h, deliveryCountHeader) // the original's returns, not the copy's
 	return amqp.Publishing{
 		Headers: h, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
 		DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,

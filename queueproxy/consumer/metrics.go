@@ -20,7 +20,7 @@ func NewMetrics(reg prometheus.Registerer, namespace, function string) (*Metrics
 	m := &Metrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        "sless_queue_messages_total",
-			Help:        "Messages consumed, by how they were settled: acked (the function answered 2xx), retried, dead_lettered, dropped (failed its retries with no dead-letter queue) or requeued (returned unsettled).",
+			Help:        "Messages consumed, by how they were settled: acked (the function answered 2xx), retried, dead_lettered, dropped (failed its retries with no dead-letter queue), requeued (returned unsettled) or isolated (in flight when the function crashed with others: sent back to run alone, no attempt spent).",
 			ConstLabels: labels,
 		}, []string{"queue", "result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -54,7 +54,7 @@ type queueMetrics struct {
 func (m *Metrics) forQueue(queue string) queueMetrics {
 	q := queueMetrics{byResult: map[string]prometheus.Counter{},
 		duration: m.duration.WithLabelValues(queue), redelivered: m.redelivered.WithLabelValues(queue)}
-	for _, r := range []string{resultAcked, resultRetried, resultDeadLettered, resultDropped, resultRequeued} {
+	for _, r := range []string{resultAcked, resultRetried, resultDeadLettered, resultDropped, resultRequeued, resultIsolated} {
 		q.byResult[r] = m.messages.WithLabelValues(queue, r)
 	}
 	q.requeued = q.byResult[resultRequeued]

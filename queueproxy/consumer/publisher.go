@@ -8,6 +8,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"sless.dev/sless/apis/v1alpha1"
 )
 
 // publisher publishes the messages a consumer retries and dead-letters,
@@ -17,6 +19,7 @@ import (
 type publisher struct {
 	conn    *amqp.Connection
 	queue   string // the consumed queue, where retries return
+	quorum  bool   // declare quorum queues, as the consumed one
 	mu      sync.Mutex
 	ch      *amqp.Channel
 	returns chan amqp.Return
@@ -24,7 +27,7 @@ type publisher struct {
 	declared map[string]bool
 }
 
-func newPublisher(conn *amqp.Connection, queue string) (*publisher, error) {
+func newPublisher(conn *amqp.Connection, queue string, quorum bool) (*publisher, error) {
 	ch, err := conn.Channel()
 	if err != nil {
 		return nil, fmt.Errorf("open publishing channel: %w", err)
@@ -32,7 +35,7 @@ func newPublisher(conn *amqp.Connection, queue string) (*publisher, error) {
 	if err := ch.Confirm(false); err != nil {
 		return nil, fmt.Errorf("confirm mode: %w", err)
 	}
-	return &publisher{conn: conn, queue: queue, ch: ch,
+	return &publisher{conn: conn, queue: queue, quorum: quorum, ch: ch,
 		returns: ch.NotifyReturn(make(chan amqp.Return, 1)), declared: map[string]bool{}}, nil
 }
 
@@ -46,20 +49,59 @@ func (p *publisher) retry(msg amqp.Publishing, wait time.Duration) error {
 		"x-dead-letter-exchange":    "",
 		"x-dead-letter-routing-key": p.queue,
 	}
-	return p.publish(name, args, msg)
+	if p.quorum {
+		// A quorum queue dead-letters at most once unless told; at
+		// least once needs publishes refused, not heads dropped, when
+		// the queue is full.
+		args["x-dead-letter-strategy"] = "at-least-once"
+		args["x-overflow"] = "reject-publish"
+	}
+	return p.publish(name, p.typed(args), msg)
+}
+
+// sendBack puts msg back in the consumed queue, at its tail.
+func (p *publisher) sendBack(msg amqp.Publishing) error {
+	return p.publish(p.queue, nil, msg)
 }
 
 // deadLetter puts msg in the dead-letter queue, declared when missing.
 func (p *publisher) deadLetter(msg amqp.Publishing, dlq string) error {
-	return p.publish(dlq, nil, msg)
+	return p.publish(dlq, p.typed(nil), msg)
+}
+
+// declareDeadLetter declares the dead-letter queue when missing, before it
+// is needed: the consumed queue's own dead-letter route (a quorum queue's
+// delivery limit) may lead there, and the broker drops what it
+// dead-letters to no queue.
+func (p *publisher) declareDeadLetter(dlq string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := declare(p.conn, dlq, p.typed(nil)); err != nil {
+		return err
+	}
+	p.declared[dlq] = true
+	return nil
+}
+
+// typed adds the queue type to a new queue's arguments.
+func (p *publisher) typed(args amqp.Table) amqp.Table {
+	if !p.quorum {
+		return args
+	}
+	if args == nil {
+		args = amqp.Table{}
+	}
+	args["x-queue-type"] = string(v1alpha1.QueueQuorum)
+	return args
 }
 
 // publish sends msg to queue, declaring it first with args when this
-// connection has not yet.
+// connection has not yet; the consumed queue is the user's and never
+// declared: a message sent back to it is returned if it is gone.
 func (p *publisher) publish(queue string, args amqp.Table, msg amqp.Publishing) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.declared[queue] {
+	if queue != p.queue && !p.declared[queue] {
 		if err := declare(p.conn, queue, args); err != nil {
 			return err
 		}
