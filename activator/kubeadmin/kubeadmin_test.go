@@ -22,6 +22,7 @@ import (
 	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/timeline"
 )
@@ -71,6 +72,11 @@ func TestBackend(t *testing.T) {
 	whole := &kubeadmin.Whole{Local: tl, Peers: func() []string { return []string{strings.TrimPrefix(peer.URL, "http://"), "127.0.0.1:1"} },
 		Token: func() string { return "t" }, Client: http.DefaultClient, Log: quiet}
 	b.View = whole.View
+	// The autoscaler's view, as its /v1/scaling answers (tested with the
+	// autoscaler): every activator's waiting requests, panic, queue depth.
+	b.Scaling = func(context.Context) ([]wire.Scaling, error) {
+		return []wire.Scaling{{Namespace: "default", Name: "web", Desired: 2, Panic: true, Buffered: 9, QueueDepth: 12}}, nil
+	}
 	srv := httptest.NewServer(kubeadmin.Handler(b, whole))
 	t.Cleanup(srv.Close)
 
@@ -81,6 +87,10 @@ func TestBackend(t *testing.T) {
 	got := list.Functions[0]
 	if got.State != "ready" || got.Ready != 1 || got.Desired != 2 || got.Starting != 1 || got.URL != "http://web.default.example" {
 		t.Errorf("web: %+v", got)
+	}
+	if !got.Panic || got.Buffered != 9 || got.QueueDepth != 12 {
+		t.Errorf("web: panic %v, buffered %d, queue depth %d; want the autoscaler's true, 9 (3 here and 6 elsewhere), 12",
+			got.Panic, got.Buffered, got.QueueDepth)
 	}
 	if tr := got.Triggers; len(tr) != 2 || tr[0].State != "active" || tr[1].State != "failing" || tr[1].Error != "queue jobs: NOT_FOUND" {
 		t.Errorf("triggers %+v: want page active, jobs failing with the controller's message", tr)
