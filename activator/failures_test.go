@@ -309,9 +309,15 @@ func TestPeersShareAnInstance(t *testing.T) {
 		}
 		return true
 	})
-	_, body := get(t, "http://"+inst.AdminAddr+"/stats")
+	// A request the activator sent may not have reached the queue-proxy
+	// yet: wait for both there, then none may be queued.
+	var body []byte
 	var stats struct{ InFlight, Queued int }
-	if err := json.Unmarshal(body, &stats); err != nil || stats.InFlight != 2 || stats.Queued != 0 {
+	eventually.True(t, "both requests at the queue-proxy", func() bool {
+		_, body = get(t, "http://"+inst.AdminAddr+"/stats")
+		return json.Unmarshal(body, &stats) == nil && stats.InFlight+stats.Queued == 2
+	})
+	if stats.InFlight != 2 || stats.Queued != 0 {
 		t.Errorf("queue-proxy stats %s: want 2 in flight and none queued", body)
 	}
 	if code, _ := get(t, "http://"+inst.Function.Addr()+"/release?id=peers"); code != 200 {
