@@ -3,6 +3,7 @@ package controller_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -159,7 +160,7 @@ func testCreate(t *testing.T, e *env) {
 		t.Error("a ScaledObject exists for a function the autoscaler scales")
 	}
 
-	got := e.waitCondition(t, ns, "hello", v1alpha1.ConditionDeploymentReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
+	got := e.waitCondition(t, ns, "hello", v1alpha1.ConditionDeploymentReady, metav1.ConditionUnknown, v1alpha1.ReasonRolloutPending)
 	if got.Status.URL != "http://activator.test/fn/"+ns+"/hello" || got.Status.DesiredReplicas != 2 {
 		t.Errorf("status url %q desired %d", got.Status.URL, got.Status.DesiredReplicas)
 	}
@@ -168,8 +169,8 @@ func testCreate(t *testing.T, e *env) {
 		status metav1.ConditionStatus
 		reason string
 	}{
-		{v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler},
-		{v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending},
+		{v1alpha1.ConditionScalingReady, metav1.ConditionTrue, v1alpha1.ReasonAutoscaler},
+		{v1alpha1.ConditionReady, metav1.ConditionUnknown, v1alpha1.ReasonRolloutPending},
 	} {
 		if got := meta.FindStatusCondition(got.Status.Conditions, c.typ); got == nil || got.Status != c.status || got.Reason != c.reason {
 			t.Errorf("condition %s = %+v, want %s %s", c.typ, got, c.status, c.reason)
@@ -177,7 +178,7 @@ func testCreate(t *testing.T, e *env) {
 	}
 
 	e.markAvailable(t, ns, "hello")
-	ready := e.waitCondition(t, ns, "hello", v1alpha1.ConditionReady, metav1.ConditionTrue, controller.ReasonReady)
+	ready := e.waitCondition(t, ns, "hello", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
 	if ready.Status.Replicas != 2 || ready.Status.ReadyReplicas != 2 {
 		t.Errorf("replicas %d ready %d, want 2 and 2", ready.Status.Replicas, ready.Status.ReadyReplicas)
 	}
@@ -257,7 +258,7 @@ func testOwnerSwitch(t *testing.T, e *env) {
 		fn.Spec.Scale = v1alpha1.Scale{Min: 1, Max: 4, Window: &metav1.Duration{Duration: 20 * time.Second},
 			ScaleToZeroGracePeriod: &metav1.Duration{Duration: 5500 * time.Millisecond}}
 	}))
-	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler)
+	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, v1alpha1.ReasonAutoscaler)
 	if e.get(t, ns, "switch", &kedav1alpha1.ScaledObject{}) {
 		t.Fatal("a ScaledObject exists for owner sless")
 	}
@@ -292,13 +293,13 @@ func testOwnerSwitch(t *testing.T, e *env) {
 	if !equality.Semantic.DeepEqual(s.Triggers, want) {
 		t.Errorf("triggers = %+v, want %+v", s.Triggers, want)
 	}
-	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, controller.ReasonWaitingForKEDA)
+	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForKEDA)
 	e.markKEDAReady(t, ns, "switch")
-	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonScaledObjectReady)
+	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, v1alpha1.ReasonScaledObjectReady)
 
 	e.updateFunction(t, ns, "switch", func(fn *v1alpha1.Function) { fn.Spec.Scale.Owner = v1alpha1.OwnerSless })
 	eventually.True(t, "the ScaledObject deleted", func() bool { return !e.get(t, ns, "switch", &kedav1alpha1.ScaledObject{}) })
-	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler)
+	e.waitCondition(t, ns, "switch", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, v1alpha1.ReasonAutoscaler)
 	e.waitEvent(t, ns, "switch", "Deleted", "ScaledObject switch")
 }
 
@@ -370,13 +371,16 @@ func testTriggersReady(t *testing.T, e *env) {
 	e.create(t, newFunction(ns, "fine", func(fn *v1alpha1.Function) {
 		fn.Spec.Triggers = []v1alpha1.Trigger{rabbit("orders", queue, "good")}
 	}))
-	e.waitCondition(t, ns, "fine", v1alpha1.ConditionTriggersReady, metav1.ConditionTrue, controller.ReasonTriggersReachable)
+	fine := e.waitCondition(t, ns, "fine", v1alpha1.ConditionTriggersReady, metav1.ConditionTrue, v1alpha1.ReasonTriggersReachable)
+	if want := []v1alpha1.TriggerStatus{{Name: "orders", Ready: true}}; !slices.Equal(fine.Status.Triggers, want) {
+		t.Errorf("status.triggers %+v, want %+v", fine.Status.Triggers, want)
+	}
 
 	e.create(t, newFunction(ns, "broken", func(fn *v1alpha1.Function) {
 		fn.Spec.Triggers = []v1alpha1.Trigger{{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
 			rabbit("a", queue, "absent"), rabbit("b", queue+"-2", "nourl"), rabbit("c", queue+"-3", "wrong"), rabbit("d", "sless-test-no-such-queue", "good")}
 	}))
-	fn := e.waitCondition(t, ns, "broken", v1alpha1.ConditionTriggersReady, metav1.ConditionFalse, controller.ReasonTriggerFailing)
+	fn := e.waitCondition(t, ns, "broken", v1alpha1.ConditionTriggersReady, metav1.ConditionFalse, v1alpha1.ReasonTriggerFailing)
 	msg := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionTriggersReady).Message
 	for _, want := range []string{"trigger a: the Secret absent not found", "trigger b: the Secret nourl has no key url",
 		"trigger c: broker amqp://guest:xxxxx@127.0.0.1:5672/ refused the credentials", `trigger d: queue "sless-test-no-such-queue" not found`} {
@@ -386,6 +390,15 @@ func testTriggersReady(t *testing.T, e *env) {
 	}
 	if strings.Contains(msg, "wrong") {
 		t.Errorf("TriggersReady message %q quotes a password", msg)
+	}
+	// The same, by trigger, for programs: the HTTP trigger is not checked.
+	got := map[string]v1alpha1.TriggerStatus{}
+	for _, ts := range fn.Status.Triggers {
+		got[ts.Name] = ts
+	}
+	if len(got) != 4 || got["a"].Ready || got["a"].Message != "the Secret absent not found" ||
+		got["d"].Ready || !strings.Contains(got["d"].Message, "not found") {
+		t.Errorf("status.triggers %+v: want a, b, c and d failing, each with its cause", fn.Status.Triggers)
 	}
 }
 
@@ -453,11 +466,11 @@ func testInvalid(t *testing.T, e *env) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e.create(t, newFunction(ns, tc.name, tc.change))
-			fn := e.waitCondition(t, ns, tc.name, v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonInvalidSpec)
+			fn := e.waitCondition(t, ns, tc.name, v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
 			if msg := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, tc.field) {
 				t.Errorf("Ready message %q does not name %s", msg, tc.field)
 			}
-			e.waitEvent(t, ns, tc.name, controller.ReasonInvalidSpec, tc.field)
+			e.waitEvent(t, ns, tc.name, v1alpha1.ReasonInvalidSpec, tc.field)
 			for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &kedav1alpha1.ScaledObject{}} {
 				if e.get(t, ns, tc.name, obj) {
 					t.Errorf("a %T was created for an invalid Function", obj)
@@ -468,13 +481,13 @@ func testInvalid(t *testing.T, e *env) {
 	// Fixed, the function gets its objects.
 	e.updateFunction(t, ns, "no-image", func(fn *v1alpha1.Function) { fn.Spec.Image = "registry.test/hello:1" })
 	waitObject(t, e, ns, "no-image", &appsv1.Deployment{})
-	e.waitCondition(t, ns, "no-image", v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
+	e.waitCondition(t, ns, "no-image", v1alpha1.ConditionReady, metav1.ConditionUnknown, v1alpha1.ReasonRolloutPending)
 }
 
 func testInvalidAfterValid(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	e.create(t, newFunction(ns, "spoiled", func(fn *v1alpha1.Function) { fn.Spec.Scale.Owner = v1alpha1.OwnerKEDA }))
-	e.waitCondition(t, ns, "spoiled", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, controller.ReasonWaitingForKEDA)
+	e.waitCondition(t, ns, "spoiled", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForKEDA)
 	objects := []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &kedav1alpha1.ScaledObject{}}
 	versions := make([]string, len(objects))
 	for i, obj := range objects {
@@ -486,7 +499,7 @@ func testInvalidAfterValid(t *testing.T, e *env) {
 		fn.Spec.Scale.Owner = v1alpha1.OwnerSless
 		fn.Spec.Handler = "not a handler"
 	})
-	e.waitCondition(t, ns, "spoiled", v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonInvalidSpec)
+	e.waitCondition(t, ns, "spoiled", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
 	for i, obj := range objects {
 		if !e.get(t, ns, "spoiled", obj) || obj.GetResourceVersion() != versions[i] {
 			t.Errorf("%T of an invalid Function changed or went (version %s → %s)", obj, versions[i], obj.GetResourceVersion())
@@ -509,7 +522,7 @@ func testNameTaken(t *testing.T, e *env) {
 	}
 	e.create(t, theirs)
 	e.create(t, newFunction(ns, "taken"))
-	fn := e.waitCondition(t, ns, "taken", v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonResourceConflict)
+	fn := e.waitCondition(t, ns, "taken", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonResourceConflict)
 	if msg := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "Deployment taken") {
 		t.Errorf("Ready message %q does not name the Deployment", msg)
 	}

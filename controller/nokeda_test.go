@@ -45,10 +45,10 @@ func TestWithoutKEDA(t *testing.T) {
 	e.create(t, newFunction(ns, "plain"))
 	e.create(t, newFunction(ns, "keda", func(fn *v1alpha1.Function) { fn.Spec.Scale.Owner = v1alpha1.OwnerKEDA }))
 
-	e.waitCondition(t, ns, "plain", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler)
-	e.waitCondition(t, ns, "keda", v1alpha1.ConditionScalingReady, metav1.ConditionFalse, controller.ReasonKEDANotInstalled)
-	e.waitCondition(t, ns, "keda", v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonKEDANotInstalled)
-	e.waitEvent(t, ns, "keda", controller.ReasonKEDANotInstalled, "KEDA")
+	e.waitCondition(t, ns, "plain", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, v1alpha1.ReasonAutoscaler)
+	e.waitCondition(t, ns, "keda", v1alpha1.ConditionScalingReady, metav1.ConditionFalse, v1alpha1.ReasonKEDANotInstalled)
+	e.waitCondition(t, ns, "keda", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonKEDANotInstalled)
+	e.waitEvent(t, ns, "keda", v1alpha1.ReasonKEDANotInstalled, "KEDA")
 	for _, name := range []string{"plain", "keda"} {
 		waitObject(t, e, ns, name, &appsv1.Deployment{})
 	}
@@ -65,7 +65,7 @@ func TestWithoutKEDA(t *testing.T) {
 	run.stop()
 	e.start(t, testOptions, true, nil)
 	waitObject(t, e, ns, "keda", &kedav1alpha1.ScaledObject{})
-	e.waitCondition(t, ns, "keda", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, controller.ReasonWaitingForKEDA)
+	e.waitCondition(t, ns, "keda", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForKEDA)
 
 	watchStopped = watchKEDA(t, e, true)
 	removeKEDA(t, crds)

@@ -182,7 +182,7 @@ func (r *FunctionReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 	var conflict *conflictError
 	switch {
 	case errors.As(err, &conflict):
-		setCondition(status, fn.Generation, notReady(ReasonResourceConflict, conflict.Error()))
+		setCondition(status, fn.Generation, notReady(v1alpha1.ReasonResourceConflict, conflict.Error()))
 		if werr := r.writeStatus(ctx, &fn, status); werr != nil {
 			return ctrl.Result{}, werr
 		}

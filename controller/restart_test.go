@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
-	"sless.dev/sless/controller"
 )
 
 // TestRestartMakesNoWrites stops a controller once its Functions have
@@ -49,15 +48,15 @@ func TestRestartMakesNoWrites(t *testing.T) {
 	for _, fn := range functions {
 		e.create(t, fn)
 	}
-	e.waitCondition(t, ns, "plain", v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
-	e.waitCondition(t, ns, "broken", v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonInvalidSpec)
-	e.waitCondition(t, ns, "root", v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
-	e.waitCondition(t, ns, "queue", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, controller.ReasonWaitingForKEDA)
+	e.waitCondition(t, ns, "plain", v1alpha1.ConditionReady, metav1.ConditionUnknown, v1alpha1.ReasonRolloutPending)
+	e.waitCondition(t, ns, "broken", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
+	e.waitCondition(t, ns, "root", v1alpha1.ConditionReady, metav1.ConditionUnknown, v1alpha1.ReasonRolloutPending)
+	e.waitCondition(t, ns, "queue", v1alpha1.ConditionScalingReady, metav1.ConditionUnknown, v1alpha1.ReasonWaitingForKEDA)
 	waitObject(t, e, ns, "keda", &kedav1alpha1.ScaledObject{})
 	e.markAvailable(t, ns, "ready")
 	e.markKEDAReady(t, ns, "keda")
-	e.waitCondition(t, ns, "ready", v1alpha1.ConditionReady, metav1.ConditionTrue, controller.ReasonReady)
-	e.waitCondition(t, ns, "keda", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonScaledObjectReady)
+	e.waitCondition(t, ns, "ready", v1alpha1.ConditionReady, metav1.ConditionTrue, v1alpha1.ReasonReady)
+	e.waitCondition(t, ns, "keda", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, v1alpha1.ReasonScaledObjectReady)
 	first.stop()
 
 	before := e.versions(t, ns)

@@ -120,7 +120,7 @@ func testSecurityContextOverrides(t *testing.T, e *env) {
 func testStatusAtZero(t *testing.T, e *env) {
 	ns := e.namespace(t)
 	e.create(t, newFunction(ns, "idle", func(fn *v1alpha1.Function) { fn.Spec.Scale.Initial = ptr.To[int32](0) }))
-	e.waitCondition(t, ns, "idle", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, controller.ReasonAutoscaler)
+	e.waitCondition(t, ns, "idle", v1alpha1.ConditionScalingReady, metav1.ConditionTrue, v1alpha1.ReasonAutoscaler)
 	var fn unstructured.Unstructured
 	fn.SetGroupVersionKind(v1alpha1.GroupVersion.WithKind("Function"))
 	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "idle"}, &fn); err != nil {
@@ -144,16 +144,16 @@ func testRefusedByAPIServer(t *testing.T, e *env) {
 			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")},
 		}
 	}))
-	fn := e.waitCondition(t, ns, "limited", v1alpha1.ConditionReady, metav1.ConditionFalse, controller.ReasonInvalidSpec)
+	fn := e.waitCondition(t, ns, "limited", v1alpha1.ConditionReady, metav1.ConditionFalse, v1alpha1.ReasonInvalidSpec)
 	if msg := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionReady).Message; !strings.Contains(msg, "Deployment") || !strings.Contains(msg, "resources.requests") {
 		t.Errorf("Ready message %q, want the API server's refusal of the Deployment, naming the field", msg)
 	}
-	e.waitEvent(t, ns, "limited", controller.ReasonInvalidSpec, "resources.requests")
+	e.waitEvent(t, ns, "limited", v1alpha1.ReasonInvalidSpec, "resources.requests")
 	if e.get(t, ns, "limited", &appsv1.Deployment{}) {
 		t.Error("a Deployment exists")
 	}
 
 	e.updateFunction(t, ns, "limited", func(fn *v1alpha1.Function) { fn.Spec.Resources.Limits = nil })
 	waitObject(t, e, ns, "limited", &appsv1.Deployment{})
-	e.waitCondition(t, ns, "limited", v1alpha1.ConditionReady, metav1.ConditionUnknown, controller.ReasonRolloutPending)
+	e.waitCondition(t, ns, "limited", v1alpha1.ConditionReady, metav1.ConditionUnknown, v1alpha1.ReasonRolloutPending)
 }

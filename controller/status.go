@@ -13,26 +13,6 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 )
 
-// Reasons of the Function's conditions (docs/controller.md).
-const (
-	// Ready
-	ReasonReady            = "Ready"
-	ReasonInvalidSpec      = "InvalidSpec"
-	ReasonResourceConflict = "ResourceConflict"
-	// DeploymentReady
-	ReasonAvailable                = "Available"
-	ReasonRolloutPending           = "RolloutPending"
-	ReasonScaling                  = "Scaling"
-	ReasonReplicaFailure           = "ReplicaFailure"
-	ReasonProgressDeadlineExceeded = "ProgressDeadlineExceeded"
-	// ScalingReady
-	ReasonAutoscaler           = "Autoscaler"
-	ReasonScaledObjectReady    = "ScaledObjectReady"
-	ReasonScaledObjectNotReady = "ScaledObjectNotReady"
-	ReasonWaitingForKEDA       = "WaitingForKEDA"
-	ReasonKEDANotInstalled     = "KEDANotInstalled"
-)
-
 // observed is what a reconcile saw of a valid Function's objects.
 type observed struct {
 	deployment *appsv1.Deployment
@@ -69,20 +49,20 @@ func (o observed) apply(status *v1alpha1.FunctionStatus, fn *v1alpha1.Function, 
 // rollout failed.
 func deploymentCondition(d *appsv1.Deployment) metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionDeploymentReady, Status: metav1.ConditionUnknown,
-		Reason: ReasonRolloutPending, Message: "waiting for the Deployment controller to roll out the latest spec"}
+		Reason: v1alpha1.ReasonRolloutPending, Message: "waiting for the Deployment controller to roll out the latest spec"}
 	if d.Status.ObservedGeneration < d.Generation {
 		return c
 	}
 	available := deploymentStatus(d, appsv1.DeploymentAvailable)
 	if f := deploymentStatus(d, appsv1.DeploymentReplicaFailure); f != nil && f.Status == corev1.ConditionTrue {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonReplicaFailure, f.Message
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonReplicaFailure, f.Message
 	} else if p := deploymentStatus(d, appsv1.DeploymentProgressing); p != nil && p.Status == corev1.ConditionFalse {
-		c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonProgressDeadlineExceeded, p.Message
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonProgressDeadlineExceeded, p.Message
 	} else if available != nil && available.Status == corev1.ConditionTrue {
-		c.Status, c.Reason = metav1.ConditionTrue, ReasonAvailable
+		c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonAvailable
 		c.Message = fmt.Sprintf("%d of %d instances ready", d.Status.ReadyReplicas, ptr.Deref(d.Spec.Replicas, 1))
 	} else if available != nil {
-		c.Reason, c.Message = ReasonScaling, available.Message
+		c.Reason, c.Message = v1alpha1.ReasonScaling, available.Message
 	}
 	return c
 }
@@ -101,20 +81,20 @@ func (o observed) scalingCondition() metav1.Condition {
 	c := metav1.Condition{Type: v1alpha1.ConditionScalingReady}
 	switch {
 	case !o.needsKEDA:
-		c.Status, c.Reason, c.Message = metav1.ConditionTrue, ReasonAutoscaler, "the sless autoscaler writes replicas"
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, v1alpha1.ReasonAutoscaler, "the sless autoscaler writes replicas"
 	case !o.kedaInstalled:
-		c.Status, c.Reason = metav1.ConditionFalse, ReasonKEDANotInstalled
+		c.Status, c.Reason = metav1.ConditionFalse, v1alpha1.ReasonKEDANotInstalled
 		c.Message = "KEDA is not installed; functions with RabbitMQ triggers or scale.owner keda need it"
 	default:
 		ready := kedaReady(o.scaledObject)
 		switch ready.Status {
 		case metav1.ConditionTrue:
-			c.Status, c.Reason = metav1.ConditionTrue, ReasonScaledObjectReady
+			c.Status, c.Reason = metav1.ConditionTrue, v1alpha1.ReasonScaledObjectReady
 			c.Message = "KEDA writes replicas through ScaledObject " + o.scaledObject.Name
 		case metav1.ConditionFalse:
-			c.Status, c.Reason, c.Message = metav1.ConditionFalse, ReasonScaledObjectNotReady, ready.Message
+			c.Status, c.Reason, c.Message = metav1.ConditionFalse, v1alpha1.ReasonScaledObjectNotReady, ready.Message
 		default:
-			c.Status, c.Reason = metav1.ConditionUnknown, ReasonWaitingForKEDA
+			c.Status, c.Reason = metav1.ConditionUnknown, v1alpha1.ReasonWaitingForKEDA
 			c.Message = "waiting for KEDA to take ScaledObject " + o.scaledObject.Name
 		}
 	}
@@ -143,11 +123,11 @@ func readyFrom(details ...metav1.Condition) metav1.Condition {
 			}
 		}
 	}
-	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: ReasonReady, Message: details[0].Message}
+	return metav1.Condition{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ReasonReady, Message: details[0].Message}
 }
 
 func invalid(msg string) metav1.Condition {
-	return notReady(ReasonInvalidSpec, msg)
+	return notReady(v1alpha1.ReasonInvalidSpec, msg)
 }
 
 func notReady(reason, msg string) metav1.Condition {

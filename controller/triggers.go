@@ -20,12 +20,6 @@ import (
 	"sless.dev/sless/internal/wire"
 )
 
-// Reasons of the TriggersReady condition.
-const (
-	ReasonTriggersReachable = "Reachable"
-	ReasonTriggerFailing    = "TriggerFailing"
-)
-
 // triggerRecheck is how soon a Function with a failing trigger is checked
 // again, and how long a check's outcome is kept.
 const triggerRecheck = 30 * time.Second
@@ -35,30 +29,32 @@ type BrokerChecker interface {
 	Check(ctx context.Context, url, queue string) error
 }
 
-// checkTriggers sets TriggersReady from each enabled RabbitMQ trigger: its
+// checkTriggers sets status.Triggers and TriggersReady from each enabled RabbitMQ trigger: its
 // Secret and URL, read past the cache, then its broker and queue. It
 // reports whether one fails.
 func (r *FunctionReconciler) checkTriggers(ctx context.Context, fn *v1alpha1.Function, status *v1alpha1.FunctionStatus) (failing bool) {
 	var problems []string
-	checked := 0
+	status.Triggers = nil
 	for _, t := range fn.Spec.Triggers {
 		if t.RabbitMQ == nil || !t.IsEnabled() {
 			continue
 		}
-		checked++
+		ts := v1alpha1.TriggerStatus{Name: t.Name, Ready: true}
 		if err := r.checkTrigger(ctx, fn.Namespace, t.RabbitMQ); err != nil {
-			problems = append(problems, fmt.Sprintf("%s%s: %v", triggerPrefix, t.Name, err))
+			ts.Ready, ts.Message = false, err.Error()
+			problems = append(problems, fmt.Sprintf("trigger %s: %v", t.Name, err))
 		}
+		status.Triggers = append(status.Triggers, ts)
 	}
 	switch {
-	case checked == 0:
+	case len(status.Triggers) == 0:
 		meta.RemoveStatusCondition(&status.Conditions, v1alpha1.ConditionTriggersReady)
 	case len(problems) > 0:
 		setCondition(status, fn.Generation, metav1.Condition{Type: v1alpha1.ConditionTriggersReady, Status: metav1.ConditionFalse,
-			Reason: ReasonTriggerFailing, Message: strings.Join(problems, problemSep)})
+			Reason: v1alpha1.ReasonTriggerFailing, Message: strings.Join(problems, "; ")})
 	default:
 		setCondition(status, fn.Generation, metav1.Condition{Type: v1alpha1.ConditionTriggersReady, Status: metav1.ConditionTrue,
-			Reason: ReasonTriggersReachable, Message: fmt.Sprintf("%d RabbitMQ trigger(s): broker and queue reachable", checked)})
+			Reason: v1alpha1.ReasonTriggersReachable, Message: fmt.Sprintf("%d RabbitMQ trigger(s): broker and queue reachable", len(status.Triggers))})
 	}
 	return len(problems) > 0
 }
@@ -152,22 +148,4 @@ func check(rawURL, queue string) error {
 		return fmt.Errorf("queue %q on %s: %w", queue, broker, err)
 	}
 	return nil
-}
-
-// The TriggersReady condition's message lists "trigger <name>: <why>"
-// problems, joined by problemSep.
-const (
-	triggerPrefix = "trigger "
-	problemSep    = "; "
-)
-
-// TriggerProblems reads a TriggersReady message back: why, by trigger.
-func TriggerProblems(message string) map[string]string {
-	out := map[string]string{}
-	for _, problem := range strings.Split(message, problemSep) {
-		if name, why, ok := strings.Cut(strings.TrimPrefix(problem, triggerPrefix), ": "); ok {
-			out[name] = why
-		}
-	}
-	return out
 }

@@ -23,7 +23,6 @@ import (
 
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/apis/v1alpha1"
-	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/timeline"
 )
@@ -244,12 +243,12 @@ func state(fn *v1alpha1.Function) (state adminapi.State, reason, cause string) {
 	deploy := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionDeploymentReady)
 	reason, cause, failing := s.InstancesFailing()
 	switch {
-	case ready != nil && ready.Status == metav1.ConditionFalse && (ready.Reason == controller.ReasonInvalidSpec || ready.Reason == controller.ReasonResourceConflict):
+	case ready != nil && ready.Status == metav1.ConditionFalse && (ready.Reason == v1alpha1.ReasonInvalidSpec || ready.Reason == v1alpha1.ReasonResourceConflict):
 		return adminapi.StateFailed, "", ready.Message
 	case s.ReadyReplicas == 0 && failing:
 		return adminapi.StateCrashing, reason, cause
 	case s.ReadyReplicas == 0 && deploy != nil && deploy.Status == metav1.ConditionFalse &&
-		(deploy.Reason == controller.ReasonReplicaFailure || deploy.Reason == controller.ReasonProgressDeadlineExceeded):
+		(deploy.Reason == v1alpha1.ReasonReplicaFailure || deploy.Reason == v1alpha1.ReasonProgressDeadlineExceeded):
 		return adminapi.StateCrashing, "", deploy.Message
 	case s.ReadyReplicas > 0:
 		return adminapi.StateReady, "", ""
@@ -260,11 +259,13 @@ func state(fn *v1alpha1.Function) (state adminapi.State, reason, cause string) {
 }
 
 // triggers reports fn's triggers: a RabbitMQ trigger fails when the
-// controller's TriggersReady condition names it.
+// controller's last check of it did.
 func triggers(fn *v1alpha1.Function) []adminapi.TriggerStatus {
-	var failing map[string]string
-	if c := meta.FindStatusCondition(fn.Status.Conditions, v1alpha1.ConditionTriggersReady); c != nil && c.Status == metav1.ConditionFalse {
-		failing = controller.TriggerProblems(c.Message)
+	failing := map[string]string{}
+	for _, c := range fn.Status.Triggers {
+		if !c.Ready {
+			failing[c.Name] = c.Message
+		}
 	}
 	out := make([]adminapi.TriggerStatus, 0, len(fn.Spec.Triggers))
 	for _, t := range fn.Spec.Triggers {

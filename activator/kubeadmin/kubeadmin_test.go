@@ -19,7 +19,6 @@ import (
 	"sless.dev/sless/activator/kubewatch"
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/apis/v1alpha1"
-	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
@@ -42,8 +41,9 @@ func TestBackend(t *testing.T) {
 	}
 	web.Status = v1alpha1.FunctionStatus{Replicas: 2, ReadyReplicas: 1, DesiredReplicas: 2, URL: "http://web.default.example",
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionReady, Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()},
-			{Type: v1alpha1.ConditionTriggersReady, Status: metav1.ConditionFalse, Reason: controller.ReasonTriggerFailing,
-				Message: "trigger jobs: queue jobs: NOT_FOUND", LastTransitionTime: metav1.Now()}}}
+			{Type: v1alpha1.ConditionTriggersReady, Status: metav1.ConditionFalse, Reason: v1alpha1.ReasonTriggerFailing,
+				Message: "trigger jobs: queue jobs: NOT_FOUND", LastTransitionTime: metav1.Now()}},
+		Triggers: []v1alpha1.TriggerStatus{{Name: "jobs", Message: "queue jobs: NOT_FOUND"}}}
 	if err := c.Status().Update(ctx, web); err != nil {
 		t.Fatal(err)
 	}

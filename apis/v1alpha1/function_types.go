@@ -1,8 +1,6 @@
 package v1alpha1
 
 import (
-	"time"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -410,54 +408,23 @@ type FunctionStatus struct {
 	// +optional
 	// +kubebuilder:default=0
 	DesiredReplicas int32 `json:"desiredReplicas"`
+
+	// Triggers are the controller's last checks of the enabled RabbitMQ
+	// triggers (their Secret, URL, broker and queue), one per trigger;
+	// the TriggersReady condition sums them up for people.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Triggers []TriggerStatus `json:"triggers,omitempty"`
 }
 
-// Condition types reported in FunctionStatus.Conditions.
-const (
-	// ConditionReady is true when the function can serve invocations.
-	ConditionReady = "Ready"
-	// ConditionDeploymentReady is true when its instances are available.
-	ConditionDeploymentReady = "DeploymentReady"
-	// ConditionScalingReady is true when its scaler is in place.
-	ConditionScalingReady = "ScalingReady"
-	// ConditionTriggersReady is false while a RabbitMQ trigger cannot be
-	// consumed (its Secret, its URL, the broker's credentials or its
-	// queue), naming the trigger. It does not make Ready false: the other
-	// triggers work. Absent without RabbitMQ triggers.
-	ConditionTriggersReady = "TriggersReady"
-	// ConditionInstancesReady is false while the function's instances
-	// cannot serve, as their pods show: an image that cannot be pulled,
-	// a container that crashes or cannot be created, readiness failing
-	// for long. Its reason is one of the Reason* below, its message the
-	// cause, with the last lines of a crashed container's output.
-	ConditionInstancesReady = "InstancesReady"
-)
-
-// Reasons of ConditionInstancesReady. sless dev reports Crashing and
-// ReadinessFailing of its local instances too.
-const (
-	ReasonInstancesHealthy = "Healthy"
-	ReasonImagePullFailed  = "ImagePullFailed"
-	ReasonCrashing         = "Crashing"
-	ReasonContainerFailed  = "ContainerFailed"
-	ReasonReadinessFailing = "ReadinessFailing"
-)
-
-// ReadinessGrace is how long a running instance may fail its readiness
-// check before its function is reported ReadinessFailing: a runtime
-// loading a large handler takes seconds, one that never answers /healthz
-// is broken.
-const ReadinessGrace = 60 * time.Second
-
-// InstancesFailing returns why the function's instances cannot serve,
-// when its status says they cannot: the activator then answers 503 with
-// the cause at once rather than hold requests to their timeout. reason is
-// one of the Reason* of ConditionInstancesReady.
-func (s *FunctionStatus) InstancesFailing() (reason, cause string, failing bool) {
-	for _, c := range s.Conditions {
-		if c.Type == ConditionInstancesReady && c.Status == metav1.ConditionFalse {
-			return c.Reason, c.Message, true
-		}
-	}
-	return "", "", false
+// TriggerStatus is the controller's last check of one trigger.
+type TriggerStatus struct {
+	// Name is the trigger's.
+	Name string `json:"name"`
+	// Ready is whether it can be consumed.
+	Ready bool `json:"ready"`
+	// Message says why not.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
