@@ -1,17 +1,30 @@
 package hops
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/runtimes"
 )
+
+// PrepareHello readies the hello sample of rt, in samples, to run with no
+// platform (StartRuntime), with its default handler; the build is kept in
+// cacheDir.
+func PrepareHello(ctx context.Context, rt v1alpha1.Runtime, samples, cacheDir string) (runtimes.Process, error) {
+	return runtimes.Prepare(ctx, runtimes.Source{Namespace: "default", Name: "direct-" + string(rt),
+		Runtime: rt, Dir: filepath.Join(samples, "hello-"+string(rt)),
+		Handler: (&v1alpha1.FunctionSpec{Runtime: rt}).EffectiveHandler()},
+		runtimes.Options{CacheDir: cacheDir})
+}
 
 // StartRuntime starts a prepared runtime process alone, with no platform,
 // on a free loopback port, and returns it with its address; it may not
