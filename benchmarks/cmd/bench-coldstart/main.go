@@ -209,7 +209,7 @@ func directLoad(ctx context.Context, rt v1alpha1.Runtime, samples, cacheDir stri
 		return load.Result{}, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if err := hops.WaitHealthy(addr, time.Millisecond, time.Minute); err != nil {
+	if err := hops.WaitOK(ctx, "http://"+addr+"/healthz", nil, time.Millisecond, time.Minute); err != nil {
 		return load.Result{}, fmt.Errorf("direct %s: %w", rt, err)
 	}
 	return warmLoad(ctx, "http://"+addr+"/", duration)

@@ -17,7 +17,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -137,7 +136,7 @@ func run(ctx context.Context, slessBin string, rt v1alpha1.Runtime, samples, cac
 	}
 	paths = slices.DeleteFunc(paths, func(p path) bool { return p.proc != nil && !only.MatchString(p.name) })
 	for _, p := range paths {
-		if err := waitOK(ctx, p.url, 10*time.Minute); err != nil { // the first Go build takes a while
+		if err := hops.WaitOK(ctx, p.url, nil, 50*time.Millisecond, 10*time.Minute); err != nil { // the first Go build takes a while
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 	}
@@ -243,28 +242,3 @@ func median(runs []sample, f func(int, sample) float64) float64 {
 }
 
 func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
-
-// waitOK polls url until it answers 200.
-func waitOK(ctx context.Context, url string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not answer 200 within %v", url, within)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}

@@ -112,7 +112,7 @@ func throughput(ctx context.Context, conn *amqp.Connection, n int, samples, cach
 		return err
 	}
 	defer func() { _ = fn.Process.Kill(); _ = fn.Wait() }()
-	if err := hops.WaitHealthy(addr, time.Millisecond, time.Minute); err != nil {
+	if err := hops.WaitOK(ctx, "http://"+addr+"/healthz", nil, time.Millisecond, time.Minute); err != nil {
 		return err
 	}
 	_, p, _ := net.SplitHostPort(addr)
