@@ -41,7 +41,7 @@ type Function struct {
 	// why it is failed or crashing, and Reason, when its instances say,
 	// names the cause as the InstancesReady condition of a Function does
 	// (v1alpha1.ReasonCrashing, ReasonReadinessFailing, ...).
-	State    string `json:"state"`
+	State    State  `json:"state"`
 	Reason   string `json:"reason,omitempty"`
 	Error    string `json:"error,omitempty"`
 	Desired  int    `json:"desired"`
@@ -83,15 +83,42 @@ type TriggerStatus struct {
 	// wakes the function), disabled (also when the platform has no
 	// broker) or failing, Error saying why: a bad URL, refused
 	// credentials, a missing queue.
-	State string `json:"state"`
-	Error string `json:"error,omitempty"`
+	State TriggerState `json:"state"`
+	Error string       `json:"error,omitempty"`
 }
 
-// Trigger states a backend may refine.
+// State is what a function is doing, in the words every backend, the CLI
+// and the console share.
+type State string
+
+// The states of a function, from its source to serving.
 const (
-	TriggerActive   = "active"
-	TriggerDisabled = "disabled"
-	TriggerWaiting  = "waiting"
+	// StateBuilding: sless dev builds its source; nothing runs yet.
+	StateBuilding State = "building"
+	// StateFailed: there is nothing to run (a failed build, a spec the
+	// controller refuses).
+	StateFailed State = "failed"
+	// StateCrashing: its instances cannot become ready.
+	StateCrashing State = "crashing"
+	// StateIdle: no instance, none wanted (scaled to zero).
+	StateIdle State = "idle"
+	// StateStarting: instances are wanted or starting, none ready.
+	StateStarting State = "starting"
+	// StateReady: at least one instance serves.
+	StateReady State = "ready"
+)
+
+// TriggerState is what one trigger of a function is doing.
+type TriggerState string
+
+// The states of a trigger. A backend starts from NewTriggerStatus and
+// refines a RabbitMQ trigger's waiting into consuming or failing.
+const (
+	TriggerActive    TriggerState = "active"
+	TriggerDisabled  TriggerState = "disabled"
+	TriggerWaiting   TriggerState = "waiting"
+	TriggerConsuming TriggerState = "consuming"
+	TriggerFailing   TriggerState = "failing"
 )
 
 // NewTriggerStatus is t as declared: its kind, and disabled, active (HTTP,

@@ -75,16 +75,16 @@ func consumerState(ts *adminapi.TriggerStatus, instances []supervisor.Instance, 
 			}
 			consumers++
 			if c.State == consumer.StateFailing && ts.Error == "" {
-				ts.State, ts.Error = "failing", c.Error
+				ts.State, ts.Error = adminapi.TriggerFailing, c.Error
 			}
 		}
 	}
 	switch {
 	case ts.Error != "":
 	case consumers > 0:
-		ts.State = "consuming"
+		ts.State = adminapi.TriggerConsuming
 	case readErr != "":
-		ts.State, ts.Error = "failing", readErr
+		ts.State, ts.Error = adminapi.TriggerFailing, readErr
 	}
 }
 
@@ -131,17 +131,17 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	}
 	switch {
 	case !e.running && e.err != "":
-		st.State, st.Error = "failed", e.err
+		st.State, st.Error = adminapi.StateFailed, e.err
 	case !e.running:
-		st.State = "building"
+		st.State = adminapi.StateBuilding
 	case sup.Failing != "" && st.Ready == 0:
-		st.State, st.Reason, st.Error = "crashing", sup.FailingReason, sup.Failing
+		st.State, st.Reason, st.Error = adminapi.StateCrashing, sup.FailingReason, sup.Failing
 	case st.Ready > 0:
-		st.State = "ready"
+		st.State = adminapi.StateReady
 	case st.Starting > 0:
-		st.State = "starting"
+		st.State = adminapi.StateStarting
 	default:
-		st.State = "idle"
+		st.State = adminapi.StateIdle
 	}
 	var causes []string
 	for _, me := range p.loadErrs {
@@ -197,7 +197,7 @@ func (p *Platform) printTable() {
 	tw := tabwriter.NewWriter(p.opts.Out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FUNCTION\tRUNTIME\tSTATE\tINSTANCES\tURL")
 	for _, st := range p.Functions() {
-		state := st.State
+		state := string(st.State)
 		if st.Error != "" {
 			state += ": " + firstLine(st.Error)
 		}

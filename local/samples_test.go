@@ -200,7 +200,7 @@ func (p *platform) waitForSamples() {
 			if st.State == "ready" || st.State == "idle" {
 				prepared++
 			}
-			seen = append(seen, st.Name+": "+st.State)
+			seen = append(seen, st.Name+": "+string(st.State))
 		}
 		return prepared == len(samples) && len(seen) == len(samples)
 	}) {

@@ -238,25 +238,25 @@ func (b *Backend) status(fn *v1alpha1.Function, v views) adminapi.Function {
 // dev reports: failed (the controller refuses it), crashing (its pods
 // cannot start, or its Deployment fails), ready, starting or idle; reason
 // is the InstancesReady condition's when its pods say why.
-func state(fn *v1alpha1.Function) (state, reason, cause string) {
+func state(fn *v1alpha1.Function) (state adminapi.State, reason, cause string) {
 	s := fn.Status
 	ready := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionReady)
 	deploy := meta.FindStatusCondition(s.Conditions, v1alpha1.ConditionDeploymentReady)
 	reason, cause, failing := s.InstancesFailing()
 	switch {
 	case ready != nil && ready.Status == metav1.ConditionFalse && (ready.Reason == controller.ReasonInvalidSpec || ready.Reason == controller.ReasonResourceConflict):
-		return "failed", "", ready.Message
+		return adminapi.StateFailed, "", ready.Message
 	case s.ReadyReplicas == 0 && failing:
-		return "crashing", reason, cause
+		return adminapi.StateCrashing, reason, cause
 	case s.ReadyReplicas == 0 && deploy != nil && deploy.Status == metav1.ConditionFalse &&
 		(deploy.Reason == controller.ReasonReplicaFailure || deploy.Reason == controller.ReasonProgressDeadlineExceeded):
-		return "crashing", "", deploy.Message
+		return adminapi.StateCrashing, "", deploy.Message
 	case s.ReadyReplicas > 0:
-		return "ready", "", ""
+		return adminapi.StateReady, "", ""
 	case s.DesiredReplicas > 0 || s.Replicas > 0 || ready == nil:
-		return "starting", "", ""
+		return adminapi.StateStarting, "", ""
 	}
-	return "idle", "", ""
+	return adminapi.StateIdle, "", ""
 }
 
 // triggers reports fn's triggers: a RabbitMQ trigger fails when the
@@ -271,10 +271,10 @@ func triggers(fn *v1alpha1.Function) []adminapi.TriggerStatus {
 		ts := adminapi.NewTriggerStatus(t)
 		if ts.State == adminapi.TriggerWaiting {
 			if fn.Status.ReadyReplicas > 0 {
-				ts.State = "consuming"
+				ts.State = adminapi.TriggerConsuming
 			}
 			if msg, ok := failing[t.Name]; ok {
-				ts.State, ts.Error = "failing", msg
+				ts.State, ts.Error = adminapi.TriggerFailing, msg
 			}
 		}
 		out = append(out, ts)

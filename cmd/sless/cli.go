@@ -58,9 +58,9 @@ func newFunctionsCommand() *cobra.Command {
 // stateOf is a function's state with its update's, as the table shows it.
 func stateOf(f local.FunctionStatus) string {
 	if f.Update != "" {
-		return f.State + ", update " + f.Update
+		return string(f.State) + ", update " + f.Update
 	}
-	return f.State
+	return string(f.State)
 }
 
 func age(t time.Time) string {
