@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"sless.dev/sless/adminapi"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/local"
 )
@@ -124,22 +125,13 @@ func (r run) write(o Options) error {
 	return nil
 }
 
-// The states of a function the benchmarks wait for or stop at, as the
-// admin API reports them (adminapi.Function.State).
-const (
-	stateIdle     = "idle"
-	stateReady    = "ready"
-	stateFailed   = "failed"
-	stateCrashing = "crashing"
-)
-
 // Idle is a function prepared and at zero: a request to it is a cold
 // start.
-func Idle(st local.FunctionStatus) bool { return st.State == stateIdle }
+func Idle(st local.FunctionStatus) bool { return st.State == adminapi.StateIdle }
 
 // ReadyWith is a function ready with n instances.
 func ReadyWith(n int) func(local.FunctionStatus) bool {
-	return func(st local.FunctionStatus) bool { return st.State == stateReady && st.Ready == n }
+	return func(st local.FunctionStatus) bool { return st.State == adminapi.StateReady && st.Ready == n }
 }
 
 // waitAll polls list every poll until n functions satisfy ok, for at most
@@ -154,7 +146,7 @@ func waitAll(ctx context.Context, list func(context.Context) ([]local.FunctionSt
 		if err == nil {
 			have = 0
 			for _, st := range sts {
-				if st.State == stateFailed || st.State == stateCrashing {
+				if st.State == adminapi.StateFailed || st.State == adminapi.StateCrashing {
 					return fmt.Errorf("%s/%s: %s: %s", st.Namespace, st.Name, st.State, st.Error)
 				}
 				if ok(st) {

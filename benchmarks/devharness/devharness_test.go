@@ -48,7 +48,7 @@ func TestManifestsLoad(t *testing.T) {
 	}
 }
 
-func status(name, state string, ready int) local.FunctionStatus {
+func status(name string, state adminapi.State, ready int) local.FunctionStatus {
 	return local.FunctionStatus{Function: adminapi.Function{Namespace: "default", Name: name, State: state, Ready: ready, Error: "why"}}
 }
 
@@ -57,17 +57,17 @@ func TestWaitAll(t *testing.T) {
 	listOf := func(sts ...local.FunctionStatus) func(context.Context) ([]local.FunctionStatus, error) {
 		return func(context.Context) ([]local.FunctionStatus, error) { return sts, nil }
 	}
-	if err := waitAll(ctx, listOf(status("a", stateIdle, 0), status("b", stateIdle, 0)), 2, time.Millisecond, time.Second, Idle); err != nil {
+	if err := waitAll(ctx, listOf(status("a", adminapi.StateIdle, 0), status("b", adminapi.StateIdle, 0)), 2, time.Millisecond, time.Second, Idle); err != nil {
 		t.Errorf("all idle: %v", err)
 	}
-	if err := waitAll(ctx, listOf(status("a", stateReady, 1)), 1, time.Millisecond, time.Second, ReadyWith(1)); err != nil {
+	if err := waitAll(ctx, listOf(status("a", adminapi.StateReady, 1)), 1, time.Millisecond, time.Second, ReadyWith(1)); err != nil {
 		t.Errorf("ready with 1: %v", err)
 	}
-	err := waitAll(ctx, listOf(status("a", stateIdle, 0), status("b", stateCrashing, 0)), 2, time.Millisecond, time.Minute, Idle)
+	err := waitAll(ctx, listOf(status("a", adminapi.StateIdle, 0), status("b", adminapi.StateCrashing, 0)), 2, time.Millisecond, time.Minute, Idle)
 	if err == nil || !strings.Contains(err.Error(), "default/b: crashing: why") {
 		t.Errorf("a crashing function: %v, want the wait to end with its error", err)
 	}
-	err = waitAll(ctx, listOf(status("a", stateIdle, 0), status("b", "building", 0)), 2, time.Millisecond, 20*time.Millisecond, Idle)
+	err = waitAll(ctx, listOf(status("a", adminapi.StateIdle, 0), status("b", adminapi.StateBuilding, 0)), 2, time.Millisecond, 20*time.Millisecond, Idle)
 	if err == nil || !strings.Contains(err.Error(), "1 of 2") {
 		t.Errorf("one still building: %v, want 1 of 2 after the time given", err)
 	}
