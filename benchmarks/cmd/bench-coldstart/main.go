@@ -18,23 +18,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/devharness"
 	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/load"
 	"sless.dev/sless/local"
-	"sless.dev/sless/runtimes"
 )
 
-var runtimeNames = []string{"go", "python", "node"}
+var runtimeNames = []v1alpha1.Runtime{v1alpha1.RuntimeGo, v1alpha1.RuntimePython, v1alpha1.RuntimeNode}
 
 func main() {
 	var (
@@ -60,27 +58,14 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 	if cacheDir, err = filepath.Abs(cacheDir); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "bench-coldstart")
+	p, err := devharness.StartInProcess(ctx, "bench-coldstart", devharness.Options{Functions: functions(samples, runs),
+		CacheDir: cacheDir, AllowExternalSources: true, Drain: 5 * time.Second}, local.Options{}) // the manifests point at the samples
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	if err := writeManifests(dir, samples, runs); err != nil {
-		return err
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
-		CacheDir: cacheDir, Out: os.Stderr, Log: log, Poll: time.Hour, Drain: 5 * time.Second,
-		AllowExternalSources: true}) // the manifests point at the samples
-	if err != nil {
-		return err
-	}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(pctx) }()
-	defer func() { cancel(); <-done }()
+	defer p.Stop()
 	fmt.Fprintln(os.Stderr, "preparing functions...")
-	if err := waitIdle(ctx, p, len(runtimeNames)*(runs+1)); err != nil {
+	if err := p.Wait(ctx, 10*time.Minute, devharness.Idle); err != nil {
 		return err
 	}
 
@@ -96,7 +81,7 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 			if err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
-			st := status(p, name)
+			st, _ := p.Function("default", name)
 			startup := time.Duration(st.LastStartupMs * float64(time.Millisecond))
 			total, inst, platform = append(total, t), append(inst, startup), append(platform, t-startup)
 		}
@@ -114,7 +99,7 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 	fmt.Println("| runtime | direct rps | through sless rps | ratio | direct p50 ms | sless p50 ms |")
 	fmt.Println("|---|---|---|---|---|---|")
 	for _, rt := range runtimeNames {
-		warm := fmt.Sprintf("warm-%s", rt)
+		warm := "warm-" + string(rt)
 		if _, err := invoke(ctx, p.URL("default", warm)); err != nil {
 			return err
 		}
@@ -132,58 +117,21 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 	return nil
 }
 
-// writeManifests writes runs cold functions and one warm function per
-// runtime, each at zero instances with a window long enough to stay up.
-func writeManifests(dir, samples string, runs int) error {
-	var b strings.Builder
-	doc := func(name, rt string) {
-		fmt.Fprintf(&b, `apiVersion: sless.dev/v1alpha1
-kind: Function
-metadata: {name: %s}
-spec:
-  runtime: %s
-  source: %s
-  scale: {initial: 0, max: 1, window: 1h}
----
-`, name, rt, filepath.Join(samples, "hello-"+rt))
+// functions are runs cold functions and one warm function per runtime,
+// each at zero instances with a window long enough to stay up.
+func functions(samples string, runs int) []devharness.Function {
+	var fns []devharness.Function
+	fn := func(name string, rt v1alpha1.Runtime) {
+		fns = append(fns, devharness.Function{Name: name, Runtime: rt, Source: filepath.Join(samples, "hello-"+string(rt)),
+			Scale: "{initial: 0, max: 1, window: 1h}"})
 	}
 	for _, rt := range runtimeNames {
 		for i := 1; i <= runs; i++ {
-			doc(fmt.Sprintf("cold-%s-%02d", rt, i), rt)
+			fn(fmt.Sprintf("cold-%s-%02d", rt, i), rt)
 		}
-		doc("warm-"+rt, rt)
+		fn("warm-"+string(rt), rt)
 	}
-	return os.WriteFile(filepath.Join(dir, "functions.yaml"), []byte(b.String()), 0o644)
-}
-
-func waitIdle(ctx context.Context, p *local.Platform, n int) error {
-	for deadline := time.Now().Add(10 * time.Minute); ; {
-		idle := 0
-		for _, st := range p.Functions() {
-			if st.State == "failed" {
-				return fmt.Errorf("%s/%s: %s", st.Namespace, st.Name, st.Error)
-			}
-			if st.State == "idle" {
-				idle++
-			}
-		}
-		if idle == n {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%d of %d functions prepared", idle, n)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-func status(p *local.Platform, name string) local.FunctionStatus {
-	for _, st := range p.Functions() {
-		if st.Name == name {
-			return st
-		}
-	}
-	return local.FunctionStatus{}
+	return fns
 }
 
 var client = &http.Client{Timeout: time.Minute}
@@ -208,18 +156,10 @@ func invoke(ctx context.Context, url string) (time.Duration, error) {
 	return took, nil
 }
 
-// prepare readies the hello sample of rt to run with no platform.
-func prepare(ctx context.Context, rt, samples, cacheDir string) (runtimes.Process, error) {
-	return runtimes.Prepare(ctx, runtimes.Source{Namespace: "default", Name: "direct-" + rt,
-		Runtime: v1alpha1.Runtime(rt), Dir: filepath.Join(samples, "hello-"+rt),
-		Handler: (&v1alpha1.FunctionSpec{Runtime: v1alpha1.Runtime(rt)}).EffectiveHandler()},
-		runtimes.Options{CacheDir: cacheDir})
-}
-
 // directStarts starts the runtime process alone runs times and measures
 // each start to its first healthy answer.
-func directStarts(ctx context.Context, rt, samples, cacheDir string, runs int) ([]time.Duration, error) {
-	proc, err := prepare(ctx, rt, samples, cacheDir)
+func directStarts(ctx context.Context, rt v1alpha1.Runtime, samples, cacheDir string, runs int) ([]time.Duration, error) {
+	proc, err := hops.PrepareHello(ctx, rt, samples, cacheDir)
 	if err != nil {
 		return nil, err
 	}
@@ -259,8 +199,8 @@ func warmLoad(ctx context.Context, url string, duration time.Duration) (load.Res
 	return res, err
 }
 
-func directLoad(ctx context.Context, rt, samples, cacheDir string, duration time.Duration) (load.Result, error) {
-	proc, err := prepare(ctx, rt, samples, cacheDir)
+func directLoad(ctx context.Context, rt v1alpha1.Runtime, samples, cacheDir string, duration time.Duration) (load.Result, error) {
+	proc, err := hops.PrepareHello(ctx, rt, samples, cacheDir)
 	if err != nil {
 		return load.Result{}, err
 	}
@@ -269,7 +209,7 @@ func directLoad(ctx context.Context, rt, samples, cacheDir string, duration time
 		return load.Result{}, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	if err := hops.WaitHealthy(addr, time.Millisecond, time.Minute); err != nil {
+	if err := hops.WaitOK(ctx, "http://"+addr+"/healthz", nil, time.Millisecond, time.Minute); err != nil {
 		return load.Result{}, fmt.Errorf("direct %s: %w", rt, err)
 	}
 	return warmLoad(ctx, "http://"+addr+"/", duration)

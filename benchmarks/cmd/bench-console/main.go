@@ -9,21 +9,17 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
-	"syscall"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/devharness"
 	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/internal/browsertest"
 )
@@ -55,22 +51,19 @@ func run(ctx context.Context, c config) error {
 	if err != nil {
 		return fmt.Errorf("chromium: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "bench-console")
+	dev, err := devharness.Start("bench-console", c.sless, devharness.Options{Functions: functions(c.functions),
+		Files: map[string]string{"fn/main.py": "def handle(e):\n    return 'hi'\n"}})
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	dev, admin, err := startDev(c, dir)
-	if err != nil {
-		return err
-	}
-	defer stop(dev)
+	defer dev.Stop()
+	admin := dev.Admin
 	fmt.Fprintf(os.Stderr, "waiting for %d functions...\n", c.functions)
-	if err := waitFunctions(ctx, admin, c.functions); err != nil {
+	if err := dev.Wait(ctx, 5*time.Minute, devharness.Idle); err != nil {
 		return err
 	}
 
-	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, browsertest.Options(bin, filepath.Join(dir, "chromium"))...)
+	actx, cancelAlloc := chromedp.NewExecAllocator(ctx, browsertest.Options(bin, filepath.Join(dev.Dir(), "chromium"))...)
 	defer cancelAlloc()
 	tab, cancelTab := chromedp.NewContext(actx)
 	defer cancelTab()
@@ -102,7 +95,7 @@ func run(ctx context.Context, c config) error {
 			if err := chromedp.Do(tab, chromedp.Navigate(page)); err != nil {
 				return err
 			}
-			cpu, err := cpuOver(ctx, dev.Process.Pid, c.live)
+			cpu, err := cpuOver(ctx, dev.Pid(), c.live)
 			if err != nil {
 				return err
 			}
@@ -178,76 +171,13 @@ func report(c config, render, floor, idle, open []time.Duration) {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/1e6) }
 
-// startDev runs sless dev on n idle Python functions sharing one source.
-func startDev(c config, dir string) (*exec.Cmd, string, error) {
-	fnDir := filepath.Join(dir, "functions")
-	if err := os.MkdirAll(filepath.Join(fnDir, "fn"), 0o755); err != nil {
-		return nil, "", err
+// functions are n idle Python functions sharing one source, in ten
+// namespaces.
+func functions(n int) []devharness.Function {
+	fns := make([]devharness.Function, n)
+	for i := range fns {
+		fns[i] = devharness.Function{Namespace: fmt.Sprintf("ns-%d", i%10), Name: fmt.Sprintf("f-%04d", i),
+			Runtime: v1alpha1.RuntimePython, Source: "./fn", Scale: "{min: 0, initial: 0}"}
 	}
-	if err := os.WriteFile(filepath.Join(fnDir, "fn", "main.py"), []byte("def handle(e):\n    return 'hi'\n"), 0o644); err != nil {
-		return nil, "", err
-	}
-	var b strings.Builder
-	for i := range c.functions {
-		fmt.Fprintf(&b, "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: f-%04d, namespace: ns-%d}\n"+
-			"spec: {runtime: python, source: ./fn, scale: {min: 0, initial: 0}}\n---\n", i, i%10)
-	}
-	if err := os.WriteFile(filepath.Join(fnDir, "functions.yaml"), []byte(b.String()), 0o644); err != nil {
-		return nil, "", err
-	}
-	ports, err := hops.FreePorts(2)
-	if err != nil {
-		return nil, "", err
-	}
-	admin := fmt.Sprintf("127.0.0.1:%d", ports[1])
-	log, err := os.Create(filepath.Join(dir, "sless-dev.log"))
-	if err != nil {
-		return nil, "", err
-	}
-	dev := exec.Command(c.sless, "dev", "--functions", fnDir, "--cache-dir", filepath.Join(dir, "cache"),
-		"--listen", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--admin", admin, "--amqp-url", "", "--database-url", "")
-	dev.Stdout, dev.Stderr = log, log
-	if err := dev.Start(); err != nil {
-		return nil, "", fmt.Errorf("start sless dev: %w", err)
-	}
-	return dev, admin, nil
-}
-
-func stop(dev *exec.Cmd) {
-	_ = dev.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- dev.Wait() }()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		_ = dev.Process.Kill()
-	}
-}
-
-// waitFunctions waits until the admin API lists n functions, all idle.
-func waitFunctions(ctx context.Context, admin string, n int) error {
-	deadline := time.Now().Add(5 * time.Minute)
-	for time.Now().Before(deadline) {
-		var list struct{ Functions []struct{ State string } }
-		resp, err := http.Get("http://" + admin + "/v1/functions")
-		if err == nil {
-			err = json.NewDecoder(resp.Body).Decode(&list)
-			resp.Body.Close()
-		}
-		idle := 0
-		for _, f := range list.Functions {
-			if f.State == "idle" {
-				idle++
-			}
-		}
-		if err == nil && idle == n {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(time.Second):
-		}
-	}
-	return errors.New("the functions were not all idle within 5 minutes")
+	return fns
 }

@@ -17,8 +17,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -31,9 +29,9 @@ import (
 	"time"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/devharness"
 	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/load"
-	"sless.dev/sless/runtimes"
 )
 
 func main() {
@@ -62,7 +60,7 @@ func main() {
 		os.Exit(2)
 	}
 	o := load.Options{Connections: *connections, Duration: *duration, Warmup: *warmup}
-	if err := run(ctx, *slessBin, *rt, *samples, *cacheDir, onlyRE, o, *rounds); err != nil {
+	if err := run(ctx, *slessBin, v1alpha1.Runtime(*rt), *samples, *cacheDir, onlyRE, o, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "bench-devpath:", err)
 		os.Exit(1)
 	}
@@ -82,7 +80,7 @@ type sample struct {
 	cpu time.Duration // the middle process's CPU per request
 }
 
-func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *regexp.Regexp, o load.Options, rounds int) error {
+func run(ctx context.Context, slessBin string, rt v1alpha1.Runtime, samples, cacheDir string, only *regexp.Regexp, o load.Options, rounds int) error {
 	samples, err := filepath.Abs(samples)
 	if err != nil {
 		return err
@@ -90,22 +88,14 @@ func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *rege
 	if cacheDir, err = filepath.Abs(cacheDir); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "bench-devpath")
+	ports, err := hops.FreePorts(4)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	ports, err := hops.FreePorts(6)
-	if err != nil {
-		return err
-	}
-	userPort, relayPort, devPort, devAdmin, actPort, actAdmin := ports[0], ports[1], ports[2], ports[3], ports[4], ports[5]
+	userPort, relayPort, actPort, actAdmin := ports[0], ports[1], ports[2], ports[3]
 
 	// The runtime process alone, and the relay in front of it.
-	proc, err := runtimes.Prepare(ctx, runtimes.Source{Namespace: "default", Name: "direct-" + rt,
-		Runtime: v1alpha1.Runtime(rt), Dir: filepath.Join(samples, "hello-"+rt),
-		Handler: (&v1alpha1.FunctionSpec{Runtime: v1alpha1.Runtime(rt)}).EffectiveHandler()},
-		runtimes.Options{CacheDir: cacheDir})
+	proc, err := hops.PrepareHello(ctx, rt, samples, cacheDir)
 	if err != nil {
 		return err
 	}
@@ -122,38 +112,31 @@ func run(ctx context.Context, slessBin, rt, samples, cacheDir string, only *rege
 	act := exec.Command(self)
 	act.Env = append(os.Environ(), hops.ActivatorEnv(actPort, actAdmin, userPort))
 	act.Stderr = os.Stderr
-
-	// sless dev with one instance of the same sample, that stays up.
-	manifest := fmt.Sprintf(`apiVersion: sless.dev/v1alpha1
-kind: Function
-metadata: {name: warm}
-spec:
-  runtime: %s
-  source: %s
-  scale: {min: 1, initial: 1, max: 1, window: 1h}
-`, rt, filepath.Join(samples, "hello-"+rt))
-	if err := os.WriteFile(filepath.Join(dir, "warm.yaml"), []byte(manifest), 0o644); err != nil {
-		return err
-	}
-	dev := exec.Command(slessBin, "dev", "--functions", dir, "--cache-dir", cacheDir, "--allow-external-sources",
-		"--listen", "127.0.0.1:"+strconv.Itoa(devPort), "--admin", "127.0.0.1:"+strconv.Itoa(devAdmin), "--drain", "2s")
-	dev.Stdout, dev.Stderr = io.Discard, io.Discard
-
-	for _, c := range []*exec.Cmd{direct, relay, dev, act} {
+	for _, c := range []*exec.Cmd{direct, relay, act} {
 		if err := c.Start(); err != nil {
 			return fmt.Errorf("start %s: %w", c.Path, err)
 		}
 		defer func() { _ = c.Process.Signal(syscall.SIGTERM); _ = c.Wait() }()
 	}
+
+	// sless dev with one instance of the same sample, that stays up.
+	dev, err := devharness.Start("bench-devpath", slessBin, devharness.Options{CacheDir: cacheDir, AllowExternalSources: true,
+		Drain: 2 * time.Second, Functions: []devharness.Function{{Name: "warm", Runtime: rt,
+			Source: filepath.Join(samples, "hello-"+string(rt)), Scale: "{min: 1, initial: 1, max: 1, window: 1h}"}}})
+	if err != nil {
+		return err
+	}
+	defer dev.Stop()
+
 	paths := []path{
 		{name: "direct", url: fmt.Sprintf("http://127.0.0.1:%d/", userPort)},
 		{name: floorPath, url: fmt.Sprintf("http://127.0.0.1:%d/", relayPort), proc: relay},
-		{name: "sless dev", url: fmt.Sprintf("http://127.0.0.1:%d/fn/default/warm", devPort), proc: dev},
+		{name: "sless dev", url: dev.URL("default", "warm"), proc: dev.Cmd},
 		{name: activatorPath, url: fmt.Sprintf("http://127.0.0.1:%d/fn/bench/bench/", actPort), proc: act},
 	}
 	paths = slices.DeleteFunc(paths, func(p path) bool { return p.proc != nil && !only.MatchString(p.name) })
 	for _, p := range paths {
-		if err := waitOK(ctx, p.url, 10*time.Minute); err != nil { // the first Go build takes a while
+		if err := hops.WaitOK(ctx, p.url, nil, 50*time.Millisecond, 10*time.Minute); err != nil { // the first Go build takes a while
 			return fmt.Errorf("%s: %w", p.name, err)
 		}
 	}
@@ -259,28 +242,3 @@ func median(runs []sample, f func(int, sample) float64) float64 {
 }
 
 func ms(ns float64) string { return fmt.Sprintf("%.3f ms", ns/1e6) }
-
-// waitOK polls url until it answers 200.
-func waitOK(ctx context.Context, url string, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	for {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not answer 200 within %v", url, within)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -48,6 +51,58 @@ func serveFloor(file string) {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	fmt.Fprintln(os.Stderr, "floor:", srv.Serve(ln))
 	os.Exit(1)
+}
+
+// floorProcess is the floor: this benchmark's binary serving the
+// families of sless dev's page in a process of its own.
+type floorProcess struct {
+	cmd *exec.Cmd
+	url string
+}
+
+// startFloor saves the families of the page at from into dir and starts
+// the floor on them.
+func startFloor(ctx context.Context, from, dir string) (*floorProcess, error) {
+	famFile := filepath.Join(dir, "families.pb")
+	if err := saveFamilies(ctx, from, famFile); err != nil {
+		return nil, err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	// The floor's listener is made here and handed over, since sless dev
+	// takes free ports for its instances all along.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	lnFile, err := ln.(*net.TCPListener).File()
+	if err != nil {
+		return nil, err
+	}
+	defer lnFile.Close()
+	cmd := exec.Command(self)
+	cmd.Env = append(os.Environ(), floorEnv+"="+famFile)
+	cmd.ExtraFiles = []*os.File{lnFile} // fd 3
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &floorProcess{cmd: cmd, url: "http://" + ln.Addr().String() + "/metrics"}, nil
+}
+
+func (f *floorProcess) stop() { _ = f.cmd.Process.Kill(); _ = f.cmd.Wait() }
+
+// composition waits for the floor to serve its page, for at most a
+// minute, and returns what the page is made of.
+func (f *floorProcess) composition(ctx context.Context, names []string) (composition, error) {
+	page, err := waitPage(ctx, f.url, time.Minute)
+	if err != nil {
+		return composition{}, fmt.Errorf("floor: %w", err)
+	}
+	return analyse(page, names), nil
 }
 
 // readFamilies reads delimited MetricFamily messages.

@@ -11,52 +11,34 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"sless.dev/sless/benchmarks/devharness"
 	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local"
 )
 
-// platform runs sless dev on the manifests until stop.
+// platform is sless dev on the benchmark's functions, its invocation
+// records in a ring the benchmark reads.
 type platform struct {
-	*local.Platform
+	*devharness.InProcess
 	records *invocation.Ring
-	stop    func()
 }
 
-func startPlatform(ctx context.Context, docs []string, cacheDir string, noWake bool) (*platform, error) {
-	dir, err := os.MkdirTemp("", "bench-queue")
-	if err != nil {
-		return nil, err
-	}
-	if err := writeManifests(dir, docs); err != nil {
-		return nil, err
-	}
+// startPlatform runs sless dev on fns with the broker, and returns once
+// every function is prepared and at zero.
+func startPlatform(ctx context.Context, fns []devharness.Function, cacheDir string, noWake bool) (*platform, error) {
 	records := invocation.NewRing(10_000)
-	p, err := local.New(local.Options{Dir: dir, Listen: "127.0.0.1:0", Admin: "127.0.0.1:0", CacheDir: cacheDir,
-		Out: os.Stderr, Log: quiet, InstanceLog: quiet, Poll: time.Hour, Drain: 5 * time.Second,
-		AllowExternalSources: true, AMQPURL: brokerURL, NoQueueWake: noWake, Records: records})
+	p, err := devharness.StartInProcess(ctx, "bench-queue",
+		devharness.Options{Functions: fns, CacheDir: cacheDir, AllowExternalSources: true, Drain: 5 * time.Second},
+		local.Options{Log: quiet, InstanceLog: quiet, AMQPURL: brokerURL, NoQueueWake: noWake, Records: records})
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- p.Run(pctx) }()
-	stop := func() { cancel(); <-done; os.RemoveAll(dir) }
-	for deadline := time.Now().Add(5 * time.Minute); ; time.Sleep(50 * time.Millisecond) {
-		idle := 0
-		for _, st := range p.Functions() {
-			if st.State == "idle" {
-				idle++
-			}
-		}
-		if idle == len(docs) {
-			return &platform{Platform: p, records: records, stop: stop}, nil
-		}
-		if time.Now().After(deadline) {
-			stop()
-			return nil, fmt.Errorf("%d of %d functions idle", idle, len(docs))
-		}
+	if err := p.Wait(ctx, 5*time.Minute, devharness.Idle); err != nil {
+		p.Stop()
+		return nil, err
 	}
+	return &platform{InProcess: p, records: records}, nil
 }
 
 // wakeUps prints the time from the first message on the queue of a
@@ -87,7 +69,8 @@ func wakeUpRuns(ctx context.Context, conn *amqp.Connection, runs int, samples, c
 		return nil, nil, err
 	}
 	defer ch.Close()
-	var docs, queues []string
+	var fns []devharness.Function
+	var queues []string
 	for i := range runs {
 		q := fmt.Sprintf("bench-wake-%d-%d", os.Getpid(), i)
 		if _, err := ch.QueueDeclare(q, false, false, false, false, nil); err != nil {
@@ -95,15 +78,16 @@ func wakeUpRuns(ctx context.Context, conn *amqp.Connection, runs int, samples, c
 		}
 		defer ch.QueueDelete(q, false, false, false)
 		queues = append(queues, q)
-		docs = append(docs,
-			manifest(fmt.Sprintf("wake-%02d", i), samples, fmt.Sprintf("  scale: {initial: 0, max: 1, window: 1h}\n  triggers:\n    - {name: q, rabbitmq: {queue: %s}}\n", q)),
-			manifest(fmt.Sprintf("http-%02d", i), samples, "  scale: {initial: 0, max: 1, window: 1h}\n"))
+		const scale = "{initial: 0, max: 1, window: 1h}"
+		fns = append(fns,
+			hello(fmt.Sprintf("wake-%02d", i), samples, scale, fmt.Sprintf("{name: q, rabbitmq: {queue: %s}}", q)),
+			hello(fmt.Sprintf("http-%02d", i), samples, scale))
 	}
-	p, err := startPlatform(ctx, docs, cacheDir, noWake)
+	p, err := startPlatform(ctx, fns, cacheDir, noWake)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer p.stop()
+	defer p.Stop()
 	if err := ch.Confirm(false); err != nil {
 		return nil, nil, err
 	}
@@ -171,16 +155,16 @@ func httpColdStart(ctx context.Context, url string) (time.Duration, error) {
 // scale to zero between fires.
 func cronLag(ctx context.Context, fires int, samples, cacheDir string) error {
 	const functions, every = 6, 12 * time.Second
-	var docs []string
+	var fns []devharness.Function
 	for i := range functions {
-		docs = append(docs, manifest(fmt.Sprintf("cron-%d", i), samples, fmt.Sprintf(
-			"  scale: {initial: 0, max: 1, window: 6s, scaleToZeroGracePeriod: 0s}\n  triggers:\n    - {name: tick, cron: {schedule: \"@every %s\", preWarm: 3s}}\n", every)))
+		fns = append(fns, hello(fmt.Sprintf("cron-%d", i), samples, "{initial: 0, max: 1, window: 6s, scaleToZeroGracePeriod: 0s}",
+			fmt.Sprintf(`{name: tick, cron: {schedule: "@every %s", preWarm: 3s}}`, every)))
 	}
-	p, err := startPlatform(ctx, docs, cacheDir, false)
+	p, err := startPlatform(ctx, fns, cacheDir, false)
 	if err != nil {
 		return err
 	}
-	defer p.stop()
+	defer p.Stop()
 	var records []invocation.Record
 	for deadline := time.Now().Add(time.Duration(fires/functions+2) * every); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		records = records[:0]

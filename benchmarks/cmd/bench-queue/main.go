@@ -29,7 +29,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,10 +39,10 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/devharness"
 	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/queueproxy"
-	"sless.dev/sless/runtimes"
 )
 
 const brokerURL = "amqp://guest:guest@127.0.0.1:5672/"
@@ -104,9 +103,7 @@ func run(ctx context.Context, only string, messages, runs, fires int, samples, c
 // throughput prints messages per second through one instance at each
 // prefetch, and the two floors.
 func throughput(ctx context.Context, conn *amqp.Connection, n int, samples, cacheDir string) error {
-	proc, err := runtimes.Prepare(ctx, runtimes.Source{Namespace: "default", Name: "bench-queue",
-		Runtime: v1alpha1.RuntimeGo, Dir: filepath.Join(samples, "hello-go"), Handler: "Handle"},
-		runtimes.Options{CacheDir: cacheDir})
+	proc, err := hops.PrepareHello(ctx, v1alpha1.RuntimeGo, samples, cacheDir)
 	if err != nil {
 		return err
 	}
@@ -115,7 +112,7 @@ func throughput(ctx context.Context, conn *amqp.Connection, n int, samples, cach
 		return err
 	}
 	defer func() { _ = fn.Process.Kill(); _ = fn.Wait() }()
-	if err := hops.WaitHealthy(addr, time.Millisecond, time.Minute); err != nil {
+	if err := hops.WaitOK(ctx, "http://"+addr+"/healthz", nil, time.Millisecond, time.Minute); err != nil {
 		return err
 	}
 	_, p, _ := net.SplitHostPort(addr)
@@ -310,19 +307,9 @@ func acked(srv *queueproxy.Server) int {
 	return 0
 }
 
-// manifest is a Function of the Go hello with extra spec lines.
-func manifest(name, samples, extra string) string {
-	return fmt.Sprintf(`apiVersion: sless.dev/v1alpha1
-kind: Function
-metadata: {name: %s}
-spec:
-  runtime: go
-  source: %s
-  handler: Handle
-%s---
-`, name, filepath.Join(samples, "hello-go"), extra)
-}
-
-func writeManifests(dir string, docs []string) error {
-	return os.WriteFile(filepath.Join(dir, "functions.yaml"), []byte(strings.Join(docs, "")), 0o644)
+// hello is the Go hello sample as the function name, with scale and
+// triggers.
+func hello(name, samples, scale string, triggers ...string) devharness.Function {
+	return devharness.Function{Name: name, Runtime: v1alpha1.RuntimeGo, Source: filepath.Join(samples, "hello-go"),
+		Handler: "Handle", Scale: scale, Triggers: triggers}
 }

@@ -154,14 +154,14 @@ func run(ctx context.Context, slessBin, knativeBin string, only *regexp.Regexp, 
 		defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
 	}
 	for _, url := range []string{fmt.Sprintf("http://127.0.0.1:%d/readyz", adminPort), fmt.Sprintf("http://127.0.0.1:%d/readyz", actAdminPort)} {
-		if err := waitReady(ctx, url, nil); err != nil {
+		if err := hops.WaitOK(ctx, url, nil, 10*time.Millisecond, 30*time.Second); err != nil {
 			return err
 		}
 	}
 	if knativeBin != "" {
 		// Knative answers its own readiness probe on the serving port.
 		probe := http.Header{"K-Network-Probe": {"queue"}}
-		if err := waitReady(ctx, fmt.Sprintf("http://127.0.0.1:%d/", knServingPort), probe); err != nil {
+		if err := hops.WaitOK(ctx, fmt.Sprintf("http://127.0.0.1:%d/", knServingPort), probe, 10*time.Millisecond, 30*time.Second); err != nil {
 			return err
 		}
 	}
@@ -372,27 +372,4 @@ func (p path) cpuTime() (time.Duration, error) {
 	}
 	t2, err := hops.CPUTime(p.also.Process.Pid)
 	return t + t2, err
-}
-
-func waitReady(ctx context.Context, url string, header http.Header) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return err
-		}
-		req.Header = header
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
-	return fmt.Errorf("%s did not answer 200 within 30s", url)
 }
