@@ -1,8 +1,31 @@
 package autoscaler
 
 import (
+	"context"
+	"time"
+
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler/kpa"
+)
+
+// Function is what the autoscaler scales: its settings, which the
+// signals read as they observe.
+type Function struct {
+	Namespace, Name string
+	Spec            kpa.Spec
+	Metric          Metric
+	// Queues are the RabbitMQ queues the function consumes: each asks for
+	// instances by its depth, read each second with WithQueueReader.
+	Queues []Queue
+}
+
+// Metric is the load signal a function scales on.
+type Metric int
+
+// The metrics of scale.metric.
+const (
+	MetricConcurrency Metric = iota
+	MetricRPS
 )
 
 // FunctionFor is what the autoscaler needs of a defaulted, valid Function:
@@ -38,4 +61,120 @@ func FunctionFor(fn *v1alpha1.Function) Function {
 		}
 	}
 	return out
+}
+
+func key(namespace, name string) string { return namespace + "/" + name }
+
+// SetFunction adds a function or changes its settings (a new decider:
+// history is per setting). A new function is decided on at once by Run.
+func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
+	st, added := a.add(now, fn)
+	idle := true
+	if !added {
+		idle = st.configure(now, fn)
+	}
+	st.tellIdle(fn, idle)
+}
+
+// add returns the function's state, made whole before anyone can see it
+// when the function is new (added).
+func (a *Autoscaler) add(now time.Time, fn Function) (st *state, added bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	k := key(fn.Namespace, fn.Name)
+	if st := a.fns[k]; st != nil {
+		return st, false
+	}
+	st = &state{key: k, fn: fn, writes: writeState{written: -1}}
+	st.http.reset(fn.Spec, now)
+	st.signals = make([]Signal, 0, 1+len(a.sources))
+	st.signals = append(st.signals, &st.floor)
+	for _, src := range a.sources {
+		st.signals = append(st.signals, src.Signal(fn.Namespace, fn.Name, a.waking(fn.Namespace, fn.Name)))
+	}
+	a.fns[k], a.fresh = st, append(a.fresh, st)
+	select {
+	case a.wake <- struct{}{}:
+	default: // Run is woken already
+	}
+	return st, true
+}
+
+// waking is what a signal calls to wake a function: a poke.
+func (a *Autoscaler) waking(namespace, name string) func() {
+	return func() { a.Poke(context.Background(), time.Now(), namespace, name, 1) }
+}
+
+// configure sets new settings, and reports whether no instance is ready.
+func (st *state) configure(now time.Time, fn Function) (idle bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.fn = fn
+	st.http.reset(fn.Spec, now)
+	return len(st.admins) == 0
+}
+
+// tellIdle tells the signals that watch their source for a function with
+// no ready instance whether fn has none.
+func (st *state) tellIdle(fn Function, idle bool) {
+	for _, s := range st.signals {
+		if p, ok := s.(PushSignal); ok {
+			p.Idle(fn, idle)
+		}
+	}
+}
+
+// RemoveFunction stops scaling a function.
+func (a *Autoscaler) RemoveFunction(namespace, name string) {
+	st := a.remove(namespace, name)
+	if st == nil {
+		return
+	}
+	for _, s := range st.signals {
+		if p, ok := s.(PushSignal); ok {
+			p.Close()
+		}
+	}
+}
+
+func (a *Autoscaler) remove(namespace, name string) *state {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.fns[key(namespace, name)]
+	delete(a.fns, key(namespace, name))
+	a.metrics.forget(namespace, name)
+	return st
+}
+
+func (a *Autoscaler) get(namespace, name string) *state {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.fns[key(namespace, name)]
+}
+
+// SetInstances sets the admin addresses of a function's ready instances.
+func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
+	st := a.get(namespace, name)
+	if st == nil {
+		return
+	}
+	fn, coldWait, changed := st.setInstances(admins)
+	if coldWait > 0 {
+		a.metrics.coldStarted(namespace, name, coldWait)
+	}
+	if changed {
+		st.tellIdle(fn, len(admins) == 0)
+	}
+}
+
+// setInstances reports the time requests waited when the first instance
+// is ready after a cold start, and whether the function went to or from no
+// ready instance.
+func (st *state) setInstances(admins []string) (fn Function, coldWait time.Duration, changed bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	coldWait = st.timing.instances(len(st.admins), len(admins))
+	changed = (len(st.admins) == 0) != (len(admins) == 0)
+	st.admins = admins
+	return st.fn, coldWait, changed
 }

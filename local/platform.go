@@ -204,16 +204,17 @@ func New(opts Options) (*Platform, error) {
 	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, ReadinessGrace: opts.ReadinessGrace,
 		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: timeline.Tee(p.records, p.timeline),
 		Crashed: func(namespace, name string) { p.metrics.crashes.WithLabelValues(namespace, name).Inc() }})
-	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log); err != nil {
-		return nil, err
-	}
+	var scaling []autoscaler.Option
 	if opts.AMQPURL != "" {
 		p.queues = queuedepth.NewBrokers(queuedepth.OneBroker(opts.AMQPURL), opts.Log)
-		p.scaler.SetQueueReader(p.queues)
+		scaling = append(scaling, autoscaler.WithQueueReader(p.queues))
 		if !opts.NoQueueWake {
 			p.waker = queuedepth.NewWaker(p.queues, opts.Log)
-			p.scaler.SetWaker(p.waker)
+			scaling = append(scaling, autoscaler.WithWaker(p.waker))
 		}
+	}
+	if p.scaler, err = autoscaler.New(autoscaler.NewScraper(time.Second), p.sup, p.reg, opts.Log, scaling...); err != nil {
+		return nil, err
 	}
 	p.pokes = make(poker, maxPendingPokes)
 	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, timeline.Tee(p.records, p.timeline), p.reg, opts.Log); err != nil {

@@ -191,10 +191,14 @@ func instancesFor(load, target float64) int32 {
 	return int32(math.Ceil(load/target - 1e-9))
 }
 
-// Desired combines the HTTP decision with the queue-depth and cron floors:
-// clamp(max(http, queue, floor), min, max).
-func Desired(spec Spec, http, queue, floor int32) int32 {
-	return min(max(http, queue, floor, spec.Min), spec.Max)
+// Desired combines what a function's signals ask for (the HTTP decision,
+// queue depth, the cron floor): clamp(max(asks), min, max).
+func Desired(spec Spec, asks ...int32) int32 {
+	desired := spec.Min
+	for _, n := range asks {
+		desired = max(desired, n)
+	}
+	return min(desired, spec.Max)
 }
 
 // QueueDesired is KEDA's QueueLength rule: ⌈ready messages / target⌉, and

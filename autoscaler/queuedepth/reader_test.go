@@ -157,8 +157,7 @@ func TestAutoscaler(t *testing.T) {
 		{"clamped to max", 2, 1, 0, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			a, w := newAutoscaler(t, discard)
-			a.SetQueueReader(NewBrokers(OneBroker(brokerURL), discard))
+			a, w := newAutoscaler(t, discard, NewBrokers(OneBroker(brokerURL), discard))
 			a.SetFunction(time.Now(), function(tc.max, autoscaler.Queue{Name: queue, Target: tc.target, Activation: tc.activation}))
 			a.Step(context.Background(), time.Now()) // the first step decides
 			if got := w.replicas(); got != tc.want {
@@ -169,9 +168,8 @@ func TestAutoscaler(t *testing.T) {
 
 	t.Run("failed reads keep the last value", func(t *testing.T) {
 		var logs syncbuf.Buffer
-		a, w := newAutoscaler(t, slog.New(slog.NewTextHandler(&logs, nil)))
 		failing := NewBrokers(OneBroker(brokerURL), discard)
-		a.SetQueueReader(failing)
+		a, w := newAutoscaler(t, slog.New(slog.NewTextHandler(&logs, nil)), failing)
 		a.SetFunction(time.Now(), function(10,
 			autoscaler.Queue{Name: queue, Target: 3}, autoscaler.Queue{Name: amqptest.Name("missing"), Target: 1}))
 		now := time.Now()
@@ -200,10 +198,10 @@ func function(max int32, queues ...autoscaler.Queue) autoscaler.Function {
 		Max: max, Target: 1, StableWindow: 6 * time.Second}}
 }
 
-func newAutoscaler(t *testing.T, log *slog.Logger) (*autoscaler.Autoscaler, *recorder) {
+func newAutoscaler(t *testing.T, log *slog.Logger, queues autoscaler.QueueReader) (*autoscaler.Autoscaler, *recorder) {
 	t.Helper()
 	w := &recorder{last: -1}
-	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, prometheus.NewRegistry(), log)
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), w, prometheus.NewRegistry(), log, autoscaler.WithQueueReader(queues))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,16 +168,15 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	keda := kedascaler.New(log)
 	deployments := &kubewatch.KubernetesScaler{Client: kube}
 	router := kubewatch.NewReplicaRouter(deployments, keda)
-	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, reg, log)
+	queues := queuedepth.NewBrokers(brokerURLs(kube, o.rabbitmqURL), log)
+	defer queues.Close()
+	waker := queuedepth.NewWaker(queues, log)
+	defer waker.Close()
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, reg, log,
+		autoscaler.WithQueueReader(queues), autoscaler.WithWaker(waker))
 	if err != nil {
 		return err
 	}
-	queues := queuedepth.NewBrokers(brokerURLs(kube, o.rabbitmqURL), log)
-	defer queues.Close()
-	a.SetQueueReader(queues)
-	waker := queuedepth.NewWaker(queues, log)
-	defer waker.Close()
-	a.SetWaker(waker)
 	watcher, err := kubewatch.New(restCfg, a, router, log)
 	if err != nil {
 		return err
