@@ -122,7 +122,7 @@ func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, 
 	field("Manifest", st.File)
 	field("URL", st.URL)
 	field("Age", age(st.Created))
-	field("State", st.State)
+	field("State", string(st.State))
 	field("Reason", st.Reason)
 	field("Error", st.Error)
 	if st.Update != "" {

@@ -319,7 +319,7 @@ func (s *platformSampler) sample(start time.Time) {
 	if len(s.samples) == load.MaxSeconds {
 		return // a day of samples: a longer run keeps its first day
 	}
-	s.samples = append(s.samples, report.PlatformSample{At: time.Since(start).Round(time.Millisecond), State: st.State,
+	s.samples = append(s.samples, report.PlatformSample{At: time.Since(start).Round(time.Millisecond), State: string(st.State),
 		Desired: st.Desired, Ready: st.Ready, Starting: st.Starting, Buffered: st.Buffered, Panic: st.Panic,
 		QueueDepth: st.QueueDepth, ColdStarts: sum.Total.ColdStarts})
 }
