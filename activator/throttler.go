@@ -159,8 +159,10 @@ func (t *Throttler) TryAcquire() (Lease, bool) {
 	if len(t.waiters) > 0 {
 		return Lease{}, false
 	}
-	in := t.takeLocked()
-	return Lease{t, in}, in != nil
+	if in := t.takeLocked(); in != nil {
+		return Lease{t, in}, true
+	}
+	return Lease{}, false
 }
 
 // Acquire returns a lease on an instance to send a request to, waiting
