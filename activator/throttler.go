@@ -196,8 +196,14 @@ func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (l L
 // before; else it queues a waiter for one, or says why it cannot. It pokes
 // once the lock is released.
 func (t *Throttler) admit() (in *Instance, w *waiter, err error) {
+	var pokeNow bool
 	t.mu.Lock()
-	in, w, pokeNow, err := t.admitLocked()
+	if len(t.waiters) == 0 {
+		in = t.takeLocked()
+	}
+	if in == nil {
+		w, pokeNow, err = t.queueLocked()
+	}
 	t.mu.Unlock()
 	if pokeNow {
 		t.poke()
@@ -205,25 +211,22 @@ func (t *Throttler) admit() (in *Instance, w *waiter, err error) {
 	return in, w, err
 }
 
-func (t *Throttler) admitLocked() (in *Instance, w *waiter, pokeNow bool, err error) {
-	if len(t.waiters) == 0 {
-		if in := t.takeLocked(); in != nil {
-			return in, nil, false, nil
-		}
-	}
+// queueLocked queues a waiter for a slot, or says why it cannot. pokeNow
+// reports that the autoscaler must be poked, once the lock is released.
+func (t *Throttler) queueLocked() (w *waiter, pokeNow bool, err error) {
 	if t.closed {
-		return nil, nil, false, ErrRemoved
+		return nil, false, ErrRemoved
 	}
 	if pokeNow, err := t.unavailableLocked(); err != nil {
-		return nil, nil, pokeNow, err
+		return nil, pokeNow, err
 	}
 	if w = t.enqueueLocked(); w == nil {
-		return nil, nil, false, ErrBufferFull
+		return nil, false, ErrBufferFull
 	}
 	// The first request to wait for a function with no instance pokes.
 	pokeNow = w.cold && !t.poked
 	t.poked = t.poked || pokeNow
-	return nil, w, pokeNow, nil
+	return w, pokeNow, nil
 }
 
 // enqueueLocked queues a new waiter, counted in the activator's buffer
