@@ -321,9 +321,6 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	res := a.serve(ctx, rt, deadline, cc)
 	forward.ReleaseBody(req, held)
 	if res.body == nil {
-		if res.in != nil {
-			rt.throttler.Release(res.in)
-		}
 		a.finish(ctx, rt, start, res)
 		return
 	}
@@ -331,7 +328,7 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	// closure of a response over 64 KiB.
 	forward.StreamUntil(ctx, deadline)
 	res.body.OnClose = func() {
-		rt.throttler.Release(res.in)
+		res.lease.Release()
 		a.finish(ctx, rt, start, res)
 	}
 }
@@ -339,10 +336,12 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 // result is how a request went.
 type result struct {
 	code int
-	in   *Instance     // to release, when one was taken
 	body *forward.Body // the response body still streaming, if any
-	cold bool          // waited for a function with no instance
-	wait time.Duration // how long it waited for an instance
+	// lease is the instance's slot, held while body streams: whoever
+	// reads body to its end releases it.
+	lease Lease
+	cold  bool          // waited for a function with no instance
+	wait  time.Duration // how long it waited for an instance
 	// instance is the address of the instance it was sent to, if any.
 	instance string
 	err      string // why the platform failed it
@@ -379,7 +378,8 @@ func bodySize(contentLength int) int {
 
 // serve sends the request to an instance, and to another when one
 // refuses it untouched (forward.ErrUnsent), within the deadline and
-// MaxAttempts.
+// MaxAttempts. It gives the instance's slot back before it returns,
+// unless the response body still streams (res.body, res.lease).
 func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Time, cc *forward.Conn) result {
 	var gone <-chan struct{}
 	if cc != nil {
@@ -387,7 +387,7 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 	}
 	var res result
 	for attempt := 1; ; attempt++ {
-		in, cold, wait, err := a.acquire(rt, deadline, gone)
+		lease, cold, wait, err := a.acquire(rt, deadline, gone)
 		res.wait += wait
 		res.cold = res.cold || cold
 		switch {
@@ -410,18 +410,24 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 			res.code = forward.StatusClientClosedRequest
 			return res
 		}
-		res.instance = in.Addr
-		body, err := a.client(in.Addr).Do(&ctx.Request, &ctx.Response, deadline, cc)
+		res.instance = lease.Addr()
+		body, err := a.client(lease.Addr()).Do(&ctx.Request, &ctx.Response, deadline, cc)
 		if err == nil {
 			forward.PrepareResponse(&ctx.Response)
-			res.code, res.in, res.body = ctx.Response.StatusCode(), in, body
+			res.code = ctx.Response.StatusCode()
+			if body == nil {
+				lease.Release()
+			} else {
+				res.body, res.lease = body, lease
+			}
 			return res
 		}
 		f := forward.Classify(err)
 		if f.Unsent {
-			rt.throttler.Refused(in)
+			lease.Refused()
+		} else {
+			lease.Release()
 		}
-		rt.throttler.Release(in)
 		if f.Unsent && attempt < a.cfg.MaxAttempts && time.Now().Before(deadline) {
 			ctx.Response.Reset()
 			continue // nothing reached that instance: another may take it
@@ -435,22 +441,22 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 	}
 }
 
-// acquire takes an instance, waiting (with a timer and a clock only then)
-// until the deadline. cold reports a wait for a function with no
-// instance; wait is how long it waited.
-func (a *Activator) acquire(rt *route, deadline time.Time, gone <-chan struct{}) (in *Instance, cold bool, wait time.Duration, err error) {
-	if in := rt.throttler.TryAcquire(); in != nil {
-		return in, false, 0, nil
+// acquire takes a slot of an instance, waiting (with a timer and a clock
+// only then) until the deadline. cold reports a wait for a function with
+// no instance; wait is how long it waited.
+func (a *Activator) acquire(rt *route, deadline time.Time, gone <-chan struct{}) (l Lease, cold bool, wait time.Duration, err error) {
+	if l, ok := rt.throttler.TryAcquire(); ok {
+		return l, false, 0, nil
 	}
 	start := time.Now()
 	d := deadline.Sub(start)
 	if d <= 0 {
-		return nil, false, 0, ErrTimeout
+		return Lease{}, false, 0, ErrTimeout
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()
-	in, cold, err = rt.throttler.Acquire(t.C, gone)
-	return in, cold, time.Since(start), err
+	l, cold, err = rt.throttler.Acquire(t.C, gone)
+	return l, cold, time.Since(start), err
 }
 
 // upstreamIdleTimeout is how long a connection to an instance is kept

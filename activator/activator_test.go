@@ -280,7 +280,8 @@ func TestServer(t *testing.T) {
 		}},
 	}))
 	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
-	srv := &Server{Activator: a, Registry: reg, Records: ring, Token: "s3cret", DrainTimeout: 5 * time.Second, Log: quiet}
+	srv := &Server{Activator: a, DrainTimeout: 5 * time.Second, Log: quiet,
+		Admin: AdminServer{Activator: a, Registry: reg, Records: ring, Token: "s3cret", Log: quiet}}
 	serving, _ := net.Listen("tcp", "127.0.0.1:0")
 	admin, _ := net.Listen("tcp", "127.0.0.1:0")
 	ctx, cancel := context.WithCancel(context.Background())
@@ -299,6 +300,9 @@ func TestServer(t *testing.T) {
 	}
 	if code, _ := get(t, adminURL+"/v1/functions"); code != 401 {
 		t.Errorf("/v1/functions without the token: %d, want 401", code)
+	}
+	if code, _ := get(t, adminURL+"/healthz", "X-Big", strings.Repeat("x", adminMaxHeaderBytes+8<<10)); code != 431 {
+		t.Errorf("a head over the admin port's %d bytes: %d, want 431", adminMaxHeaderBytes, code)
 	}
 	checkInvocationRoutes(t, adminURL+"/v1/namespaces/ns/functions/hello/invocations", "Bearer s3cret")
 	code, body := get(t, adminURL+"/v1/namespaces/ns/functions/hello/invocations")

@@ -32,8 +32,8 @@ import (
 // address.
 func runServer(t *testing.T, a *Activator, readTimeout time.Duration) string {
 	t.Helper()
-	srv := &Server{Activator: a, Registry: prometheus.NewRegistry(), Records: invocation.NewRing(10),
-		DrainTimeout: time.Second, ReadTimeout: readTimeout, Log: quiet}
+	srv := &Server{Activator: a, DrainTimeout: time.Second, ReadTimeout: readTimeout, Log: quiet,
+		Admin: AdminServer{Activator: a, Registry: prometheus.NewRegistry(), Records: invocation.NewRing(10), Log: quiet}}
 	serving, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

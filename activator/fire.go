@@ -72,9 +72,7 @@ func (a *Activator) Fire(_ context.Context, namespace, name, trigger string, sch
 	if res.body != nil {
 		_, _ = io.Copy(io.Discard, res.body)
 		_ = res.body.Close()
-	}
-	if res.in != nil {
-		rt.throttler.Release(res.in)
+		res.lease.Release()
 	}
 	res.trigger, res.triggerName = "cron", trigger
 	a.finish(ctx, rt, start, res)

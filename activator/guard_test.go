@@ -36,10 +36,12 @@ func TestServerGuard(t *testing.T) {
 	guard := &adminauth.Guard{}
 	const reason = "the admin API is refused: create the Secret sless-system/sless-admin"
 	guard.Refuse(reason)
-	srv := &Server{Activator: a, Registry: reg, Records: ring, Guard: guard, AcceptRecords: true,
-		Console:      console.Handler{}, // open, and not served: with a Guard, ConsoleFor is the console
-		ConsoleFor:   func(token string) http.Handler { return console.Handler{Token: token} },
-		DrainTimeout: time.Second, Log: quiet}
+	srv := &Server{Activator: a, DrainTimeout: time.Second, Log: quiet, Admin: AdminServer{
+		Activator: a, Registry: reg, Records: ring, Guard: guard, AcceptRecords: true,
+		Console:    console.Handler{}, // open, and not served: with a Guard, ConsoleFor is the console
+		ConsoleFor: func(token string) http.Handler { return console.Handler{Token: token} },
+		Log:        quiet,
+	}}
 	serving, _ := net.Listen("tcp", "127.0.0.1:0")
 	admin, _ := net.Listen("tcp", "127.0.0.1:0")
 	ctx, cancel := context.WithCancel(context.Background())

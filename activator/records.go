@@ -49,7 +49,7 @@ func (a *Activator) AddRecords(host string, records []invocation.Record) error {
 
 // addRecords is the admin route queue-proxies send records to
 // (wire.RecordsPattern).
-func (s *Server) addRecords(w http.ResponseWriter, r *http.Request) {
+func (s *AdminServer) addRecords(w http.ResponseWriter, r *http.Request) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "no client address"})

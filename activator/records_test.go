@@ -40,8 +40,8 @@ func TestQueueProxyRecords(t *testing.T) {
 	a.SetFunction(Function{Namespace: "test", Name: "fn", Timeout: 10 * time.Second})
 	a.SetFunction(Function{Namespace: "test", Name: "elsewhere", Timeout: 10 * time.Second})
 	a.SetEndpoints("test", "elsewhere", []string{"10.0.0.1:8012"})
-	srv := &Server{Activator: a, Registry: prometheus.NewRegistry(), Records: ring, Token: "s3cret", AcceptRecords: true,
-		DrainTimeout: time.Second, Log: quiet}
+	srv := &Server{Activator: a, DrainTimeout: time.Second, Log: quiet, Admin: AdminServer{
+		Activator: a, Registry: prometheus.NewRegistry(), Records: ring, Token: "s3cret", AcceptRecords: true, Log: quiet}}
 	serving, _ := net.Listen("tcp", "127.0.0.1:0")
 	admin, _ := net.Listen("tcp", "127.0.0.1:0")
 	ctx, cancel := context.WithCancel(context.Background())

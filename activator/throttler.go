@@ -66,7 +66,8 @@ const benchTime = time.Second
 // (0: unlimited; see share), choosing between two random instances the one
 // with fewer requests in flight. Requests that find no
 // free instance wait in a bounded FIFO queue and are handed an instance
-// directly when one frees up or appears, so nothing polls.
+// directly when one frees up or appears, so nothing polls. A request
+// holds its slot as a Lease, and gives it back through it.
 //
 // One mutex guards the instances and the queue; the critical sections are
 // a few comparisons and pointer moves.
@@ -94,8 +95,44 @@ type Throttler struct {
 }
 
 type waiter struct {
-	got chan *Instance // receives the instance; buffered, written once
-	err error          // when got receives nil: why no instance comes
+	got  chan *Instance // receives the instance; buffered, written once
+	err  error          // when got receives nil: why no instance comes
+	cold bool           // queued while the function had no instance
+}
+
+// Lease is one request's hold on a slot of an instance, from the
+// Throttler that admitted it to its Release (or Refused), exactly once:
+// the release is handed out with the slot, as Knative's Breaker.Reserve
+// does, so that no caller gives back what it was not given. A value, so
+// that handing it over allocates nothing. The zero Lease holds nothing,
+// and its Release does nothing.
+type Lease struct {
+	t  *Throttler
+	in *Instance
+}
+
+// Addr is the address of the instance leased.
+func (l Lease) Addr() string { return l.in.Addr }
+
+// Release gives the slot back, handing it to the first request waiting.
+func (l Lease) Release() {
+	if l.t == nil {
+		return
+	}
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	l.t.releaseLocked(l.in)
+}
+
+// Refused gives the slot back after the instance refused a connection,
+// and takes the instance out of rotation for benchTime, or until an
+// Update lists it again: it is gone or going (its endpoint update is on
+// its way), or restarting. Requests in flight on it finish there.
+func (l Lease) Refused() {
+	l.t.mu.Lock()
+	defer l.t.mu.Unlock()
+	l.t.benchLocked(l.in)
+	l.t.releaseLocked(l.in)
 }
 
 // NewThrottler returns a throttler for a function whose instances each take
@@ -113,83 +150,140 @@ func NewThrottler(concurrency, maxWaiting int, buffer *Buffer, poke func()) *Thr
 	}
 }
 
-// TryAcquire returns an instance with room, or nil when the request would
-// have to wait (none has room, or others are waiting already).
-func (t *Throttler) TryAcquire() *Instance {
+// TryAcquire returns a lease on an instance with room, or false when the
+// request would have to wait (none has room, or others are waiting
+// already).
+func (t *Throttler) TryAcquire() (Lease, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.waiters) > 0 {
-		return nil
+		return Lease{}, false
 	}
-	in := t.pick()
-	if in != nil {
-		in.inFlight++
+	if in := t.takeLocked(); in != nil {
+		return Lease{t, in}, true
 	}
-	return in
+	return Lease{}, false
 }
 
-// Acquire returns an instance to send a request to, waiting until one is
-// free, timeout fires or gone closes (nil channels never do). cold
-// reports that the request waited for a function with no instance. Every
-// instance returned must be given back with Release.
-func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (in *Instance, cold bool, err error) {
-	t.mu.Lock()
-	if len(t.waiters) == 0 {
-		if in := t.pick(); in != nil {
-			in.inFlight++
-			t.mu.Unlock()
-			return in, false, nil
-		}
+// Acquire returns a lease on an instance to send a request to, waiting
+// until one is free, timeout fires or gone closes (nil channels never
+// do). cold reports that the request waited for a function with no
+// instance.
+func (t *Throttler) Acquire(timeout <-chan time.Time, gone <-chan struct{}) (l Lease, cold bool, err error) {
+	in, w, err := t.admit()
+	switch {
+	case err != nil:
+		return Lease{}, false, err
+	case w == nil:
+		return Lease{t, in}, false, nil
 	}
-	if t.closed {
-		t.mu.Unlock()
-		return nil, false, ErrRemoved
-	}
-	if err := t.unavailableLocked(); err != nil {
-		return nil, false, err // unlocked
-	}
-	if len(t.waiters) >= t.maxWaiting {
-		t.mu.Unlock()
-		return nil, false, ErrBufferFull
-	}
-	if t.buffer.waiting.Add(1) > t.buffer.max {
-		t.buffer.waiting.Add(-1)
-		t.mu.Unlock()
-		return nil, false, ErrBufferFull
-	}
-	w := &waiter{got: make(chan *Instance, 1)}
-	cold = len(t.instances) == 0
-	t.waiters = append(t.waiters, w)
-	pokeNow := cold && !t.poked
-	t.poked = t.poked || pokeNow
-	t.mu.Unlock()
-	if pokeNow {
-		t.poke()
-	}
-
 	select {
 	case in := <-w.got:
 		if in == nil {
-			return nil, cold, w.err
+			return Lease{}, w.cold, w.err
 		}
-		return in, cold, nil
+		return Lease{t, in}, w.cold, nil
 	case <-timeout:
 		err = ErrTimeout
 	case <-gone:
 		err = ErrCanceled
 	}
+	t.abandon(w)
+	return Lease{}, w.cold, err
+}
+
+// admit takes a slot at once, when one is free and no request waits
+// before; else it queues a waiter for one, or says why it cannot. It pokes
+// once the lock is released.
+func (t *Throttler) admit() (in *Instance, w *waiter, err error) {
+	var pokeNow bool
+	t.mu.Lock()
+	if len(t.waiters) == 0 {
+		in = t.takeLocked()
+	}
+	if in == nil {
+		w, pokeNow, err = t.queueLocked()
+	}
+	t.mu.Unlock()
+	if pokeNow {
+		t.poke()
+	}
+	return in, w, err
+}
+
+// queueLocked queues a waiter for a slot, or says why it cannot. pokeNow
+// reports that the autoscaler must be poked, once the lock is released.
+func (t *Throttler) queueLocked() (w *waiter, pokeNow bool, err error) {
+	if t.closed {
+		return nil, false, ErrRemoved
+	}
+	if pokeNow, err := t.unavailableLocked(); err != nil {
+		return nil, pokeNow, err
+	}
+	if w = t.enqueueLocked(); w == nil {
+		return nil, false, ErrBufferFull
+	}
+	// The first request to wait for a function with no instance pokes.
+	pokeNow = w.cold && !t.poked
+	t.poked = t.poked || pokeNow
+	return w, pokeNow, nil
+}
+
+// enqueueLocked queues a new waiter, counted in the activator's buffer
+// until it leaves the queue (dequeueLocked, removeWaiterLocked,
+// refuseWaitersLocked), or returns nil when the function's queue or the
+// buffer is full.
+func (t *Throttler) enqueueLocked() *waiter {
+	if len(t.waiters) >= t.maxWaiting {
+		return nil
+	}
+	if t.buffer.waiting.Add(1) > t.buffer.max {
+		t.buffer.waiting.Add(-1)
+		return nil
+	}
+	w := &waiter{got: make(chan *Instance, 1), cold: len(t.instances) == 0}
+	t.waiters = append(t.waiters, w)
+	return w
+}
+
+// dequeueLocked takes the first waiter out of the queue.
+func (t *Throttler) dequeueLocked() *waiter {
+	w := t.waiters[0]
+	t.waiters[0] = nil
+	t.waiters = t.waiters[1:]
+	t.buffer.waiting.Add(-1)
+	return w
+}
+
+// removeWaiterLocked takes waiter i out of the queue.
+func (t *Throttler) removeWaiterLocked(i int) {
+	t.waiters = slices.Delete(t.waiters, i, i+1)
+	t.buffer.waiting.Add(-1)
+}
+
+// refuseWaitersLocked answers every waiting request with err.
+func (t *Throttler) refuseWaitersLocked(err error) {
+	for _, w := range t.waiters {
+		w.err = err
+		w.got <- nil
+	}
+	t.buffer.waiting.Add(-int64(len(t.waiters)))
+	clear(t.waiters)
+	t.waiters = t.waiters[:0]
+}
+
+// abandon takes w out of the queue after its request gave up. An
+// instance handed to it meanwhile goes to the next request.
+func (t *Throttler) abandon(w *waiter) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if i := t.waiterIndex(w); i >= 0 {
-		t.waiters = append(t.waiters[:i], t.waiters[i+1:]...)
-		t.buffer.waiting.Add(-1)
-		return nil, cold, err
+		t.removeWaiterLocked(i)
+		return
 	}
-	// Handed an instance (or refused) while giving up: pass it on.
 	if in := <-w.got; in != nil {
 		t.releaseLocked(in)
 	}
-	return nil, cold, err
 }
 
 // SetUnavailable makes requests fail at once with err (wrapping
@@ -216,50 +310,36 @@ func (t *Throttler) SetUnavailable(err error) {
 // get ErrRemoved at once rather than wait to their timeout for an
 // instance that will never come.
 func (t *Throttler) Close() (gone []string) {
-	t.mu.Lock()
-	t.closed = true
-	t.refuseWaitersLocked(ErrRemoved)
-	t.all = nil
-	return t.reshareLocked()
+	return t.reshare(func() {
+		t.closed = true
+		t.refuseWaitersLocked(ErrRemoved)
+		t.all = nil
+	})
 }
 
-// refuseWaitersLocked answers every waiting request with err.
-func (t *Throttler) refuseWaitersLocked(err error) {
-	for _, w := range t.waiters {
-		w.err = err
-		w.got <- nil
-	}
-	t.buffer.waiting.Add(-int64(len(t.waiters)))
-	clear(t.waiters)
-	t.waiters = t.waiters[:0]
-}
-
-// unavailableLocked returns why the function cannot take a request, and
-// unlocks, or returns nil with the lock still held. A refused request
-// pokes the autoscaler, at most once a second, so that a function whose
-// instances crash keeps being retried while it is asked for.
-func (t *Throttler) unavailableLocked() error {
+// unavailableLocked returns why the function cannot take a request, if
+// it cannot. A refused request pokes the autoscaler (pokeNow), at most
+// once a second, so that a function whose instances crash keeps being
+// retried while it is asked for.
+func (t *Throttler) unavailableLocked() (pokeNow bool, err error) {
 	if t.unavailable == nil || len(t.instances) > 0 {
-		return nil
+		return false, nil
 	}
-	err := t.unavailable
 	now := time.Now()
-	pokeNow := now.Sub(t.lastPoke) >= time.Second
+	pokeNow = now.Sub(t.lastPoke) >= time.Second
 	if pokeNow {
 		t.lastPoke = now
 	}
-	t.mu.Unlock()
-	if pokeNow {
-		t.poke()
-	}
-	return err
+	return pokeNow, t.unavailable
 }
 
-// Release gives back an instance returned by Acquire.
-func (t *Throttler) Release(in *Instance) {
-	t.mu.Lock()
-	t.releaseLocked(in)
-	t.mu.Unlock()
+// takeLocked counts a request on the instance pick chooses, if any.
+func (t *Throttler) takeLocked() *Instance {
+	in := t.pick()
+	if in != nil {
+		in.inFlight++
+	}
+	return in
 }
 
 func (t *Throttler) releaseLocked(in *Instance) {
@@ -269,13 +349,9 @@ func (t *Throttler) releaseLocked(in *Instance) {
 	}
 }
 
-// Refused takes an instance that refused a connection out of rotation
-// for benchTime, or until an Update lists it again: it is gone or going
-// (its endpoint update is on its way), or restarting. Requests in flight
-// on it finish there.
-func (t *Throttler) Refused(in *Instance) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
+// benchLocked takes an instance that refused a connection out of
+// rotation (see Lease.Refused).
+func (t *Throttler) benchLocked(in *Instance) {
 	if in.removed {
 		return
 	}
@@ -303,17 +379,13 @@ func (t *Throttler) readmit(in *Instance) {
 // unlimited), in place: requests waiting keep their place, and take the
 // new room at once.
 func (t *Throttler) SetCapacity(capacity int) {
-	t.mu.Lock()
-	t.concurrency = capacity
-	t.reshareLocked() // unlocks
+	t.reshare(func() { t.concurrency = capacity })
 }
 
 // SetPeers tells the throttler the activators it shares the instances
 // with, and returns the addresses that left this activator's share.
 func (t *Throttler) SetPeers(p Peers) (gone []string) {
-	t.mu.Lock()
-	t.peers = p
-	return t.reshareLocked()
+	return t.reshare(func() { t.peers = p })
 }
 
 // HasHost reports whether a ready instance is at host (its IP): what
@@ -335,14 +407,16 @@ func (t *Throttler) HasHost(host string) bool {
 // are handed to the new capacity at once. A benched instance listed comes
 // back at once, as a new one.
 func (t *Throttler) Update(addrs []string) (gone []string) {
-	t.mu.Lock()
-	t.all = slices.Sorted(slices.Values(addrs))
-	return t.reshareLocked()
+	all := slices.Sorted(slices.Values(addrs))
+	return t.reshare(func() { t.all = all })
 }
 
-// reshareLocked puts this activator's share of the instances in rotation,
-// at its share of the concurrency, and unlocks.
-func (t *Throttler) reshareLocked() (gone []string) {
+// reshare applies change under the lock, then puts this activator's share
+// of the instances in rotation, at its share of the concurrency, and
+// returns the addresses that left it. It pokes once the lock is released.
+func (t *Throttler) reshare(change func()) (gone []string) {
+	t.mu.Lock()
+	change()
 	first, step, capacity := share(t.concurrency, len(t.all), t.peers)
 	t.capacity = capacity
 	mine := make([]string, 0, len(t.all)/step+1)
@@ -351,11 +425,18 @@ func (t *Throttler) reshareLocked() (gone []string) {
 			mine = append(mine, a)
 		}
 	}
-	return t.rotateLocked(mine)
+	gone, pokeNow := t.rotateLocked(mine)
+	t.mu.Unlock()
+	if pokeNow {
+		t.poke()
+	}
+	return gone
 }
 
-// rotateLocked makes addrs the instances in rotation and unlocks.
-func (t *Throttler) rotateLocked(addrs []string) (gone []string) {
+// rotateLocked makes addrs the instances in rotation. pokeNow reports that
+// the last instance left while requests wait: the autoscaler must be
+// poked, once the lock is released.
+func (t *Throttler) rotateLocked(addrs []string) (gone []string, pokeNow bool) {
 	old := make(map[string]*Instance, len(t.instances)+len(t.benched))
 	for _, in := range t.benched {
 		in.benched = false
@@ -383,29 +464,20 @@ func (t *Throttler) rotateLocked(addrs []string) (gone []string) {
 	t.instances = next
 	// The last instance left: the next activation needs a poke, now if
 	// requests are already waiting.
-	pokeNow := len(next) == 0 && len(t.waiters) > 0
+	pokeNow = len(next) == 0 && len(t.waiters) > 0
 	t.poked = pokeNow || len(next) > 0 && t.poked
 	t.dispatchLocked()
-	t.mu.Unlock()
-	if pokeNow {
-		t.poke()
-	}
-	return gone
+	return gone, pokeNow
 }
 
 // dispatchLocked hands free capacity to waiters, first come first served.
 func (t *Throttler) dispatchLocked() {
 	for len(t.waiters) > 0 {
-		in := t.pick()
+		in := t.takeLocked()
 		if in == nil {
 			return
 		}
-		in.inFlight++
-		w := t.waiters[0]
-		t.waiters[0] = nil
-		t.waiters = t.waiters[1:]
-		t.buffer.waiting.Add(-1)
-		w.got <- in
+		t.dequeueLocked().got <- in
 	}
 }
 

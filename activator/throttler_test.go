@@ -33,14 +33,14 @@ func TestThrottlerCapacityNeverExceeded(t *testing.T) {
 					return
 				}
 				mu.Lock()
-				holding[in.Addr]++
-				peak[in.Addr] = max(peak[in.Addr], holding[in.Addr])
-				served[in.Addr]++
+				holding[in.Addr()]++
+				peak[in.Addr()] = max(peak[in.Addr()], holding[in.Addr()])
+				served[in.Addr()]++
 				mu.Unlock()
 				mu.Lock()
-				holding[in.Addr]--
+				holding[in.Addr()]--
 				mu.Unlock()
-				th.Release(in)
+				in.Release()
 			}
 		})
 	}
@@ -71,7 +71,7 @@ func TestThrottlerLeastLoaded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		load[in.Addr]++
+		load[in.Addr()]++
 	}
 	lo, hi := 400, 0
 	for _, n := range load {
@@ -167,7 +167,7 @@ func TestThrottlerScaleFromZero(t *testing.T) {
 		th := NewThrottler(1, 100, NewBuffer(100), func() { pokes.Add(1) })
 		const n = 10
 		order := make(chan int, n)
-		got := make(chan *Instance, n)
+		got := make(chan Lease, n)
 		for i := range n {
 			go func() {
 				in, _, err := th.Acquire(nil, never())
@@ -189,7 +189,7 @@ func TestThrottlerScaleFromZero(t *testing.T) {
 		th.Update([]string{"a"})
 		for want := range n {
 			if want > 0 { // each release lets the next one in
-				th.Release(<-got)
+				(<-got).Release()
 			}
 			if i := <-order; i != want {
 				t.Fatalf("request %d got the instance in turn %d", i, want)
@@ -197,7 +197,7 @@ func TestThrottlerScaleFromZero(t *testing.T) {
 		}
 
 		// Scale to zero and back: one more poke.
-		th.Release(<-got)
+		(<-got).Release()
 		th.Update(nil)
 		go func() { _, _, _ = th.Acquire(nil, never()) }()
 		synctest.Wait()
@@ -211,7 +211,7 @@ func TestThrottlerScaleFromZero(t *testing.T) {
 func TestThrottlerRemovedInstanceGetsNoNewRequests(t *testing.T) {
 	th := NewThrottler(0, 10, NewBuffer(10), nil)
 	th.Update([]string{"a", "b"})
-	var held []*Instance
+	var held []Lease
 	for range 10 {
 		in, _, _ := th.Acquire(nil, never())
 		held = append(held, in)
@@ -219,13 +219,13 @@ func TestThrottlerRemovedInstanceGetsNoNewRequests(t *testing.T) {
 	th.Update([]string{"b", "c"})
 	for range 20 {
 		in, _, _ := th.Acquire(nil, never())
-		if in.Addr == "a" {
+		if in.Addr() == "a" {
 			t.Fatal("a request went to a removed instance")
 		}
-		defer th.Release(in)
+		defer in.Release()
 	}
 	for _, in := range held {
-		th.Release(in)
+		in.Release()
 	}
 	if n, _ := th.Load(); n != 2 {
 		t.Errorf("%d instances, want 2", n)
@@ -249,7 +249,7 @@ func BenchmarkThrottler(b *testing.B) {
 						b.Error(err)
 						return
 					}
-					th.Release(in)
+					in.Release()
 				}
 			})
 		})
@@ -266,7 +266,7 @@ func BenchmarkWakeOnUpdate(b *testing.B) {
 		got := make(chan time.Time, 1)
 		go func() {
 			in, _, err := th.Acquire(nil, nil)
-			if err != nil || in == nil {
+			if err != nil || in.in == nil {
 				b.Error(err)
 			}
 			got <- time.Now()
@@ -289,13 +289,12 @@ func TestThrottlerBenchesRefused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := NewThrottler(1, 10, NewBuffer(10), nil)
 		th.Update([]string{"a"})
-		in := th.TryAcquire()
-		th.Refused(in)
-		th.Release(in)
+		in, _ := th.TryAcquire()
+		in.Refused()
 		if n, _ := th.Load(); n != 0 {
 			t.Fatalf("%d instances in rotation after a refusal, want 0", n)
 		}
-		got := make(chan *Instance, 1)
+		got := make(chan Lease, 1)
 		go func() {
 			in, _, err := th.Acquire(nil, nil)
 			if err != nil {
@@ -312,10 +311,11 @@ func TestThrottlerBenchesRefused(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 		synctest.Wait()
-		if back := <-got; back != in {
-			t.Fatalf("after the bench, the waiter got %v, want the instance back", back)
+		back := <-got
+		if back.in != in.in {
+			t.Fatalf("after the bench, the waiter got %v, want the instance back", back.in)
 		}
-		th.Release(in)
+		back.Release()
 		if n, inFlight := th.Load(); n != 1 || inFlight != 0 {
 			t.Errorf("load %d instances, %d in flight; want 1, 0", n, inFlight)
 		}
@@ -340,12 +340,12 @@ func TestThrottlerUpdateSettlesBench(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				th := NewThrottler(0, 10, NewBuffer(10), nil)
 				th.Update([]string{"a", "b"})
-				for in := th.TryAcquire(); ; in = th.TryAcquire() {
-					th.Release(in)
-					if in.Addr == "a" {
-						th.Refused(in)
+				for in, _ := th.TryAcquire(); ; in, _ = th.TryAcquire() {
+					if in.Addr() == "a" {
+						in.Refused()
 						break
 					}
+					in.Release()
 				}
 				if gone := th.Update(tt.update); !slices.Equal(gone, tt.wantGone) {
 					t.Errorf("Update returned gone %v, want %v", gone, tt.wantGone)
@@ -370,8 +370,8 @@ func TestThrottlerSetCapacity(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		th := NewThrottler(1, 10, NewBuffer(10), nil)
 		th.Update([]string{"a"})
-		first := th.TryAcquire()
-		done := make(chan *Instance, 2)
+		first, _ := th.TryAcquire()
+		done := make(chan Lease, 2)
 		for range 2 {
 			go func() {
 				in, _, err := th.Acquire(nil, nil)
@@ -391,13 +391,13 @@ func TestThrottlerSetCapacity(t *testing.T) {
 			t.Fatalf("after the resize: %d waiting, %d served; want 0, 2", th.Waiting(), len(done))
 		}
 		th.SetCapacity(1)
-		if in := th.TryAcquire(); in != nil {
+		if _, ok := th.TryAcquire(); ok {
 			t.Errorf("admitted a 4th request at capacity 1")
 		}
-		th.Release(first)
-		th.Release(<-done)
-		th.Release(<-done)
-		if in := th.TryAcquire(); in == nil {
+		first.Release()
+		(<-done).Release()
+		(<-done).Release()
+		if _, ok := th.TryAcquire(); !ok {
 			t.Errorf("no room at capacity 1 with nothing in flight")
 		}
 	})
@@ -446,7 +446,7 @@ func TestThrottlerUnavailable(t *testing.T) {
 		if err != nil {
 			t.Fatalf("with an instance: %v", err)
 		}
-		th.Release(in)
+		in.Release()
 		th.Update(nil)
 		th.SetUnavailable(nil)
 		go func() { _, _, err := th.Acquire(nil, never()); errs <- err }()
@@ -489,7 +489,7 @@ func TestThrottlerClose(t *testing.T) {
 		if th.Waiting() != 0 || buf.Waiting() != 0 {
 			t.Fatalf("%d waiting, %d in the buffer after Close, want 0", th.Waiting(), buf.Waiting())
 		}
-		th.Release(busy) // the request in flight finishes
+		busy.Release() // the request in flight finishes
 		if _, _, err := th.Acquire(nil, never()); !errors.Is(err, ErrRemoved) {
 			t.Errorf("a request after Close: %v, want ErrRemoved at once", err)
 		}

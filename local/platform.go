@@ -247,9 +247,11 @@ func (p *Platform) Run(ctx context.Context) error {
 	metrics := gatherer{platform: p.reg, instances: p.sup.Metrics}
 	// Every hop lives in this process: a client connection may take one
 	// to a queue-proxy (both ends here) and one to the function.
-	srv := &activator.Server{Activator: p.act, Registry: metrics, Records: p.records, Token: p.opts.AdminToken,
-		API: p.apiHandler(), Console: console.Handler{Token: p.opts.AdminToken}, DrainTimeout: p.opts.Drain, ReadTimeout: p.opts.ReadTimeout,
-		MaxConns: forward.MaxConns(4), Log: p.opts.Log}
+	srv := &activator.Server{Activator: p.act, DrainTimeout: p.opts.Drain, ReadTimeout: p.opts.ReadTimeout,
+		MaxConns: forward.MaxConns(4), Log: p.opts.Log, Admin: activator.AdminServer{
+			Activator: p.act, Registry: metrics, Records: p.records, Token: p.opts.AdminToken,
+			API: p.apiHandler(), Console: console.Handler{Token: p.opts.AdminToken}, Log: p.opts.Log,
+		}}
 	served := make(chan error, 1)
 	go func() { served <- srv.Run(ctx, p.serving, p.admin) }()
 	go p.scaler.Run(bg)

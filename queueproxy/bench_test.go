@@ -29,11 +29,12 @@ func acquireRelease(b *testing.B, br *Breaker) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if err := br.Acquire(deadline, nil); err != nil {
+			slot, err := br.Acquire(deadline, nil)
+			if err != nil {
 				b.Error(err)
 				return
 			}
-			br.Release()
+			slot.Release()
 		}
 	})
 }

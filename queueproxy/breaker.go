@@ -41,19 +41,39 @@ func NewBreaker(capacity, queueDepth int) *Breaker {
 	}
 }
 
+// Slot is one request's hold on a slot of a Breaker, from Acquire to its
+// Release, exactly once: the release is handed out with the slot (as
+// Knative's Breaker.Reserve returns it), so that no caller gives back what
+// it was not given. A value, so that handing it over allocates nothing.
+// The zero Slot holds nothing (no breaker: concurrency unlimited), and its
+// Release does nothing.
+type Slot struct{ b *Breaker }
+
+// Release gives the slot back: to the first request waiting, if any.
+func (s Slot) Release() {
+	if s.b == nil {
+		return
+	}
+	<-s.b.slots
+	s.b.pending.Add(-1)
+}
+
 // Acquire takes a slot, waiting until deadline at most, or until gone is
-// closed (nil: never). Every nil return must be paired with one Release.
-func (b *Breaker) Acquire(deadline time.Time, gone <-chan struct{}) error {
+// closed (nil: never).
+func (b *Breaker) Acquire(deadline time.Time, gone <-chan struct{}) (Slot, error) {
 	if b.pending.Add(1) > b.maxPending {
 		b.pending.Add(-1)
-		return ErrQueueFull
+		return Slot{}, ErrQueueFull
 	}
 	select {
 	case b.slots <- struct{}{}:
-		return nil
+		return Slot{b}, nil
 	default:
-		return b.wait(deadline, gone)
 	}
+	if err := b.wait(deadline, gone); err != nil {
+		return Slot{}, err
+	}
+	return Slot{b}, nil
 }
 
 func (b *Breaker) wait(deadline time.Time, gone <-chan struct{}) error {
@@ -81,12 +101,6 @@ func (b *Breaker) wait(deadline time.Time, gone <-chan struct{}) error {
 		b.pending.Add(-1)
 		return ErrClientGone
 	}
-}
-
-// Release gives back a slot taken by Acquire.
-func (b *Breaker) Release() {
-	<-b.slots
-	b.pending.Add(-1)
 }
 
 // InFlight is the number of slots taken.

@@ -21,7 +21,7 @@ func TestBreakerHammer(t *testing.T) {
 	for range goroutines {
 		wg.Go(func() {
 			for range rounds {
-				err := b.Acquire(deadline, nil)
+				slot, err := b.Acquire(deadline, nil)
 				if errors.Is(err, ErrQueueFull) {
 					refused.Add(1)
 					continue
@@ -35,7 +35,7 @@ func TestBreakerHammer(t *testing.T) {
 				}
 				holding.Add(-1)
 				admitted.Add(1)
-				b.Release()
+				slot.Release()
 			}
 		})
 	}
@@ -55,29 +55,37 @@ func TestBreakerQueueBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := NewBreaker(1, 2)
 		far := time.Now().Add(time.Minute)
-		if err := b.Acquire(far, nil); err != nil {
+		held, err := b.Acquire(far, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
-		results := make(chan error, 2)
+		type result struct {
+			slot Slot
+			err  error
+		}
+		results := make(chan result, 2)
 		for range 2 {
-			go func() { results <- b.Acquire(far, nil) }()
+			go func() {
+				slot, err := b.Acquire(far, nil)
+				results <- result{slot, err}
+			}()
 		}
 		synctest.Wait()
 		if b.Waiting() != 2 {
 			t.Fatalf("%d waiting, want 2", b.Waiting())
 		}
-		if err := b.Acquire(far, nil); !errors.Is(err, ErrQueueFull) {
+		if _, err := b.Acquire(far, nil); !errors.Is(err, ErrQueueFull) {
 			t.Fatalf("Acquire with the queue full = %v, want ErrQueueFull", err)
 		}
-		b.Release()
-		if err := <-results; err != nil {
-			t.Fatalf("waiter = %v", err)
+		for range 2 {
+			held.Release()
+			r := <-results
+			if r.err != nil {
+				t.Fatalf("waiter = %v", r.err)
+			}
+			held = r.slot
 		}
-		b.Release()
-		if err := <-results; err != nil {
-			t.Fatalf("waiter = %v", err)
-		}
-		b.Release()
+		held.Release()
 		if b.InFlight() != 0 || b.Waiting() != 0 {
 			t.Errorf("%d in flight, %d waiting; want none", b.InFlight(), b.Waiting())
 		}
@@ -92,46 +100,55 @@ func TestBreakerFIFO(t *testing.T) {
 		const waiters = 20
 		b := NewBreaker(1, waiters)
 		far := time.Now().Add(time.Minute)
-		if err := b.Acquire(far, nil); err != nil {
+		held, err := b.Acquire(far, nil)
+		if err != nil {
 			t.Fatal(err)
 		}
-		order := make(chan int, waiters)
+		type turn struct {
+			waiter int
+			slot   Slot
+		}
+		order := make(chan turn, waiters)
 		for i := range waiters {
 			go func() {
-				if err := b.Acquire(far, nil); err != nil {
+				slot, err := b.Acquire(far, nil)
+				if err != nil {
 					t.Error(err)
 				}
-				order <- i
+				order <- turn{i, slot}
 			}()
 			synctest.Wait() // one after the other into the queue
 		}
 		for want := range waiters {
-			b.Release()
-			if got := <-order; got != want {
-				t.Fatalf("slot %d went to waiter %d, want %d", want, got, want)
+			held.Release()
+			got := <-order
+			if got.waiter != want {
+				t.Fatalf("slot %d went to waiter %d, want %d", want, got.waiter, want)
 			}
+			held = got.slot
 		}
-		b.Release()
+		held.Release()
 	})
 }
 
 func TestBreakerTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := NewBreaker(1, 1)
-		if err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
+		held, err := b.Acquire(time.Now().Add(time.Minute), nil)
+		if err != nil {
 			t.Fatal(err)
 		}
-		if err := b.Acquire(time.Now().Add(20*time.Millisecond), nil); !errors.Is(err, ErrQueueTimeout) {
+		if _, err := b.Acquire(time.Now().Add(20*time.Millisecond), nil); !errors.Is(err, ErrQueueTimeout) {
 			t.Fatalf("Acquire past its deadline = %v, want ErrQueueTimeout", err)
 		}
-		if err := b.Acquire(time.Now().Add(-time.Second), nil); !errors.Is(err, ErrQueueTimeout) {
+		if _, err := b.Acquire(time.Now().Add(-time.Second), nil); !errors.Is(err, ErrQueueTimeout) {
 			t.Fatalf("Acquire with a passed deadline = %v, want ErrQueueTimeout", err)
 		}
 		if b.Waiting() != 0 {
 			t.Errorf("timed-out waiters still counted: %d", b.Waiting())
 		}
-		b.Release()
-		if err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
+		held.Release()
+		if _, err := b.Acquire(time.Now().Add(time.Minute), nil); err != nil {
 			t.Fatalf("Acquire after the timeouts = %v", err)
 		}
 	})

@@ -31,9 +31,9 @@ func (p *proxy) Invoke(req *fasthttp.Request, resp *fasthttp.Response, gone <-ch
 func (p *proxy) invoke(req *fasthttp.Request, resp *fasthttp.Response, start time.Time, gone <-chan struct{}) consumer.Answer {
 	deadline := start.Add(p.timeout)
 	if p.breaker != nil {
-		switch err := p.breaker.Acquire(deadline, gone); err {
+		switch slot, err := p.breaker.Acquire(deadline, gone); err {
 		case nil:
-			defer p.breaker.Release()
+			defer slot.Release()
 		case ErrQueueFull:
 			return unsent(fasthttp.StatusServiceUnavailable, "queue-proxy queue full")
 		case ErrClientGone:

@@ -62,7 +62,7 @@ func maxIdleConns(concurrency int) int {
 func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	p.stats.In(start)
-	code, body := p.serve(ctx, start)
+	code, body, slot := p.serve(ctx, start)
 	if body == nil {
 		p.end(start, code)
 		return
@@ -72,9 +72,7 @@ func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	// 64 KiB) response.
 	forward.StreamUntil(ctx, start.Add(p.timeout))
 	body.OnClose = func() {
-		if p.breaker != nil {
-			p.breaker.Release()
-		}
+		slot.Release()
 		p.end(start, code)
 	}
 }
@@ -87,33 +85,38 @@ func (p *proxy) end(start time.Time, code int) {
 }
 
 // serve answers the request and returns its status code, and the body
-// still streaming to the client, if any, which then holds the slot.
-func (p *proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *forward.Body) {
+// still streaming to the client, if any, with the slot it holds: whoever
+// reads the body to its end releases it. Without a body, the slot is
+// released already.
+func (p *proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *forward.Body, Slot) {
 	if int64(ctx.Request.Header.ContentLength()) > p.maxBody {
-		return p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge), nil
+		return p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge), nil, Slot{}
 	}
 	deadline := start.Add(p.timeout)
 	cc, _ := ctx.Conn().(*forward.Conn) // nil when hang-ups are not watched
+	var slot Slot
 	if p.breaker != nil {
 		var gone <-chan struct{}
 		if cc != nil {
 			gone = cc.Gone()
 		}
-		switch err := p.breaker.Acquire(deadline, gone); err {
+		var err error
+		switch slot, err = p.breaker.Acquire(deadline, gone); err {
 		case nil:
 		case ErrQueueFull:
-			return p.fail(ctx, fasthttp.StatusServiceUnavailable, p.errBody.queueFull), nil
+			return p.fail(ctx, fasthttp.StatusServiceUnavailable, p.errBody.queueFull), nil, Slot{}
 		case ErrClientGone:
-			return forward.StatusClientClosedRequest, nil
+			return forward.StatusClientClosedRequest, nil, Slot{}
 		default:
-			return p.fail(ctx, fasthttp.StatusGatewayTimeout, p.errBody.timeout), nil
+			return p.fail(ctx, fasthttp.StatusGatewayTimeout, p.errBody.timeout), nil, Slot{}
 		}
 	}
 	code, body := p.pass(ctx, deadline, cc)
-	if body == nil && p.breaker != nil {
-		p.breaker.Release()
+	if body == nil {
+		slot.Release()
+		return code, nil, Slot{}
 	}
-	return code, body
+	return code, body, slot
 }
 
 // pass sends the request on to the user process.

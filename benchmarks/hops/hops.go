@@ -97,7 +97,8 @@ func serveActivator(p []string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	srv := &activator.Server{Activator: a, Registry: reg, Records: ring, DrainTimeout: time.Second, Log: log}
+	srv := &activator.Server{Activator: a, DrainTimeout: time.Second, Log: log,
+		Admin: activator.AdminServer{Activator: a, Registry: reg, Records: ring, Log: log}}
 	fmt.Fprintln(os.Stderr, srv.Run(context.Background(), serving, admin))
 	os.Exit(1)
 }

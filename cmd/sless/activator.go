@@ -133,9 +133,10 @@ SLESS_DATABASE_URL), to memory without.`,
 				whole.Peers = peers.Others
 			}
 			api.View = whole.View
-			srv := &activator.Server{Activator: a, Registry: reg, Records: store, Guard: guard, API: kubeadmin.Handler(api, whole),
-				ConsoleFor:    func(token string) http.Handler { return console.Handler{Token: token} },
-				AcceptRecords: true, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log}
+			srv := &activator.Server{Activator: a, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log,
+				Admin: activator.AdminServer{Activator: a, Registry: reg, Records: store, Guard: guard, API: kubeadmin.Handler(api, whole),
+					ConsoleFor:    func(token string) http.Handler { return console.Handler{Token: token} },
+					AcceptRecords: true, Log: log}}
 			return srv.Run(ctx, servingLn, adminLn)
 		},
 	}

@@ -66,7 +66,8 @@ func startFront(t *testing.T) *front {
 	f.url = "http://" + serving.Addr().String() + "/fn/test/fn"
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	srv := &activator.Server{Activator: a, Registry: f.reg, Records: invocation.NewRing(100), DrainTimeout: time.Second, Log: quiet}
+	srv := &activator.Server{Activator: a, DrainTimeout: time.Second, Log: quiet,
+		Admin: activator.AdminServer{Activator: a, Registry: f.reg, Records: invocation.NewRing(100), Log: quiet}}
 	go func() { done <- srv.Run(ctx, serving, admin) }()
 	t.Cleanup(func() {
 		cancel()

@@ -231,7 +231,8 @@ func requestPath(ctx context.Context, url string, rate float64, duration time.Du
 	admin, _ := net.Listen("tcp", "127.0.0.1:0")
 	srvCtx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
-	srv := &activator.Server{Activator: a, Registry: reg, Records: sink, DrainTimeout: time.Second, Log: log}
+	srv := &activator.Server{Activator: a, DrainTimeout: time.Second, Log: log,
+		Admin: activator.AdminServer{Activator: a, Registry: reg, Records: sink, Log: log}}
 	go func() { served <- srv.Run(srvCtx, serving, admin) }()
 	defer func() { stop(); <-served }()
 	res, err := load.Run(ctx, load.Options{URL: "http://" + serving.Addr().String() + "/fn/bench/fn/",
