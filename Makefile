@@ -13,6 +13,10 @@ ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' hac
 K8S_ASSETS   := $(CURDIR)/bin/k8s/kubernetes-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 TOOLS        := $(CURDIR)/bin/tools
 
+# The Go functions' SDK is a module of its own (standard library only), so
+# ./... from here does not reach it: test and lint name it.
+GO_SDK := runtimes/go
+
 .PHONY: all build images cluster-bins cluster cluster-down cluster-wipe deploy console run test test-e2e test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative bench-cluster generate verify lint controlplane tools clean
 
 all: build
@@ -37,6 +41,7 @@ run: build
 ## against a real kube-apiserver and etcd (built on first use)
 test: verify controlplane console
 	KUBEBUILDER_ASSETS=$(K8S_ASSETS) $(GO) test -race -count=1 ./...
+	cd $(GO_SDK) && $(GO) test -race -count=1 ./...
 
 ## test-e2e: the end-to-end tests (e2e/) on the one-node cluster, with sless
 ## installed from its own images (make cluster deploy); the cluster stays up
@@ -49,6 +54,7 @@ test-e2e: cluster deploy build
 ## test-unit: the tests that need no control plane (the others skip)
 test-unit:
 	$(GO) test -race ./...
+	cd $(GO_SDK) && $(GO) test -race ./...
 
 ## bench: Go benchmarks of the request path, then the queue-proxy and the
 ## activator against the direct path under load, then the autoscaler's tick and
@@ -126,7 +132,8 @@ generate: $(TOOLS)/controller-gen
 verify: $(TOOLS)/controller-gen
 	hack/verify-generated.sh $(TOOLS)/controller-gen
 
-## lint: gofmt, go vet and staticcheck, on sless and on the samples that are modules of their own
+## lint: gofmt, go vet and staticcheck, on sless and on the modules of its own
+## inside it: the Go SDK and the samples that have a go.mod
 lint: $(TOOLS)/staticcheck
 	@unformatted=$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go')); \
 		if [ -n "$$unformatted" ]; then echo "gofmt needed:" $$unformatted >&2; exit 1; fi
@@ -134,8 +141,8 @@ lint: $(TOOLS)/staticcheck
 	$(GO) vet -tags e2e ./e2e/
 	$(TOOLS)/staticcheck ./...
 	$(TOOLS)/staticcheck -tags e2e ./e2e/
-	@# Samples with a go.mod of their own are modules apart from sless's.
-	for mod in $$(git ls-files 'config/samples/**/go.mod'); do \
+	@# The SDK and samples with a go.mod of their own are modules apart from sless's.
+	for mod in $(GO_SDK)/go.mod $$(git ls-files 'config/samples/**/go.mod'); do \
 		(cd $$(dirname $$mod) && $(GO) vet ./... && $(TOOLS)/staticcheck ./...) || exit 1; \
 	done
 

@@ -34,6 +34,7 @@ require (
 	sigs.k8s.io/kustomize/api v0.21.1
 	sigs.k8s.io/kustomize/kyaml v0.21.1
 	sigs.k8s.io/yaml v1.6.0
+	sless.dev/sless/runtimes/go v0.0.0
 )
 
 require (
@@ -123,3 +124,7 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+// The Go functions' SDK is a module of its own (standard library only),
+// nested in this repository and never published.
+replace sless.dev/sless/runtimes/go => ./runtimes/go

@@ -22,9 +22,9 @@ import (
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
-	"sless.dev/sless/internal/testinstance"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/queueproxy/queueproxytest"
 )
 
 func TestMain(m *testing.M) {
@@ -69,7 +69,7 @@ func serveActivator(t *testing.T, a *Activator) string {
 	return "http://" + ln.Addr().String()
 }
 
-func startInstance(t *testing.T) string { return testinstance.Start(t).Addr }
+func startInstance(t *testing.T) string { return queueproxytest.Start(t).Addr }
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 600}}
 
@@ -376,7 +376,7 @@ func checkFireRoute(t *testing.T, adminURL string, ring *invocation.Ring) {
 func TestInstanceStopsMidLoad(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 20 * time.Second})
-	one, two := testinstance.Start(t), testinstance.Start(t)
+	one, two := queueproxytest.Start(t), queueproxytest.Start(t)
 	a.SetEndpoints("ns", "pair", []string{one.Addr, two.Addr})
 	base := serveActivator(t, a)
 

@@ -22,9 +22,9 @@ import (
 	"sless.dev/sless/internal/badclient"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
-	"sless.dev/sless/internal/testinstance"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/queueproxy/queueproxytest"
 )
 
 // runServer runs a on an activator Server (its read-error answers, its
@@ -123,7 +123,7 @@ func TestDialTimeoutKeepsInstance(t *testing.T) {
 func TestRefusedByUserProcess(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 10 * time.Second})
-	dead, live := testinstance.Start(t), testinstance.Start(t)
+	dead, live := queueproxytest.Start(t), queueproxytest.Start(t)
 	dead.Function.Kill()
 	a.SetEndpoints("ns", "pair", []string{dead.Addr, live.Addr})
 	base := serveActivator(t, a)
@@ -163,7 +163,7 @@ func TestConcurrencyChangeKeepsWaiters(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
 	fn := Function{Namespace: "ns", Name: "grow", HTTP: true, Concurrency: 1, Timeout: 20 * time.Second}
 	a.SetFunction(fn)
-	inst := testinstance.Start(t)
+	inst := queueproxytest.Start(t)
 	a.SetEndpoints("ns", "grow", []string{inst.Addr})
 	base := serveActivator(t, a)
 	blocked := make(chan int, 1)
@@ -211,7 +211,7 @@ func TestGoneInstancesLeaveNoConnections(t *testing.T) {
 	get(t, base+"/fn/ns/nobody") // the test's own client connection, before counting
 	before := openFDs(t)
 	for range 3 {
-		inst := testinstance.Start(t)
+		inst := queueproxytest.Start(t)
 		a.SetEndpoints("ns", "churn", []string{inst.Addr})
 		var wg sync.WaitGroup
 		for range 20 {
@@ -283,7 +283,7 @@ func TestOutOfSocketsIsNoRefusal(t *testing.T) {
 // takes it. (Each admitted two: the instance got four and queued two,
 // where nothing could move them.)
 func TestPeersShareAnInstance(t *testing.T) {
-	inst := testinstance.Start(t, func(c *queueproxy.Config) { c.Concurrency, c.QueueDepth = 2, 10 })
+	inst := queueproxytest.Start(t, func(c *queueproxy.Config) { c.Concurrency, c.QueueDepth = 2, 10 })
 	var acts []*Activator
 	var wg sync.WaitGroup
 	for self := range 2 {
@@ -408,8 +408,8 @@ func TestAnswerBeforeBody(t *testing.T) {
 	const instanceMax = 1 << 20
 	a := newActivator(t, Config{MaxBodyBytes: 10 << 20}, &countingPoker{})
 	a.SetFunction(Function{Namespace: "ns", Name: "small", HTTP: true, Timeout: 10 * time.Second})
-	a.SetEndpoints("ns", "small", []string{testinstance.Start(t, func(c *queueproxy.Config) { c.MaxBodyBytes = instanceMax }).Addr})
-	dead := testinstance.Start(t)
+	a.SetEndpoints("ns", "small", []string{queueproxytest.Start(t, func(c *queueproxy.Config) { c.MaxBodyBytes = instanceMax }).Addr})
+	dead := queueproxytest.Start(t)
 	dead.Function.Kill()
 	a.SetFunction(Function{Namespace: "ns", Name: "dead", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "dead", []string{dead.Addr})

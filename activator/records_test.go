@@ -19,10 +19,10 @@ import (
 	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
-	"sless.dev/sless/internal/testinstance"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/queueproxy/queueproxytest"
 )
 
 // TestQueueProxyRecords: a queue-proxy sends the records of the messages
@@ -59,7 +59,7 @@ func TestQueueProxyRecords(t *testing.T) {
 	}))
 	t.Cleanup(counting.Close)
 
-	in := testinstance.Start(t, func(c *queueproxy.Config) {
+	in := queueproxytest.Start(t, func(c *queueproxy.Config) {
 		c.RabbitMQ = []queueproxy.RabbitMQ{{URL: amqptest.URL(), RabbitMQTrigger: wire.RabbitMQTrigger{
 			Name: "orders", Queue: queue, URLEnv: "X", Prefetch: 1}}}
 		c.RecordsURL = counting.URL

@@ -28,7 +28,7 @@ import (
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
-	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/queueproxy/queueproxytest"
 )
 
 // TestAutoscalerLoop runs the whole loop on real parts: load held on a
@@ -41,7 +41,7 @@ func TestAutoscalerLoop(t *testing.T) {
 	c := controlplane.Client(t, cfg)
 	ctx := context.Background()
 	controlplane.CreateDeployment(t, c, "loop", 1)
-	in := testinstance.Start(t)
+	in := queueproxytest.Start(t)
 
 	reg := prometheus.NewRegistry()
 	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), &kubewatch.KubernetesScaler{Client: c},
@@ -200,7 +200,7 @@ func replicas(t *testing.T, c client.Client, name string) int32 {
 	return *dep.Spec.Replicas
 }
 
-func release(t *testing.T, in *testinstance.Instance) {
+func release(t *testing.T, in *queueproxytest.Instance) {
 	t.Helper()
 	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(in.Function.Port) + "/release?id=loop")
 	if err != nil {

@@ -16,7 +16,7 @@ import (
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
-	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/queueproxy/queueproxytest"
 )
 
 func TestMain(m *testing.M) {
@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 // TestScraperSumsRealQueueProxies holds requests in flight on two real
 // instances and reads their load through /stats.
 func TestScraperSumsRealQueueProxies(t *testing.T) {
-	one, two := testinstance.Start(t), testinstance.Start(t)
+	one, two := queueproxytest.Start(t), queueproxytest.Start(t)
 	s := autoscaler.NewScraper(time.Second)
 	ctx := context.Background()
 	if _, err := s.Scrape(ctx, []string{one.AdminAddr, two.AdminAddr}); err != nil { // start fresh intervals
@@ -61,7 +61,7 @@ func TestScraperSumsRealQueueProxies(t *testing.T) {
 	if obs.Scraped != 2 || obs.Concurrency < 4.99 || obs.Concurrency > 5.01 {
 		t.Errorf("observation %+v, want 5 requests in flight from 2 instances", obs)
 	}
-	for _, in := range []*testinstance.Instance{one, two} {
+	for _, in := range []*queueproxytest.Instance{one, two} {
 		resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(in.Function.Port) + "/release?id=scrape")
 		if err != nil {
 			t.Fatal(err)

@@ -3,7 +3,6 @@ package runtimes
 import (
 	"context"
 	"crypto/sha256"
-	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -19,29 +18,25 @@ import (
 	"slices"
 	"strings"
 	"time"
-)
 
-// goSDKFiles is the sless package that every Go function imports. It is
-// built into sless so that a function builds without a checkout of this
-// repository: prepareGo writes it out as a module of its own.
-//
-//go:embed go/sless
-var goSDKFiles embed.FS
+	gosdk "sless.dev/sless/runtimes/go"
+)
 
 // goBuildEnv are the variables that change what go build makes of the
 // same source; a build under other values is another cache entry.
 var goBuildEnv = []string{"GOOS", "GOARCH", "GOFLAGS", "CGO_ENABLED", "GOEXPERIMENT", "GOAMD64", "GOARM64", "GOTOOLCHAIN"}
 
 const (
-	// goSDKModule is the module the generated build takes the sless
-	// package from. It is this repository's module path, so that a
-	// function module nested in this repository, which requires
-	// sless.dev/sless and replaces it with the checkout, gets the embedded
-	// copy instead of a module that cannot be downloaded.
-	goSDKModule = "sless.dev/sless"
-	goSDKDir    = "runtimes/go/sless"
-	// goSDKGoVersion is the oldest Go the sless package compiles with.
-	goSDKGoVersion = "1.22"
+	// goSDKDir is where the SDK's module (gosdk.Files) is written in the
+	// SDK's directory: where it is in this repository, below a go.mod of
+	// goLegacyModule.
+	goSDKDir = "runtimes/go"
+	// goLegacyModule is the module the SDK was part of before it had one
+	// of its own: a function module written then requires it (replaced by
+	// a checkout, as the samples did). The build replaces it by a module
+	// without packages, so that such a function still builds, with the
+	// SDK from its own module.
+	goLegacyModule = "sless.dev/sless"
 )
 
 // prepareGo builds src into a server binary, or finds it already built.
@@ -236,25 +231,39 @@ type goFile struct {
 	data []byte
 }
 
-// goSDK returns the files of the sless package's module: a go.mod and
-// the embedded package, tests left out.
+// goSDK returns the files of the SDK's directory: the SDK's module under
+// goSDKDir, tests left out, and a go.mod of goLegacyModule above it.
 func goSDK() ([]goFile, error) {
-	files := []goFile{{"go.mod", fmt.Appendf(nil, "module %s\n\ngo %s\n", goSDKModule, goSDKGoVersion)}}
-	entries, err := goSDKFiles.ReadDir("go/sless")
+	files := []goFile{{"go.mod", fmt.Appendf(nil, "module %s\n\ngo 1.22\n", goLegacyModule)}}
+	err := fs.WalkDir(gosdk.Files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, "_test.go") {
+			return err
+		}
+		data, err := gosdk.Files.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		files = append(files, goFile{path.Join(goSDKDir, p), data})
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded sless package: %w", err)
 	}
-	for _, e := range entries {
-		if e.IsDir() || strings.HasSuffix(e.Name(), "_test.go") {
-			continue
-		}
-		data, err := goSDKFiles.ReadFile(path.Join("go/sless", e.Name()))
-		if err != nil {
-			return nil, fmt.Errorf("embedded sless package: %w", err)
-		}
-		files = append(files, goFile{path.Join(goSDKDir, e.Name()), data})
-	}
 	return files, nil
+}
+
+// goSDKModule is the SDK's module path, read from its go.mod so that it
+// is written in one place.
+func goSDKModule() (string, error) {
+	data, err := gosdk.Files.ReadFile("go.mod")
+	if err != nil {
+		return "", fmt.Errorf("embedded sless package: %w", err)
+	}
+	module := goModulePath(data)
+	if module == "" {
+		return "", errors.New("embedded sless package: go.mod has no module line")
+	}
+	return module, nil
 }
 
 func goHashSDK(h hash.Hash) error {
@@ -269,8 +278,8 @@ func goHashSDK(h hash.Hash) error {
 	return nil
 }
 
-// writeGoSDK writes the embedded sless package as module sless.dev/sless
-// under dir, once per version of it, and returns the module's directory.
+// writeGoSDK writes the SDK's directory (goSDK) under dir, once per
+// version of the SDK, and returns it.
 func writeGoSDK(dir string) (string, error) {
 	h := sha256.New()
 	if err := goHashSDK(h); err != nil {

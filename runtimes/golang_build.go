@@ -29,7 +29,9 @@ const (
 )
 
 // goModTemplate is the generated module: it requires the function's
-// module and the sless package, both replaced by directories.
+// module and the SDK's, both replaced by directories, and replaces the
+// module the SDK used to be part of (goLegacyModule) in case the
+// function's module still requires it.
 const goModTemplate = `module sless.invalid/build
 
 go %[1]s
@@ -42,6 +44,7 @@ require (
 replace (
 	%[2]s => %[5]q
 	%[3]s => %[6]q
+	%[7]s => %[8]q
 )
 `
 
@@ -155,12 +158,17 @@ func (b goBuild) generate(ctx context.Context, work, sdk string) ([]string, erro
 	if err != nil {
 		return nil, err
 	}
+	sdkModule, err := goSDKModule()
+	if err != nil {
+		return nil, err
+	}
 	modDir := filepath.Join(work, "main")
 	if err := os.Mkdir(modDir, 0o755); err != nil {
 		return nil, fmt.Errorf("create build module: %w", err)
 	}
 	files := map[string]string{
-		"go.mod":  fmt.Sprintf(goModTemplate, version, goSDKModule, module, goModuleVersion(module), sdk, b.src.Dir),
+		"go.mod": fmt.Sprintf(goModTemplate, version, sdkModule, module, goModuleVersion(module),
+			filepath.Join(sdk, filepath.FromSlash(goSDKDir)), b.src.Dir, goLegacyModule, sdk),
 		"main.go": fmt.Sprintf(goMainTemplate, module, b.src.Handler),
 	}
 	// The function's own go.sum saves looking its dependencies up again.

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -334,20 +336,23 @@ func TestGoBuildErrors(t *testing.T) {
 }
 
 // TestGoModuleFunction builds a function with its own go.mod that needs
-// a third-party module, as samples nested in this repository do: they
-// require sless.dev/sless and replace it with a checkout the build must
-// not depend on.
+// a third-party module and requires the SDK's module, replaced by a
+// checkout the build must not depend on, as samples nested in this
+// repository do; and one written when the SDK was part of sless.dev/sless,
+// which required that instead.
 func TestGoModuleFunction(t *testing.T) {
 	const uuid = "github.com/google/uuid v1.6.0"
 	sums := goSumLines(t, "../go.sum", uuid)
 	if goModuleCached(t, "github.com/google/uuid@v1.6.0") {
 		t.Setenv("GOPROXY", "off") // proves the build works from the module cache
 	}
-	dir := goSource(t, map[string]string{
-		"go.mod": "module example.com/idfn\n\ngo 1.22\n\nrequire (\n\t" + uuid + "\n\tsless.dev/sless v0.0.0\n)\n\n" +
-			"replace sless.dev/sless => ../../no/checkout/here\n",
-		"go.sum": sums,
-		"fn.go": `package idfn
+	for _, sdk := range []string{"sless.dev/sless/runtimes/go", "sless.dev/sless"} {
+		t.Run(sdk, func(t *testing.T) {
+			dir := goSource(t, map[string]string{
+				"go.mod": "module example.com/idfn\n\ngo 1.22\n\nrequire (\n\t" + uuid + "\n\t" + sdk + " v0.0.0\n)\n\n" +
+					"replace " + sdk + " => ../../no/checkout/here\n",
+				"go.sum": sums,
+				"fn.go": `package idfn
 
 import (
 	"context"
@@ -360,16 +365,18 @@ func NewID(ctx context.Context, e sless.Event) (any, error) {
 	return map[string]string{"id": uuid.NewString()}, nil
 }
 `,
-	})
-	p, _, err := goPrepare(t, dir, "NewID", "idfn", t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	inst := goStart(t, p)
-	got := inst.send(t, "GET", "/", "", nil)
-	var reply struct{ ID string }
-	if err := json.Unmarshal([]byte(got.body), &reply); err != nil || got.status != 200 || len(reply.ID) != 36 {
-		t.Errorf("GET / = %d %q (%v), want 200 with a UUID", got.status, got.body, err)
+			})
+			p, _, err := goPrepare(t, dir, "NewID", "idfn", t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := goStart(t, p)
+			got := inst.send(t, "GET", "/", "", nil)
+			var reply struct{ ID string }
+			if err := json.Unmarshal([]byte(got.body), &reply); err != nil || got.status != 200 || len(reply.ID) != 36 {
+				t.Errorf("GET / = %d %q (%v), want 200 with a UUID", got.status, got.body, err)
+			}
+		})
 	}
 }
 
@@ -481,8 +488,10 @@ func goWrite(t *testing.T, p, content string) {
 	}
 }
 
-// TestGoSDKEmbedded checks that the embedded sless package is the one in
-// this repository, tests left out.
+// TestGoSDKEmbedded checks that the embedded SDK is the module in this
+// repository, tests left out, written where it is here, below a go.mod of
+// the module it used to be part of; and that it needs nothing but the
+// standard library.
 func TestGoSDKEmbedded(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "sdk")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -496,22 +505,35 @@ func TestGoSDKEmbedded(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	for _, f := range want {
+	for _, f := range append(want, "go/go.mod") {
 		if strings.HasSuffix(f, "_test.go") {
 			continue
 		}
 		n++
 		orig, _ := os.ReadFile(f)
-		written, err := os.ReadFile(filepath.Join(dir, goSDKDir, filepath.Base(f)))
+		written, err := os.ReadFile(filepath.Join(dir, "runtimes", f))
 		if err != nil || !bytes.Equal(orig, written) {
 			t.Errorf("%s not written as it is in the repository (%v)", f, err)
 		}
 	}
-	entries, err := os.ReadDir(filepath.Join(dir, goSDKDir))
-	if err != nil || len(entries) != n || n == 0 {
-		t.Errorf("sdk holds %d files (%v), want the %d non-test files", len(entries), err, n)
+	var written int
+	err = filepath.WalkDir(filepath.Join(dir, goSDKDir), func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			written++
+		}
+		return err
+	})
+	if err != nil || written != n || n <= 1 {
+		t.Errorf("sdk holds %d files (%v), want go.mod and the %d non-test files", written, err, n-1)
 	}
-	if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err != nil || goModulePath(mod) != goSDKModule {
-		t.Errorf("sdk go.mod = %q (%v), want module %s", mod, err, goSDKModule)
+	sdkModule, err := goSDKModule()
+	if mod, _ := os.ReadFile(filepath.Join(dir, goSDKDir, "go.mod")); err != nil || goModulePath(mod) != sdkModule || sdkModule != "sless.dev/sless/runtimes/go" {
+		t.Errorf("sdk go.mod = %q, module %q (%v), want module sless.dev/sless/runtimes/go", mod, sdkModule, err)
+	}
+	if mod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err != nil || goModulePath(mod) != goLegacyModule {
+		t.Errorf("go.mod above the sdk = %q (%v), want module %s", mod, err, goLegacyModule)
+	}
+	if mod, _ := os.ReadFile("go/go.mod"); regexp.MustCompile(`(?m)^\s*require\b`).Match(mod) {
+		t.Errorf("the SDK's go.mod requires modules, want the standard library only:\n%s", mod)
 	}
 }

@@ -5,7 +5,7 @@ import "time"
 // Merging timelines. Behind a Service each activator sees only the
 // invocations that passed through it; the one that answers the admin API
 // asks the others for their Snapshot and merges them into a view of the
-// whole (activator/kubeadmin), as Prometheus would sum their counters.
+// whole (adminapi/kubeadmin), as Prometheus would sum their counters.
 
 // Snapshot is a timeline's steps within its Span, as it sends them to a
 // peer: the steps with something in them, of every function it knows.

@@ -29,9 +29,9 @@ import (
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
-	"sless.dev/sless/internal/testinstance"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/queueproxy/queueproxytest"
 )
 
 func TestMain(m *testing.M) {
@@ -68,7 +68,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	}
 	base := serve(t, a)
 
-	one, two := testinstance.Start(t), testinstance.Start(t)
+	one, two := queueproxytest.Start(t), queueproxytest.Start(t)
 	kube := kubernetes.NewForConfigOrDie(cfg)
 	slices := kube.DiscoveryV1().EndpointSlices("default")
 	slice := &discoveryv1.EndpointSlice{
@@ -361,7 +361,7 @@ func TestStartingInstancesProbed(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := serve(t, a)
-	inst := testinstance.Start(t)
+	inst := queueproxytest.Start(t)
 	// An admin port that never says ready, beside a serving port that
 	// would answer.
 	unready := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) }))

@@ -20,8 +20,8 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"sless.dev/sless/activator"
-	"sless.dev/sless/activator/kubeadmin"
 	"sless.dev/sless/activator/kubewatch"
+	"sless.dev/sless/adminapi/kubeadmin"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/console"
 	"sless.dev/sless/internal/adminauth"

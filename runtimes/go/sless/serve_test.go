@@ -13,8 +13,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"sless.dev/sless/internal/eventually"
 )
 
 // send sends one request to url and returns status, Content-Type and body.
@@ -259,14 +257,7 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	stop()
 	// Shutdown closes the listener first: wait for that, then let the
 	// request in flight finish.
-	if !eventually.Holds(eventually.Within, func() bool {
-		conn, err := net.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			return true
-		}
-		conn.Close()
-		return false
-	}) {
+	if !closedWithin(30*time.Second, ln.Addr().String()) {
 		t.Fatal("listener still open after shutdown began")
 	}
 	close(release)
@@ -293,6 +284,22 @@ func TestRunFailsClearly(t *testing.T) {
 		t.Setenv("PORT", tt.port)
 		if err := run(nil); err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("run with PORT=%q = %v, want an error containing %q", tt.port, err, tt.want)
+		}
+	}
+}
+
+// closedWithin polls until addr refuses connections or within passes. The
+// SDK is a module of its own, standard library only, so its tests cannot
+// use sless's internal/eventually: this is its one poll.
+func closedWithin(within time.Duration, addr string) bool {
+	for deadline := time.Now().Add(within); ; time.Sleep(10 * time.Millisecond) {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			return true
+		}
+		conn.Close()
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
 }

@@ -4,17 +4,17 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	sless.dev/sless v0.0.0
+	sless.dev/sless/runtimes/go v0.0.0
 )
 
 require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
-	golang.org/x/sync v0.24.0 // indirect
-	golang.org/x/text v0.43.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 )
 
-// The platform builds the function with its own copy of sless.dev/sless;
+// The platform builds the function with its own copy of the SDK's module;
 // this replace serves editors and go vet in this directory.
-replace sless.dev/sless => ../../../..
+replace sless.dev/sless/runtimes/go => ../../../../runtimes/go

@@ -15,9 +15,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/activator"
-	"sless.dev/sless/activator/kubeadmin"
 	"sless.dev/sless/activator/kubewatch"
 	"sless.dev/sless/adminapi"
+	"sless.dev/sless/adminapi/kubeadmin"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"

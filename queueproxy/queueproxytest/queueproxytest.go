@@ -1,7 +1,9 @@
-// Package testinstance runs a function instance for tests of the layers
-// above it: a real function process (internal/testfn) behind a real
-// queue-proxy. Test packages using it call testfn.RunIfChild in TestMain.
-package testinstance
+// Package queueproxytest runs a function instance for tests of the layers
+// above the queue-proxy, as httptest is to net/http: a real function
+// process (internal/testfn) behind a real queue-proxy. It lives beside
+// queueproxy rather than in internal so that no lower package imports a
+// higher one. Test packages using it call testfn.RunIfChild in TestMain.
+package queueproxytest
 
 import (
 	"context"
