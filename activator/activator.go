@@ -54,12 +54,6 @@ type Poker interface {
 	Poke(namespace, name string)
 }
 
-// InvocationSink takes the record of every invocation. Add must not block:
-// the request path calls it.
-type InvocationSink interface {
-	Add(invocation.Record)
-}
-
 // Activator routes invocations to functions' instances, throttling and
 // buffering them. Functions and their ready instances are pushed to it
 // (SetFunction, SetEndpoints) by the local platform or the Kubernetes
@@ -68,7 +62,7 @@ type Activator struct {
 	cfg     Config
 	log     *slog.Logger
 	poker   Poker
-	sink    InvocationSink
+	sink    invocation.Sink
 	metrics *metrics
 	routes  routes
 	buffer  *Buffer
@@ -85,7 +79,7 @@ type Activator struct {
 
 // New returns an activator with no functions, recording invocations in
 // sink and registering its metrics with reg.
-func New(cfg Config, poker Poker, sink InvocationSink, reg prometheus.Registerer, log *slog.Logger) (*Activator, error) {
+func New(cfg Config, poker Poker, sink invocation.Sink, reg prometheus.Registerer, log *slog.Logger) (*Activator, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}

@@ -2,12 +2,14 @@ package activator
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -15,13 +17,13 @@ import (
 	"sless.dev/sless/internal/wire"
 )
 
-// AutoscalerClient tells a remote autoscaler what the activator sees:
-// pokes (POST BaseURL/v1/poke {"namespace","name"}) the moment a request
-// waits for a function with no instance, and the requests waiting per
-// function every second (POST BaseURL/v1/buffered {"namespace","name",
-// "count","activator"}). Pokes are queued (bounded; repeated pokes for a
-// function already queued merge) and sent by one goroutine, so the request
-// path never waits on the network.
+// AutoscalerClient tells a remote autoscaler what the activator sees: a
+// poke (wire.PokePath) the moment a request waits for a function with no
+// instance, and every second one report of the requests waiting for every
+// function (wire.BufferedPath), as Knative's activator sends its stats in
+// batches. Pokes are queued (bounded; repeated pokes for a function already
+// queued merge) and sent by one goroutine, so the request path never waits
+// on the network.
 type AutoscalerClient struct {
 	BaseURL string
 	// ID names this activator to the autoscaler, which adds up the counts
@@ -81,11 +83,17 @@ func (p *AutoscalerClient) Run(ctx context.Context) {
 }
 
 func (p *AutoscalerClient) send(ctx context.Context, namespace, name string) {
-	p.post(ctx, "/v1/poke", map[string]any{"namespace": namespace, "name": name})
+	p.post(ctx, wire.PokePath, wire.Poke{Namespace: namespace, Name: name},
+		slog.String("namespace", namespace), slog.String("function", name))
 }
 
-func (p *AutoscalerClient) post(ctx context.Context, path string, v map[string]any) {
-	body, _ := json.Marshal(v)
+// post sends v as JSON to path, logging a failure with about.
+func (p *AutoscalerClient) post(ctx context.Context, path string, v any, about ...any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		p.Log.Error("autoscaler request", "path", path, "err", err)
+		return
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(p.BaseURL, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		p.Log.Error("autoscaler request", "path", path, "err", err)
@@ -94,14 +102,20 @@ func (p *AutoscalerClient) post(ctx context.Context, path string, v map[string]a
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := p.Client.Do(req)
 	if err != nil {
-		p.Log.Warn("autoscaler request failed", "path", path, "namespace", v["namespace"], "function", v["name"], "err", err)
+		p.Log.Warn("autoscaler request failed", append([]any{"path", path, "err", err}, about...)...)
 		return
 	}
-	resp.Body.Close()
+	defer resp.Body.Close()
 	if resp.StatusCode >= 300 {
-		p.Log.Warn("autoscaler refused", "path", path, "namespace", v["namespace"], "function", v["name"], "status", resp.Status)
+		// The answer says why ({"error": ...}), naming the functions the
+		// autoscaler does not know; bounded, as the connection is kept.
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, maxRefusalBytes))
+		p.Log.Warn("autoscaler refused", append([]any{"path", path, "status", resp.Status, "answer", strings.TrimSpace(string(msg))}, about...)...)
 	}
 }
+
+// maxRefusalBytes bounds the part of a refusal's answer logged.
+const maxRefusalBytes = 1 << 10
 
 // Scaling reads what the autoscaler knows of every function
 // (wire.ScalingPath), for the admin API's views.
@@ -136,21 +150,26 @@ type BufferedSource interface {
 	Buffered() map[string]int
 }
 
-// ReportBuffered sends the requests waiting per function every interval
-// until ctx ends: each function with requests waiting, and once more with
-// 0 when they are gone.
+// ReportBuffered sends the requests waiting for every function every
+// interval until ctx ends, one report (wire.BufferedReport) an interval:
+// each function with requests waiting, and once more with 0 when they are
+// gone. Above wire.MaxBufferedBatch functions it sends several.
 func (p *AutoscalerClient) ReportBuffered(ctx context.Context, src BufferedSource, interval time.Duration) {
 	p.once.Do(p.init)
-	ReportBuffered(ctx, src, interval, func(namespace, name string, n int) {
-		p.post(ctx, "/v1/buffered", map[string]any{"namespace": namespace, "name": name, "count": n, "activator": p.ID})
+	ReportBuffered(ctx, src, interval, func(counts []wire.BufferedCount) {
+		for batch := range slices.Chunk(counts, wire.MaxBufferedBatch) {
+			p.post(ctx, wire.BufferedPath, wire.BufferedReport{Activator: p.ID, Functions: batch},
+				slog.Int("functions", len(batch)))
+		}
 	})
 }
 
-// ReportBuffered reads src every interval until ctx ends and reports each
-// function with requests waiting, and once more with 0 when they are
-// gone: how an autoscaler learns the activator's buffered load, over the
-// network or in process.
-func ReportBuffered(ctx context.Context, src BufferedSource, interval time.Duration, report func(namespace, name string, n int)) {
+// ReportBuffered reads src every interval until ctx ends and reports, in
+// one call an interval, each function with requests waiting, and once
+// more with 0 when they are gone (nothing when no function is either): how
+// an autoscaler learns the activator's buffered load, over the network or
+// in process. The counts are ordered by namespace and name.
+func ReportBuffered(ctx context.Context, src BufferedSource, interval time.Duration, report func([]wire.BufferedCount)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	var last map[string]int
@@ -161,16 +180,31 @@ func ReportBuffered(ctx context.Context, src BufferedSource, interval time.Durat
 		case <-t.C:
 		}
 		now := src.Buffered()
-		for key, n := range now {
-			ns, name, _ := strings.Cut(key, "/")
-			report(ns, name, n)
-		}
-		for key := range last {
-			if _, still := now[key]; !still {
-				ns, name, _ := strings.Cut(key, "/")
-				report(ns, name, 0)
-			}
+		if counts := countsToReport(now, last); len(counts) > 0 {
+			report(counts)
 		}
 		last = now
 	}
+}
+
+// countsToReport lists the functions of now with their counts, and those
+// of last no longer in now with 0.
+func countsToReport(now, last map[string]int) []wire.BufferedCount {
+	counts := make([]wire.BufferedCount, 0, len(now))
+	add := func(key string, n int) {
+		ns, name, _ := strings.Cut(key, "/")
+		counts = append(counts, wire.BufferedCount{Namespace: ns, Name: name, Count: n})
+	}
+	for key, n := range now {
+		add(key, n)
+	}
+	for key := range last {
+		if _, still := now[key]; !still {
+			add(key, 0)
+		}
+	}
+	slices.SortFunc(counts, func(a, b wire.BufferedCount) int {
+		return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	return counts
 }

@@ -3,22 +3,30 @@ package activator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/wire"
 )
 
 // The autoscaler's side of these calls is tested in the autoscaler package;
 // here a server records what the client sends.
 func TestAutoscalerClientPokes(t *testing.T) {
-	got := make(chan map[string]string, 10)
+	got := make(chan wire.Poke, 10)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var body map[string]string
-		_ = json.NewDecoder(r.Body).Decode(&body)
-		if r.URL.Path != "/v1/poke" {
+		var body wire.Poke
+		if err := strictDecode(r, &body); err != nil {
+			t.Errorf("poke body: %v", err)
+		}
+		if r.URL.Path != wire.PokePath {
 			t.Errorf("poke sent to %s", r.URL.Path)
 		}
 		got <- body
@@ -32,7 +40,7 @@ func TestAutoscalerClientPokes(t *testing.T) {
 	defer cancel()
 	go p.Run(ctx)
 	first, second := <-got, <-got
-	if first["name"] != "a" || second["name"] != "b" || first["namespace"] != "ns" {
+	if first != (wire.Poke{Namespace: "ns", Name: "a"}) || second != (wire.Poke{Namespace: "ns", Name: "b"}) {
 		t.Errorf("pokes %v then %v, want a then b in ns", first, second)
 	}
 	select {
@@ -59,42 +67,124 @@ func (b *bufferedCounts) set(m map[string]int) {
 	b.mu.Unlock()
 }
 
+// strictDecode decodes r's body into v as the autoscaler does: a field
+// the type does not have is an error.
+func strictDecode(r *http.Request, v any) error {
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+// One report an interval carries every function with requests waiting,
+// and once more with 0 each function whose requests are gone.
 func TestAutoscalerClientReportsBuffered(t *testing.T) {
-	type report struct {
-		Namespace, Name, Activator string
-		Count                      int
-	}
-	got := make(chan report, 100)
+	got := make(chan wire.BufferedReport, 100)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var rep report
-		_ = json.NewDecoder(r.Body).Decode(&rep)
-		if r.URL.Path == "/v1/buffered" {
+		var rep wire.BufferedReport
+		if err := strictDecode(r, &rep); err != nil {
+			t.Errorf("buffered body: %v", err)
+		}
+		if r.URL.Path == wire.BufferedPath {
 			got <- rep
 		}
 	}))
 	defer srv.Close()
-	src := &bufferedCounts{m: map[string]int{"ns/a": 3}}
+	src := &bufferedCounts{m: map[string]int{"ns/a": 3, "ns/b": 1, "other/a": 2}}
 	p := &AutoscalerClient{BaseURL: srv.URL + "/", ID: "activator-7", Log: quiet}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.ReportBuffered(ctx, src, 10*time.Millisecond)
-	if r := <-got; r != (report{"ns", "a", "activator-7", 3}) {
-		t.Fatalf("first report %+v, want ns/a 3 from activator-7", r)
+	want := wire.BufferedReport{Activator: "activator-7", Functions: []wire.BufferedCount{
+		{Namespace: "ns", Name: "a", Count: 3}, {Namespace: "ns", Name: "b", Count: 1}, {Namespace: "other", Name: "a", Count: 2}}}
+	if r := <-got; !reflect.DeepEqual(r, want) {
+		t.Fatalf("first report %+v, want %+v", r, want)
 	}
-	src.set(map[string]int{})
+	src.set(map[string]int{"ns/b": 4})
+	want.Functions = []wire.BufferedCount{{Namespace: "ns", Name: "a"}, {Namespace: "ns", Name: "b", Count: 4}, {Namespace: "other", Name: "a"}}
 	deadline := time.After(10 * time.Second)
 	for {
 		select {
 		case r := <-got:
-			if r.Count != 0 {
+			if len(r.Functions) == 3 && r.Functions[1].Count != 4 {
 				continue // a report from before the change
 			}
-			if r.Namespace != "ns" || r.Name != "a" {
-				t.Fatalf("zero report %+v, want ns/a", r)
+			if !reflect.DeepEqual(r, want) {
+				t.Fatalf("report after the change %+v, want %+v", r, want)
+			}
+			// Then ns/b alone, the gone ones reported once.
+			if r := <-got; len(r.Functions) != 1 || r.Functions[0] != want.Functions[1] {
+				t.Fatalf("next report %+v, want ns/b 4 alone", r)
 			}
 			return
 		case <-deadline:
 			t.Fatal("no report of 0 after the requests left")
+		}
+	}
+}
+
+// Above wire.MaxBufferedBatch functions a report is split.
+func TestAutoscalerClientSplitsReports(t *testing.T) {
+	src := &bufferedCounts{m: map[string]int{}}
+	for i := range wire.MaxBufferedBatch + 1 {
+		src.m[fmt.Sprintf("ns/f%05d", i)] = 1
+	}
+	sizes := make(chan int, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var rep wire.BufferedReport
+		if err := strictDecode(r, &rep); err != nil {
+			t.Errorf("buffered body: %v", err)
+		}
+		sizes <- len(rep.Functions)
+	}))
+	defer srv.Close()
+	p := &AutoscalerClient{BaseURL: srv.URL, ID: "a", Log: quiet}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go p.ReportBuffered(ctx, src, 10*time.Millisecond)
+	if a, b := <-sizes, <-sizes; a != wire.MaxBufferedBatch || b != 1 {
+		t.Fatalf("reports of %d and %d functions, want %d and 1", a, b, wire.MaxBufferedBatch)
+	}
+}
+
+// readCounter is a BufferedSource that counts its reads.
+type readCounter struct {
+	bufferedCounts
+	reads atomic.Int64
+}
+
+func (c *readCounter) Buffered() map[string]int {
+	c.reads.Add(1)
+	return c.bufferedCounts.Buffered()
+}
+
+// With nothing waiting, nothing is reported: after the zeros of the
+// requests that left, the next intervals send nothing.
+func TestReportBufferedQuietWhenIdle(t *testing.T) {
+	src := &readCounter{bufferedCounts: bufferedCounts{m: map[string]int{"ns/a": 1}}}
+	var mu sync.Mutex
+	var reports [][]wire.BufferedCount
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go ReportBuffered(ctx, src, time.Millisecond, func(c []wire.BufferedCount) {
+		mu.Lock()
+		reports = append(reports, c)
+		mu.Unlock()
+	})
+	eventually.True(t, "a first report", func() bool { return src.reads.Load() >= 2 })
+	src.set(map[string]int{})
+	// A report is made before the next read: once the source has been
+	// read three more times, the intervals after the change are done.
+	from := src.reads.Load()
+	eventually.True(t, "three more intervals", func() bool { return src.reads.Load() >= from+3 })
+	mu.Lock()
+	defer mu.Unlock()
+	last := reports[len(reports)-1]
+	if len(last) != 1 || last[0] != (wire.BufferedCount{Namespace: "ns", Name: "a"}) {
+		t.Fatalf("last report %+v, want ns/a with 0 (and nothing after)", last)
+	}
+	for _, r := range reports[:len(reports)-1] {
+		if len(r) != 1 || r[0].Count != 1 {
+			t.Fatalf("reports %+v: want ns/a 1 until the zero", reports)
 		}
 	}
 }

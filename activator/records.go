@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/http"
 
-	"sless.dev/sless/adminapi"
+	"sless.dev/sless/internal/httpjson"
 	"sless.dev/sless/invocation"
 )
 
@@ -52,17 +52,17 @@ func (a *Activator) AddRecords(host string, records []invocation.Record) error {
 func (s *AdminServer) addRecords(w http.ResponseWriter, r *http.Request) {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
-		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "no client address"})
+		httpjson.Error(w, http.StatusBadRequest, "no client address")
 		return
 	}
 	var records []invocation.Record
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxRecordBatchBytes))
 	if err := dec.Decode(&records); err != nil {
-		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": "not a JSON array of records: " + err.Error()})
+		httpjson.Error(w, http.StatusBadRequest, "not a JSON array of records: "+err.Error())
 		return
 	}
 	if len(records) > MaxRecordBatch {
-		adminapi.WriteJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("at most %d records a batch", MaxRecordBatch)})
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("at most %d records a batch", MaxRecordBatch))
 		return
 	}
 	if err := s.Activator.AddRecords(host, records); err != nil {
@@ -70,7 +70,7 @@ func (s *AdminServer) addRecords(w http.ResponseWriter, r *http.Request) {
 		if errors.Is(err, ErrNotInstance) {
 			code = http.StatusForbidden
 		}
-		adminapi.WriteJSON(w, code, map[string]string{"error": err.Error()})
+		httpjson.Error(w, code, err.Error())
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

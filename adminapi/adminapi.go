@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/httpjson"
 	"sless.dev/sless/timeline"
 )
 
@@ -277,7 +278,7 @@ func (h handler[S]) list(w http.ResponseWriter, r *http.Request) {
 	if ml, ok := h.b.(ManifestLoader); ok {
 		list.Errors = ml.ManifestErrors(r.Context())
 	}
-	WriteJSON(w, http.StatusOK, list)
+	httpjson.Write(w, http.StatusOK, list)
 }
 
 func (h handler[S]) get(w http.ResponseWriter, r *http.Request) {
@@ -292,7 +293,7 @@ func (h handler[S]) timeline(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, Unknown(ns, name))
 		return
 	}
-	WriteJSON(w, http.StatusOK, s)
+	httpjson.Write(w, http.StatusOK, s)
 }
 
 func (h handler[S]) manifest(w http.ResponseWriter, r *http.Request) {
@@ -393,7 +394,7 @@ func (h handler[S]) invoke(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, &Error{http.StatusBadGateway, err.Error()})
 		return
 	}
-	WriteJSON(w, http.StatusOK, res)
+	httpjson.Write(w, http.StatusOK, res)
 }
 
 // call sends req and reads its answer, up to maxShownBody of its body.
@@ -425,7 +426,7 @@ func writeResult(w http.ResponseWriter, v any, err error) {
 		WriteError(w, err)
 		return
 	}
-	WriteJSON(w, http.StatusOK, v)
+	httpjson.Write(w, http.StatusOK, v)
 }
 
 // WriteError answers err as {"error": ...}: with its own code when it is
@@ -435,14 +436,7 @@ func WriteError(w http.ResponseWriter, err error) {
 	if e, ok := errors.AsType[*Error](err); ok {
 		code = e.Code
 	}
-	WriteJSON(w, code, map[string]string{"error": err.Error()})
-}
-
-// WriteJSON answers v as JSON with code.
-func WriteJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
+	httpjson.Error(w, code, err.Error())
 }
 
 // readJSON decodes r's body, up to limit bytes, into v, or answers 400 or

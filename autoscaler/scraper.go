@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // MaxScraped is how many instances one scrape reads at most; above it a
@@ -28,14 +30,7 @@ type Observation struct {
 	Scraped int
 }
 
-// queueProxyStats is the queue-proxy's /stats answer.
-type queueProxyStats struct {
-	AverageConcurrency float64 `json:"averageConcurrency"`
-	Requests           int64   `json:"requests"`
-	IntervalSeconds    float64 `json:"intervalSeconds"`
-}
-
-// Scraper reads the queue-proxies' /stats.
+// Scraper reads the queue-proxies' stats (wire.StatsPath).
 type Scraper struct {
 	Client *http.Client
 }
@@ -98,9 +93,9 @@ func (s *Scraper) Scrape(ctx context.Context, admins []string) (Observation, err
 	return obs, nil
 }
 
-func (s *Scraper) read(ctx context.Context, addr string) (queueProxyStats, error) {
-	var st queueProxyStats
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/stats", nil)
+func (s *Scraper) read(ctx context.Context, addr string) (wire.Stats, error) {
+	var st wire.Stats
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+wire.StatsPath, nil)
 	if err != nil {
 		return st, err
 	}
@@ -110,10 +105,10 @@ func (s *Scraper) read(ctx context.Context, addr string) (queueProxyStats, error
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return st, fmt.Errorf("%s/stats: %s", addr, resp.Status)
+		return st, fmt.Errorf("%s%s: %s", addr, wire.StatsPath, resp.Status)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
-		return st, fmt.Errorf("%s/stats: %w", addr, err)
+		return st, fmt.Errorf("%s%s: %w", addr, wire.StatsPath, err)
 	}
 	// The rest (a newline) read, the connection is kept for the next.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 512))

@@ -13,7 +13,6 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/wire"
-	"sless.dev/sless/queueproxy"
 )
 
 // The containers of a function's pod.
@@ -181,7 +180,7 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 // as JSON, and each broker URL from the "url" key of the trigger's
 // connectionSecret, so that no URL is in the Deployment.
 func rabbitMQEnv(fn *v1alpha1.Function) []corev1.EnvVar {
-	triggers := queueproxy.RabbitMQFor(fn.Spec)
+	triggers := wire.RabbitMQTriggers(fn.Spec)
 	if len(triggers) == 0 {
 		return nil
 	}
@@ -189,7 +188,7 @@ func rabbitMQEnv(fn *v1alpha1.Function) []corev1.EnvVar {
 	env := []corev1.EnvVar{{Name: wire.EnvRabbitMQ, Value: string(raw)}}
 	for _, t := range fn.Spec.Triggers {
 		if r := t.RabbitMQ; r != nil && t.IsEnabled() {
-			env = append(env, corev1.EnvVar{Name: queueproxy.URLEnv(t.Name), ValueFrom: &corev1.EnvVarSource{
+			env = append(env, corev1.EnvVar{Name: wire.AMQPURLEnv(t.Name), ValueFrom: &corev1.EnvVarSource{
 				SecretKeyRef: &corev1.SecretKeySelector{LocalObjectReference: corev1.LocalObjectReference{Name: r.ConnectionSecret}, Key: wire.AMQPURLKey},
 			}})
 		}

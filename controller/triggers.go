@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -17,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/amqpurl"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -82,7 +82,7 @@ func BrokerURL(ctx context.Context, r client.Reader, namespace, secret string) (
 	if u == "" {
 		return "", fmt.Errorf("the Secret %s has no key %s", secret, wire.AMQPURLKey)
 	}
-	if _, err := amqp.ParseURI(u); err != nil {
+	if amqpurl.Check(u) != nil {
 		return "", fmt.Errorf("the Secret %s: %s is not an AMQP URL", secret, wire.AMQPURLKey)
 	}
 	return u, nil
@@ -124,10 +124,7 @@ func (c *AMQPChecker) Check(_ context.Context, rawURL, queue string) error {
 }
 
 func check(rawURL, queue string) error {
-	broker := "(invalid URL)"
-	if u, err := url.Parse(rawURL); err == nil {
-		broker = u.Redacted()
-	}
+	broker := amqpurl.Redact(rawURL)
 	conn, err := amqp.DialConfig(rawURL, amqp.Config{Dial: amqp.DefaultDial(5 * time.Second)})
 	if err != nil {
 		if amqpErr, ok := errors.AsType[*amqp.Error](err); ok && amqpErr.Code == amqp.AccessRefused {

@@ -62,6 +62,14 @@ func TruncateError(msg string) string {
 	return msg[:cut]
 }
 
+// Sink takes invocation records: the activator's of every invocation, a
+// queue-proxy's of every message it consumed, on their way to a store (the
+// Ring, or PostgreSQL) and the activator's timeline. Add must not block:
+// the request path calls it.
+type Sink interface {
+	Add(Record)
+}
+
 // Ring keeps the latest records in a fixed amount of memory: adding never
 // blocks on anything but a short critical section, and the oldest record
 // makes room for the newest.

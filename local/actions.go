@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"sless.dev/sless/adminapi"
+	"sless.dev/sless/internal/httpjson"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/timeline"
 )
@@ -178,7 +179,7 @@ func (p *Platform) source(w http.ResponseWriter, r *http.Request) {
 		adminapi.WriteError(w, err)
 		return
 	}
-	adminapi.WriteJSON(w, http.StatusOK, map[string]any{"dir": fn.SourceDir, "files": files, "truncated": truncated})
+	httpjson.Write(w, http.StatusOK, map[string]any{"dir": fn.SourceDir, "files": files, "truncated": truncated})
 }
 
 func readSource(dir string) (files []SourceFile, truncated bool, err error) {

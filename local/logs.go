@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"sless.dev/sless/adminapi"
+	"sless.dev/sless/internal/httpjson"
 	"sless.dev/sless/invocation"
 )
 
@@ -226,7 +227,7 @@ func (p *Platform) serveLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !q.follow {
-		adminapi.WriteJSON(w, http.StatusOK, map[string]any{"lines": p.logs.tail(ns, name, q.since, q.tail)})
+		httpjson.Write(w, http.StatusOK, map[string]any{"lines": p.logs.tail(ns, name, q.since, q.tail)})
 		return
 	}
 	p.logs.stream(w, r, ns, name, q)

@@ -30,6 +30,7 @@ import (
 	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/console"
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
@@ -100,7 +101,7 @@ type Options struct {
 // RecordStore keeps invocation records and answers queries of them: the
 // ring, or the PostgreSQL store.
 type RecordStore interface {
-	activator.InvocationSink
+	invocation.Sink
 	activator.RecordReader
 }
 
@@ -257,8 +258,11 @@ func (p *Platform) Run(ctx context.Context) error {
 	go p.scaler.Run(bg)
 	// The activator's waiting requests reach the autoscaler every second,
 	// as activators report them over the network on Kubernetes.
-	go activator.ReportBuffered(bg, p.act, time.Second, func(namespace, name string, n int) {
-		p.scaler.SetBuffered(time.Now(), "local", namespace, name, n)
+	go activator.ReportBuffered(bg, p.act, time.Second, func(counts []wire.BufferedCount) {
+		now := time.Now()
+		for _, c := range counts {
+			p.scaler.SetBuffered(now, "local", c.Namespace, c.Name, c.Count)
+		}
 	})
 	go p.deliverPokes(bg)
 	// The scheduler stops as the drain begins: a fire or a warm-up then
@@ -622,7 +626,7 @@ func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
 		return nil
 	}
 	var out []queueproxy.RabbitMQ
-	for _, t := range queueproxy.RabbitMQFor(fn.Spec) {
+	for _, t := range wire.RabbitMQTriggers(fn.Spec) {
 		out = append(out, queueproxy.RabbitMQ{RabbitMQTrigger: t, URL: p.opts.AMQPURL})
 	}
 	return out

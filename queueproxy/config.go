@@ -9,10 +9,8 @@ import (
 	"strings"
 	"time"
 
-	amqp "github.com/rabbitmq/amqp091-go"
-	"k8s.io/utils/ptr"
-
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/amqpurl"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -143,7 +141,7 @@ func (p *parser) rabbitMQ() []RabbitMQ {
 			continue
 		}
 		url, _ := p.lookup(t.URLEnv)
-		if _, err := amqp.ParseURI(url); err != nil {
+		if amqpurl.Check(url) != nil {
 			// Not quoted: it may hold a password.
 			p.errs = append(p.errs, fmt.Errorf("%s: %s (urlEnv) is not an AMQP URL", where, t.URLEnv))
 			continue
@@ -216,34 +214,4 @@ func (p *parser) port(env string) int {
 
 func (p *parser) fail(env, value, msg string) {
 	p.errs = append(p.errs, fmt.Errorf("%s=%q: %s", env, value, msg))
-}
-
-// RabbitMQFor lists the RabbitMQ triggers of a defaulted Function spec as
-// the queue-proxy consumes them, each with the variable of its broker URL
-// (URLEnv).
-func RabbitMQFor(spec v1alpha1.FunctionSpec) []wire.RabbitMQTrigger {
-	var out []wire.RabbitMQTrigger
-	for _, t := range spec.Triggers {
-		r := t.RabbitMQ
-		if r == nil || !t.IsEnabled() {
-			continue
-		}
-		w := wire.RabbitMQTrigger{
-			Name: t.Name, Queue: r.Queue, URLEnv: URLEnv(t.Name), Prefetch: int(r.Prefetch),
-			MaxRetries: int(ptr.Deref(r.MaxRetries, 0)), DeadLetterQueue: r.DeadLetterQueue,
-		}
-		if r.QueueType != v1alpha1.QueueClassic {
-			// Classic, the default, is left out: the pods of functions
-			// older than queueType keep their spec.
-			w.QueueType = r.QueueType
-		}
-		out = append(out, w)
-	}
-	return out
-}
-
-// URLEnv is the variable that holds the broker URL of the RabbitMQ trigger
-// named trigger (a DNS label): SLESS_AMQP_URL_ORDERS_NEW for orders-new.
-func URLEnv(trigger string) string {
-	return "SLESS_AMQP_URL_" + strings.ToUpper(strings.ReplaceAll(trigger, "-", "_"))
 }

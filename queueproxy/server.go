@@ -7,7 +7,6 @@ package queueproxy
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,7 +22,9 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/internal/httpjson"
 	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/invocation"
 	"sless.dev/sless/queueproxy/consumer"
 )
 
@@ -62,7 +63,7 @@ type Server struct {
 	InProcess net.Listener
 	// Records, when set before Run, keeps a record of each message
 	// consumed (the local platform's store).
-	Records consumer.Sink
+	Records invocation.Sink
 
 	consumerMetrics *consumer.Metrics
 	sender          *recordSender // when cfg.RecordsURL is set
@@ -293,24 +294,18 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		switch {
 		case s.draining.Load():
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 		case !s.prober.ready.Load():
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "function not ready"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "function not ready"})
 		default:
-			writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+			httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
 		}
 	})
-	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, s.stats.Report(time.Now(), s.inFlight(), s.queued()))
+	mux.HandleFunc("GET "+wire.StatsPath, func(w http.ResponseWriter, _ *http.Request) {
+		httpjson.Write(w, http.StatusOK, s.stats.Report(time.Now(), s.inFlight(), s.queued()))
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{s.registry, s.runtime}, promhttp.HandlerOpts{}))
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // Listen opens the serving and admin listeners of cfg on all interfaces.

@@ -19,6 +19,7 @@ import (
 
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/internal/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -126,10 +127,10 @@ func (h *harness) getAsync(path string) <-chan int {
 	return out
 }
 
-func (h *harness) stats() Report {
+func (h *harness) stats() wire.Stats {
 	h.t.Helper()
-	_, body := h.get(h.admin, "/stats")
-	var r Report
+	_, body := h.get(h.admin, wire.StatsPath)
+	var r wire.Stats
 	if err := json.Unmarshal(body, &r); err != nil {
 		h.t.Fatalf("stats %q: %v", body, err)
 	}

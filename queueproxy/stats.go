@@ -3,6 +3,8 @@ package queueproxy
 import (
 	"sync"
 	"time"
+
+	"sless.dev/sless/internal/wire"
 )
 
 // Stats keeps what the autoscaler reads from an instance: the time-weighted
@@ -21,19 +23,6 @@ type Stats struct {
 	changed     time.Time // last time concurrency changed or was reported
 	reported    time.Time // start of the current interval
 	active      time.Time // last arrival or departure
-}
-
-// Report is the autoscaler's view of one interval.
-type Report struct {
-	// AverageConcurrency is Σ(concurrency × dt) / Σdt over the interval.
-	AverageConcurrency float64 `json:"averageConcurrency"`
-	// Requests is the number of requests that arrived in the interval.
-	Requests int64 `json:"requests"`
-	// IntervalSeconds is the length of the interval.
-	IntervalSeconds float64 `json:"intervalSeconds"`
-	// InFlight and Queued are the counts at the time of the report.
-	InFlight int64 `json:"inFlight"`
-	Queued   int64 `json:"queued"`
 }
 
 // NewStats starts the first interval at now.
@@ -86,12 +75,13 @@ func (s *Stats) advance(now time.Time) {
 	}
 }
 
-// Report closes the interval at now, returns it and starts the next.
-// inFlight and queued are copied into the report as they are.
-func (s *Stats) Report(now time.Time, inFlight, queued int64) Report {
+// Report closes the interval at now, returns it as the autoscaler reads
+// it (wire.StatsPath) and starts the next. inFlight and queued are copied
+// into the report as they are.
+func (s *Stats) Report(now time.Time, inFlight, queued int64) wire.Stats {
 	s.mu.Lock()
 	s.advance(now)
-	r := Report{Requests: s.requests, InFlight: inFlight, Queued: queued}
+	r := wire.Stats{Requests: s.requests, InFlight: inFlight, Queued: queued}
 	if dt := now.Sub(s.reported).Seconds(); dt > 0 {
 		r.IntervalSeconds = dt
 		r.AverageConcurrency = s.area / dt

@@ -323,14 +323,11 @@ func ms(sec float64) *float64 {
 	return &v
 }
 
-// Recorder takes invocation records: an activator's record sink.
-type Recorder interface{ Add(invocation.Record) }
-
 // Tee sends each record to r, then to t.
-func Tee(r Recorder, t *Timeline) Recorder { return tee{r, t} }
+func Tee(r invocation.Sink, t *Timeline) invocation.Sink { return tee{r, t} }
 
 type tee struct {
-	r Recorder
+	r invocation.Sink
 	t *Timeline
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"sless.dev/sless/adminapi"
+	"sless.dev/sless/internal/httpjson"
 	"sless.dev/sless/timeline"
 )
 
@@ -121,7 +122,7 @@ func (w *Whole) fetch(ctx context.Context, addr string) (timeline.Snapshot, erro
 func Handler(b *Backend, w *Whole) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+SnapshotRoute, func(rw http.ResponseWriter, r *http.Request) {
-		adminapi.WriteJSON(rw, http.StatusOK, w.Local.Snapshot(time.Now()))
+		httpjson.Write(rw, http.StatusOK, w.Local.Snapshot(time.Now()))
 	})
 	mux.Handle("/", adminapi.NewMux(b, w.View))
 	return mux

@@ -138,9 +138,9 @@ func serveKEDA(t *testing.T, srv *kedascaler.Server) externalscaler.ExternalScal
 // pushed posts what an activator would to path and returns the status.
 func (h *harness) pushed(t *testing.T, path, name string, count int) int {
 	t.Helper()
-	body := map[string]any{"namespace": "default", "name": name}
-	if path == "/v1/buffered" {
-		body["count"] = count
+	var body any = wire.Poke{Namespace: "default", Name: name}
+	if path == wire.BufferedPath {
+		body = wire.BufferedReport{Functions: []wire.BufferedCount{{Namespace: "default", Name: name, Count: count}}}
 	}
 	b, _ := json.Marshal(body)
 	resp, err := http.Post(h.push+path, "application/json", bytes.NewReader(b))
@@ -155,10 +155,10 @@ func (h *harness) pushed(t *testing.T, path, name string, count int) int {
 // the buffered count, then a poke, which decides at once.
 func (h *harness) demand(t *testing.T, name string, buffered int) {
 	t.Helper()
-	if code := h.pushed(t, "/v1/buffered", name, buffered); code != http.StatusNoContent {
+	if code := h.pushed(t, wire.BufferedPath, name, buffered); code != http.StatusNoContent {
 		t.Fatalf("push buffered for %s: %d", name, code)
 	}
-	if code := h.pushed(t, "/v1/poke", name, 0); code != http.StatusNoContent {
+	if code := h.pushed(t, wire.PokePath, name, 0); code != http.StatusNoContent {
 		t.Fatalf("poke %s: %d", name, code)
 	}
 }
@@ -166,7 +166,7 @@ func (h *harness) demand(t *testing.T, name string, buffered int) {
 // known waits until the autoscaler scales name (a poke is not 404).
 func (h *harness) known(t *testing.T, name string) {
 	t.Helper()
-	eventually.True(t, name+" to be scaled", func() bool { return h.pushed(t, "/v1/buffered", name, 0) == http.StatusNoContent })
+	eventually.True(t, name+" to be scaled", func() bool { return h.pushed(t, wire.BufferedPath, name, 0) == http.StatusNoContent })
 }
 
 func (h *harness) replicas(t *testing.T, name string) int32 {
@@ -264,7 +264,7 @@ func TestReplicasGoToTheirOwner(t *testing.T) {
 	if err := h.c.Delete(ctx, function("orders", nil)); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "orders to be dropped", func() bool { return h.pushed(t, "/v1/poke", "orders", 0) == http.StatusNotFound })
+	eventually.True(t, "orders to be dropped", func() bool { return h.pushed(t, wire.PokePath, "orders", 0) == http.StatusNotFound })
 	if _, code := h.kedaMetric(t, "orders"); code != codes.NotFound {
 		t.Errorf("KEDA reads deleted orders with %v, want NotFound", code)
 	}
@@ -317,7 +317,7 @@ func TestOnlyValidFunctionsAreScaled(t *testing.T) {
 	}
 	// Events come in order: once good is scaled, bad has been seen.
 	h.known(t, "good")
-	if code := h.pushed(t, "/v1/poke", "bad", 0); code != http.StatusNotFound {
+	if code := h.pushed(t, wire.PokePath, "bad", 0); code != http.StatusNotFound {
 		t.Errorf("poke of the invalid function: %d, want 404 (not scaled)", code)
 	}
 
@@ -329,7 +329,7 @@ func TestOnlyValidFunctionsAreScaled(t *testing.T) {
 	if err := h.c.Update(ctx, &fn); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "good to be dropped once invalid", func() bool { return h.pushed(t, "/v1/poke", "good", 0) == http.StatusNotFound })
+	eventually.True(t, "good to be dropped once invalid", func() bool { return h.pushed(t, wire.PokePath, "good", 0) == http.StatusNotFound })
 }
 
 // TestFunctionsResetOnlyOnChange: an update that changes nothing the

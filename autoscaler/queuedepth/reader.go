@@ -7,12 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"os"
 	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"sless.dev/sless/internal/amqpurl"
 )
 
 const (
@@ -66,17 +67,10 @@ func New(url string, log *slog.Logger) *Reader {
 // redact returns url without its password, or why it is not an AMQP URI
 // without quoting it.
 func redact(rawURL string) (string, error) {
-	if _, err := amqp.ParseURI(rawURL); err != nil {
-		if urlErr, ok := errors.AsType[*url.Error](err); ok {
-			err = urlErr.Err
-		}
+	if err := amqpurl.Check(rawURL); err != nil {
 		return "(invalid URL)", fmt.Errorf("broker URL: %w", err)
 	}
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "(invalid URL)", fmt.Errorf("broker URL: %w", err)
-	}
-	return u.Redacted(), nil
+	return amqpurl.Redact(rawURL), nil
 }
 
 // Depth returns how many messages in queue are ready for delivery. It

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -42,6 +40,8 @@ import (
 	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/adminauth"
 	"sless.dev/sless/internal/adminauth/kubetoken"
+	"sless.dev/sless/internal/amqpurl"
+	"sless.dev/sless/internal/httpjson"
 )
 
 // autoscalerOptions are the flags of `sless autoscaler`.
@@ -134,10 +134,7 @@ func checkAMQPURL(flag, u string) error {
 	if u == "" {
 		return nil
 	}
-	if _, err := amqp.ParseURI(u); err != nil {
-		if urlErr, ok := errors.AsType[*url.Error](err); ok {
-			err = urlErr.Err
-		}
+	if err := amqpurl.Check(u); err != nil {
 		return fmt.Errorf("%s: %w", flag, err)
 	}
 	return nil
@@ -296,7 +293,7 @@ func leaderOnly(leading *atomic.Bool, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !leading.Load() {
 			w.Header().Set("Connection", "close")
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{
 				"error": "this autoscaler replica is not the leader: push through the autoscaler Service"})
 			return
 		}
@@ -311,23 +308,17 @@ func leaderOnly(leading *atomic.Bool, h http.Handler) http.Handler {
 func adminHandler(leading *atomic.Bool, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !leading.Load() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "standby: not the leader"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "standby: not the leader"})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "leading"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "leading"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, ctrlmetrics.Registry}, promhttp.HandlerOpts{}))
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }
 
 // httpServer serves h on ln on every replica, stopping with the manager.

@@ -246,8 +246,8 @@ func (p *autoscalerProcess) post(t *testing.T, path, body string) *http.Response
 func (p *autoscalerProcess) demand(t *testing.T, buffered int) {
 	t.Helper()
 	for _, push := range [][2]string{
-		{"/v1/buffered", `{"namespace":"default","name":"web","count":` + strconv.Itoa(buffered) + `}`},
-		{"/v1/poke", `{"namespace":"default","name":"web"}`},
+		{wire.BufferedPath, `{"activator":"test","functions":[{"namespace":"default","name":"web","count":` + strconv.Itoa(buffered) + `}]}`},
+		{wire.PokePath, `{"namespace":"default","name":"web"}`},
 	} {
 		if resp := p.post(t, push[0], push[1]); resp.StatusCode != http.StatusNoContent {
 			t.Fatalf("%s to the leader: %s", push[0], resp.Status)
@@ -293,7 +293,7 @@ func TestAutoscalerCommandLeaderElection(t *testing.T) {
 	if standby.ready() {
 		t.Fatal("the standby autoscaler is ready too")
 	}
-	resp := standby.post(t, "/v1/poke", `{"namespace":"default","name":"web"}`)
+	resp := standby.post(t, wire.PokePath, `{"namespace":"default","name":"web"}`)
 	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
 		t.Errorf("poke to the standby: %s (close %v), want 503 closing the connection", resp.Status, resp.Close)
 	}

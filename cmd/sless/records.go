@@ -29,7 +29,7 @@ func (d *databaseFlags) register(f *pflag.FlagSet) {
 
 // recordStore keeps and answers invocation records.
 type recordStore struct {
-	activator.InvocationSink
+	invocation.Sink
 	activator.RecordReader
 	close func()
 }
@@ -38,7 +38,7 @@ type recordStore struct {
 // close, or ring.
 func (d *databaseFlags) open(ctx context.Context, ring *invocation.Ring, reg prometheus.Registerer, log *slog.Logger) (*recordStore, error) {
 	if d.url == "" {
-		return &recordStore{InvocationSink: ring, RecordReader: ring, close: func() {}}, nil
+		return &recordStore{Sink: ring, RecordReader: ring, close: func() {}}, nil
 	}
 	if d.retention < 24*time.Hour {
 		return nil, usageError{fmt.Errorf("--records-retention must be at least a day, not %v", d.retention)}
@@ -47,5 +47,5 @@ func (d *databaseFlags) open(ctx context.Context, ring *invocation.Ring, reg pro
 	if err != nil {
 		return nil, fmt.Errorf("invocation records: %w", err)
 	}
-	return &recordStore{InvocationSink: pg, RecordReader: pg, close: pg.Start()}, nil
+	return &recordStore{Sink: pg, RecordReader: pg, close: pg.Start()}, nil
 }

@@ -1,12 +1,20 @@
 // Package wire holds the contract the components share across process
 // boundaries: the labels the controller puts on a function's objects and
 // the watchers select by, the ports of a function's pod, the queue-proxy's
-// environment, and the metadata of the external-push trigger KEDA sends
-// the autoscaler. Each is defined here once, so that the writer and the
+// environment, the metadata of the external-push trigger KEDA sends the
+// autoscaler, and the routes and bodies the components call each other
+// with (the queue-proxy's stats, the activators' pokes and buffered
+// reports, the autoscaler's view). Each is defined here once, so that the writer and the
 // readers cannot drift; users, dashboards and scripts depend on them too.
 package wire
 
-import "sless.dev/sless/apis/v1alpha1"
+import (
+	"strings"
+
+	"k8s.io/utils/ptr"
+
+	"sless.dev/sless/apis/v1alpha1"
+)
 
 // Labels on every object the controller creates for a function, and on
 // its pods. The activator and the autoscaler find a function's
@@ -99,9 +107,10 @@ const AMQPURLKey = "url"
 const EnvRabbitMQ = "SLESS_RABBITMQ_TRIGGERS"
 
 // RabbitMQTrigger is one RabbitMQ trigger as the queue-proxy consumes it.
-// The broker URL is not in it but in the variable URLEnv names, which the
-// controller fills from the trigger's Secret by secretKeyRef: a URL holds
-// a password, and must not show in a Deployment's spec.
+// The broker URL is not in it but in the variable URLEnv names
+// (AMQPURLEnv), which the controller fills from the trigger's Secret by
+// secretKeyRef: a URL holds a password, and must not show in a
+// Deployment's spec.
 type RabbitMQTrigger struct {
 	Name            string `json:"name"`
 	Queue           string `json:"queue"`
@@ -167,4 +176,36 @@ type Scaling struct {
 	// QueueDepth sums the messages ready on its queues at their last
 	// good reads.
 	QueueDepth int64 `json:"queueDepth,omitempty"`
+}
+
+// RabbitMQTriggers lists the enabled RabbitMQ triggers of a defaulted
+// Function spec as the queue-proxy consumes them, each with the variable
+// of its broker URL (AMQPURLEnv): what the controller and the local
+// platform write into EnvRabbitMQ.
+func RabbitMQTriggers(spec v1alpha1.FunctionSpec) []RabbitMQTrigger {
+	var out []RabbitMQTrigger
+	for _, t := range spec.Triggers {
+		r := t.RabbitMQ
+		if r == nil || !t.IsEnabled() {
+			continue
+		}
+		w := RabbitMQTrigger{
+			Name: t.Name, Queue: r.Queue, URLEnv: AMQPURLEnv(t.Name), Prefetch: int(r.Prefetch),
+			MaxRetries: int(ptr.Deref(r.MaxRetries, 0)), DeadLetterQueue: r.DeadLetterQueue,
+		}
+		if r.QueueType != v1alpha1.QueueClassic {
+			// Classic, the default, is left out: the pods of functions
+			// older than queueType keep their spec.
+			w.QueueType = r.QueueType
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// AMQPURLEnv is the variable that holds the broker URL of the RabbitMQ
+// trigger named trigger (a DNS label): SLESS_AMQP_URL_ORDERS_NEW for
+// orders-new.
+func AMQPURLEnv(trigger string) string {
+	return "SLESS_AMQP_URL_" + strings.ToUpper(strings.ReplaceAll(trigger, "-", "_"))
 }

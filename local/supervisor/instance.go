@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/invocation"
 	"sless.dev/sless/queueproxy"
-	"sless.dev/sless/queueproxy/consumer"
 )
 
 // Local queue-proxy settings: the activator stops routing to an instance
@@ -164,7 +164,7 @@ type queueProxy struct {
 	stop        func()
 }
 
-func startQueueProxy(spec Function, userPort int, records consumer.Sink, log *slog.Logger) (*queueProxy, error) {
+func startQueueProxy(spec Function, userPort int, records invocation.Sink, log *slog.Logger) (*queueProxy, error) {
 	cfg := queueproxy.Config{
 		Namespace: spec.Namespace, Function: spec.Name, UserPort: userPort,
 		Concurrency: spec.Concurrency, QueueDepth: 10 * spec.Concurrency,

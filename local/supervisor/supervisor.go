@@ -22,6 +22,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/invocation"
 	"sless.dev/sless/queueproxy"
 	"sless.dev/sless/queueproxy/consumer"
 	"sless.dev/sless/runtimes"
@@ -85,7 +86,7 @@ type Options struct {
 	// It is called from the output copiers and must not block.
 	Lines func(namespace, name, instance, line string)
 	// Records keeps the records of the messages instances consume.
-	Records consumer.Sink
+	Records invocation.Sink
 	// StartTimeout bounds the wait for a new instance to become ready.
 	StartTimeout time.Duration
 	// ReadinessGrace is how long an instance may run without passing its

@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/amqpurl"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
@@ -72,11 +72,6 @@ func (a Answer) crashed() bool {
 	return a.Platform && !a.Unsent && a.Code == fasthttp.StatusBadGateway
 }
 
-// Sink keeps invocation records.
-type Sink interface {
-	Add(invocation.Record)
-}
-
 // Options configure a Consumer.
 type Options struct {
 	Namespace, Function string
@@ -93,7 +88,7 @@ type Options struct {
 	// Isolation is shared by the consumers of one instance, which invoke
 	// the same process (nil: one of its own).
 	Isolation *Isolation
-	Records   Sink // nil: no records
+	Records   invocation.Sink // nil: no records
 	Metrics   *Metrics
 	Log       *slog.Logger
 }
@@ -144,20 +139,11 @@ func New(opts Options, inv Invoker) *Consumer {
 	if opts.Isolation == nil {
 		opts.Isolation = NewIsolation()
 	}
-	c := &Consumer{opts: opts, broker: redact(opts.URL), invoke: inv, iso: opts.Isolation,
+	c := &Consumer{opts: opts, broker: amqpurl.Redact(opts.URL), invoke: inv, iso: opts.Isolation,
 		log: opts.Log.With("trigger", opts.Trigger.Name, "queue", opts.Trigger.Queue),
 		m:   opts.Metrics.forQueue(opts.Trigger.Queue)}
 	c.setStatus(StateConnecting, nil)
 	return c
-}
-
-// redact returns the URL without its password, for errors and logs.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(invalid URL)"
-	}
-	return u.Redacted()
 }
 
 // Status reports what the consumer is doing.

@@ -210,7 +210,7 @@ func requestPath(ctx context.Context, url string, rate float64, duration time.Du
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.DiscardHandler)
 	var sink interface {
-		activator.InvocationSink
+		invocation.Sink
 		activator.RecordReader
 	} = invocation.NewRing(10_000)
 	if url != "" {
