@@ -14,8 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"sless.dev/sless/adminapi"
 	"sless.dev/sless/internal/adminauth"
+	"sless.dev/sless/internal/httpjson"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
 )
@@ -90,14 +90,14 @@ func (s *AdminServer) httpServer(draining func() bool) *http.Server {
 func (s *AdminServer) handler(draining func() bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if draining() {
-			adminapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 			return
 		}
-		adminapi.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{}))
 	if console := s.console(); console != nil {
@@ -107,7 +107,7 @@ func (s *AdminServer) handler(draining func() bool) http.Handler {
 		mux.Handle("/v1/", s.authorized(s.API.ServeHTTP))
 	} else {
 		mux.Handle("GET /v1/functions", s.authorized(func(w http.ResponseWriter, _ *http.Request) {
-			adminapi.WriteJSON(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
+			httpjson.Write(w, http.StatusOK, map[string]any{"functions": s.Activator.Functions()})
 		}))
 	}
 	mux.Handle(wire.FirePattern, s.authorized(s.fire))
@@ -132,24 +132,24 @@ const maxFireBody = 64 << 10
 func (s *AdminServer) fire(w http.ResponseWriter, r *http.Request) {
 	scheduled, err := time.Parse(time.RFC3339Nano, r.Header.Get(wire.ScheduledTimeHeader))
 	if err != nil {
-		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": wire.ScheduledTimeHeader + ": not an RFC 3339 time"})
+		httpjson.Error(w, http.StatusBadRequest, wire.ScheduledTimeHeader+": not an RFC 3339 time")
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxFireBody))
 	if err != nil {
-		adminapi.WriteJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": fmt.Sprintf("a fire's body is at most %d bytes", maxFireBody)})
+		httpjson.Error(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("a fire's body is at most %d bytes", maxFireBody))
 		return
 	}
 	code, err := s.Activator.Fire(r.Context(), r.PathValue("namespace"), r.PathValue("name"), r.PathValue("trigger"), scheduled, body)
 	switch {
 	case errors.Is(err, ErrNotFireable):
-		adminapi.WriteJSON(w, http.StatusConflict, map[string]string{"error": err.Error()})
+		httpjson.Error(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:
-		adminapi.WriteJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		httpjson.Error(w, http.StatusNotFound, err.Error())
 		return
 	}
-	adminapi.WriteJSON(w, http.StatusOK, map[string]int{"status": code})
+	httpjson.Write(w, http.StatusOK, map[string]int{"status": code})
 }
 
 // RecordReader answers the invocation routes: the in-memory ring or the
@@ -167,19 +167,19 @@ const invocationsRoute = "/v1/namespaces/{namespace}/functions/{name}/invocation
 func (s *AdminServer) listInvocations(w http.ResponseWriter, r *http.Request) {
 	q, err := parseQuery(r)
 	if err != nil {
-		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		httpjson.Error(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	page, err := s.Records.List(r.Context(), q)
 	if err != nil {
 		s.Log.Warn("list invocations", "namespace", q.Namespace, "function", q.Function, "err", err)
-		adminapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "invocation records unavailable: " + err.Error()})
+		httpjson.Error(w, http.StatusServiceUnavailable, "invocation records unavailable: "+err.Error())
 		return
 	}
 	if page.Invocations == nil {
 		page.Invocations = []invocation.Record{}
 	}
-	adminapi.WriteJSON(w, http.StatusOK, page)
+	httpjson.Write(w, http.StatusOK, page)
 }
 
 func parseQuery(r *http.Request) (invocation.Query, error) {
@@ -220,18 +220,18 @@ func parseQuery(r *http.Request) (invocation.Query, error) {
 func (s *AdminServer) summarizeInvocations(w http.ResponseWriter, r *http.Request) {
 	window, err := invocation.ParseWindow(r.URL.Query().Get("window"))
 	if err != nil {
-		adminapi.WriteJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		httpjson.Error(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	sum, err := s.Records.Summary(r.Context(), ns, name, time.Now().Add(-window))
 	if err != nil {
 		s.Log.Warn("summarize invocations", "namespace", ns, "function", name, "err", err)
-		adminapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "invocation records unavailable: " + err.Error()})
+		httpjson.Error(w, http.StatusServiceUnavailable, "invocation records unavailable: "+err.Error())
 		return
 	}
 	sum.Window = cmp.Or(r.URL.Query().Get("window"), "1h")
-	adminapi.WriteJSON(w, http.StatusOK, sum)
+	httpjson.Write(w, http.StatusOK, sum)
 }
 
 // state is what guards the admin API for one request: the Guard's token
@@ -265,7 +265,7 @@ func (s *AdminServer) console() http.Handler {
 
 // refuse answers a request for the admin API while no token can be had.
 func refuse(w http.ResponseWriter, st adminauth.State) {
-	adminapi.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"error": st.Refused})
+	httpjson.Error(w, http.StatusServiceUnavailable, st.Refused)
 }
 
 // authorized requires the admin token, when one is configured: as a
@@ -279,9 +279,9 @@ func (s *AdminServer) authorized(h http.HandlerFunc) http.Handler {
 			refuse(w, st)
 		case adminauth.Missing:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sless"`)
-			adminapi.WriteJSON(w, http.StatusUnauthorized, map[string]string{"error": "a bearer token is required"})
+			httpjson.Error(w, http.StatusUnauthorized, "a bearer token is required")
 		case adminauth.Forged:
-			adminapi.WriteJSON(w, http.StatusForbidden, map[string]string{"error": "a change made with the session cookie must send a JSON body"})
+			httpjson.Error(w, http.StatusForbidden, "a change made with the session cookie must send a JSON body")
 		default:
 			h(w, r)
 		}

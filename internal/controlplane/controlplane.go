@@ -17,6 +17,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -62,6 +63,11 @@ func Start(t testing.TB) *rest.Config {
 			filepath.Join(keda, "config", "crd", "bases"),
 		},
 		ErrorIfCRDPathMissing: true,
+		// envtest's 20 s per start is too short on a busy machine: it
+		// kills a kube-apiserver still starting and tries again, five
+		// times, and fails the test. A slow start is not a failure.
+		ControlPlaneStartTimeout: 3 * time.Minute,
+		ControlPlaneStopTimeout:  time.Minute,
 	}
 	cfg, err := env.Start()
 	if err != nil {
