@@ -24,11 +24,11 @@ import (
 
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/kpa"
-	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/internal/testinstance"
+	"sless.dev/sless/kubewatch"
 )
 
 // TestAutoscalerLoop runs the whole loop on real parts: load held on a
