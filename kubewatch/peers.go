@@ -33,8 +33,8 @@ type PeerSink interface {
 // then admits its share of every instance's concurrency. An activator is
 // known by its pod's IP; until its own endpoint is ready (its Service
 // sends it nothing yet), it is not among them. Its cache is its own, of
-// the one namespace and Service: a cache holds one selection of a type
-// across namespaces, and the ActivatorFeed's is of the functions' slices.
+// its namespace and Service only: a cache takes one label selector per
+// type, and the ActivatorFeed's selects the functions' slices.
 type Peers struct {
 	cache              cache.Cache
 	namespace, service string
