@@ -6,7 +6,7 @@
 // the loop here observes them; every DecideEvery, and at once on a poke, it
 // takes the highest demand, clamps it to the function's bounds and writes it
 // through a ReplicaWriter (write.go): the Deployment's scale subresource on
-// Kubernetes (autoscaler/kubewatch), the supervisor in sless dev.
+// Kubernetes (kubewatch), the supervisor in sless dev.
 package autoscaler
 
 import (

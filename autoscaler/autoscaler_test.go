@@ -24,10 +24,10 @@ import (
 
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/kpa"
-	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
+	"sless.dev/sless/kubewatch"
 	"sless.dev/sless/queueproxy/queueproxytest"
 )
 

@@ -271,6 +271,7 @@ func TestManifestsInstall(t *testing.T) {
 			{"sless.dev", "functions", "", "get", "", true},
 			{"sless.dev", "functions", "", "patch", "", true},
 			{"sless.dev", "functions", "", "delete", "", false},
+			{"discovery.k8s.io", "endpointslices", "", "list", "", true},
 			{"discovery.k8s.io", "endpointslices", "", "watch", "", true},
 			{"sless.dev", "functions", "status", "update", "", false},
 			{"apps", "deployments", "scale", "patch", "", false},

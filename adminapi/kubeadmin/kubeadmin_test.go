@@ -15,7 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/activator"
-	"sless.dev/sless/activator/kubewatch"
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/adminapi/kubeadmin"
 	"sless.dev/sless/apis/v1alpha1"
@@ -23,6 +22,7 @@ import (
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/kubewatch"
 	"sless.dev/sless/timeline"
 )
 
@@ -49,7 +49,7 @@ func TestBackend(t *testing.T) {
 	}
 
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	fns, err := kubewatch.NewFunctions(cfg, sink{}, quiet)
+	fns, err := kubewatch.NewActivatorFeed(cfg, sink{}, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,9 +163,10 @@ func TestBackend(t *testing.T) {
 // sink takes the watch's Functions; only the watch's cache matters here.
 type sink struct{}
 
-func (sink) SetFunction(activator.Function) {}
-func (sink) RemoveFunction(_, _ string)     {}
-func (sink) SetUnavailable(_, _, _ string)  {}
+func (sink) SetFunction(activator.Function)        {}
+func (sink) RemoveFunction(_, _ string)            {}
+func (sink) SetUnavailable(_, _, _ string)         {}
+func (sink) SetEndpoints(string, string, []string) {}
 
 func send(t *testing.T, base, method, path, body string, out any) int {
 	t.Helper()

@@ -20,7 +20,6 @@ import (
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"sless.dev/sless/activator"
-	"sless.dev/sless/activator/kubewatch"
 	"sless.dev/sless/adminapi/kubeadmin"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/console"
@@ -28,6 +27,7 @@ import (
 	"sless.dev/sless/internal/adminauth/kubetoken"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/kubewatch"
 	"sless.dev/sless/timeline"
 )
 
@@ -88,18 +88,11 @@ SLESS_DATABASE_URL), to memory without.`,
 			if client != nil {
 				go client.ReportBuffered(ctx, a, time.Second)
 			}
-			fns, err := kubewatch.NewFunctions(restCfg, a, log)
+			feed, err := kubewatch.NewActivatorFeed(restCfg, a, log)
 			if err != nil {
 				return err
 			}
-			eps, err := kubewatch.NewEndpoints(restCfg, a, log)
-			if err != nil {
-				return err
-			}
-			if err := fns.Run(ctx); err != nil {
-				return err
-			}
-			if err := eps.Run(ctx); err != nil {
+			if err := feed.Run(ctx); err != nil {
 				return err
 			}
 			peers, err := watchPeers(ctx, restCfg, peersService, a, log)
@@ -114,7 +107,7 @@ SLESS_DATABASE_URL), to memory without.`,
 			if err != nil {
 				return fmt.Errorf("--admin: %w", err)
 			}
-			api, err := adminBackend(restCfg, fns, tl, servingLn)
+			api, err := adminBackend(restCfg, feed, tl, servingLn)
 			if err != nil {
 				return err
 			}
@@ -175,7 +168,7 @@ SLESS_DATABASE_URL), to memory without.`,
 
 // adminBackend serves the admin API and the console from the Functions
 // the activator watches; its actions patch them.
-func adminBackend(cfg *rest.Config, fns *kubewatch.Functions, tl *timeline.Timeline, serving net.Listener) (*kubeadmin.Backend, error) {
+func adminBackend(cfg *rest.Config, feed *kubewatch.ActivatorFeed, tl *timeline.Timeline, serving net.Listener) (*kubeadmin.Backend, error) {
 	scheme := runtime.NewScheme()
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return nil, err
@@ -185,7 +178,7 @@ func adminBackend(cfg *rest.Config, fns *kubewatch.Functions, tl *timeline.Timel
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	port := serving.Addr().(*net.TCPAddr).Port
-	return &kubeadmin.Backend{Reader: fns.Reader(), Client: live, Timeline: tl,
+	return &kubeadmin.Backend{Reader: feed.Reader(), Client: live, Timeline: tl,
 		Invoke: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
 }
 

@@ -33,7 +33,6 @@ import (
 
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/kedascaler"
-	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/autoscaler/scheduler/kubeledger"
@@ -42,6 +41,7 @@ import (
 	"sless.dev/sless/internal/adminauth/kubetoken"
 	"sless.dev/sless/internal/amqpurl"
 	"sless.dev/sless/internal/httpjson"
+	"sless.dev/sless/kubewatch"
 )
 
 // autoscalerOptions are the flags of `sless autoscaler`.
@@ -174,7 +174,7 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	if err != nil {
 		return err
 	}
-	watcher, err := kubewatch.New(restCfg, a, router, log)
+	feed, err := kubewatch.NewAutoscalerFeed(restCfg, a, router, log)
 	if err != nil {
 		return err
 	}
@@ -186,8 +186,8 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	if err != nil {
 		return err
 	}
-	watcher.Crons = cron
-	deployments.Reader = watcher.Deployments()
+	feed.Crons = cron
+	deployments.Reader = feed.Deployments()
 	mgr, err := manager.New(restCfg, manager.Options{
 		Logger:                        logr.FromSlogHandler(log.Handler()),
 		LeaderElection:                o.leaderElect,
@@ -201,7 +201,7 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	}
 	var leading atomic.Bool
 	runnables := []manager.Runnable{
-		manager.RunnableFunc(func(ctx context.Context) error { return lead(ctx, watcher, a, cron, &leading, log) }),
+		manager.RunnableFunc(func(ctx context.Context) error { return lead(ctx, feed, a, cron, &leading, log) }),
 		httpServer("push", listeners[0], leaderOnly(&leading, a.Handler())),
 		&grpcServer{lis: listeners[1], keda: keda, leading: &leading},
 		httpServer("admin", listeners[2], adminHandler(&leading, reg)),
@@ -237,8 +237,8 @@ func listenAll(o autoscalerOptions) ([]net.Listener, error) {
 // process). The watch starts here, not before, so that a replica that has
 // waited long for the lease starts every decider afresh rather than
 // judging the load of the time it did not observe as idle.
-func lead(ctx context.Context, w *kubewatch.Watcher, a *autoscaler.Autoscaler, cron *scheduler.Scheduler, leading *atomic.Bool, log *slog.Logger) error {
-	if err := w.Run(ctx); err != nil {
+func lead(ctx context.Context, feed *kubewatch.AutoscalerFeed, a *autoscaler.Autoscaler, cron *scheduler.Scheduler, leading *atomic.Bool, log *slog.Logger) error {
+	if err := feed.Run(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}

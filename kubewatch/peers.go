@@ -10,12 +10,11 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	listers "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/internal/cachesync"
@@ -33,14 +32,15 @@ type PeerSink interface {
 // it is, from the EndpointSlices of their own Service, as they change: each
 // then admits its share of every instance's concurrency. An activator is
 // known by its pod's IP; until its own endpoint is ready (its Service
-// sends it nothing yet), it is not among them.
+// sends it nothing yet), it is not among them. Its cache is its own, of
+// its namespace and Service only: a cache takes one label selector per
+// type, and the ActivatorFeed's selects the functions' slices.
 type Peers struct {
-	client             kubernetes.Interface
+	cache              cache.Cache
 	namespace, service string
 	self               string // this activator's pod IP
 	sink               PeerSink
 	log                *slog.Logger
-	lister             listers.EndpointSliceLister
 	mu                 sync.Mutex      // serialises changed: the informer's and Run's
 	last               activator.Peers // what changed pushed last
 
@@ -52,23 +52,34 @@ type Peers struct {
 // NewPeers returns a watcher of the Service namespace/service whose
 // endpoints are the activators, this one at selfIP.
 func NewPeers(cfg *rest.Config, namespace, service, selfIP string, sink PeerSink, log *slog.Logger) (*Peers, error) {
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("activator endpointslices: %w", err)
+	scheme := runtime.NewScheme()
+	if err := discoveryv1.AddToScheme(scheme); err != nil {
+		return nil, err
 	}
-	return &Peers{client: client, namespace: namespace, service: service, self: selfIP, sink: sink, log: log,
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{namespace: {}},
+		ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {
+			Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: service})}}})
+	if err != nil {
+		return nil, fmt.Errorf("activator endpointslices cache: %w", err)
+	}
+	return &Peers{cache: c, namespace: namespace, service: service, self: selfIP, sink: sink, log: log,
 		SyncTimeout: cachesync.DefaultTimeout}, nil
 }
 
 // Run watches until ctx ends. It returns once the watch is set up and the
 // activators have been counted, or with an error.
 func (w *Peers) Run(ctx context.Context) error {
-	selector := labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: w.service})
-	err := watchSlices(ctx, w.client, w.SyncTimeout, "endpointslices of "+w.namespace+"/"+w.service, &w.lister,
-		func(any) { w.changed() }, informers.WithNamespace(w.namespace),
-		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = selector.String() }))
+	what := "endpointslices of " + w.namespace + "/" + w.service
+	inf, err := w.cache.GetInformer(ctx, &discoveryv1.EndpointSlice{}, cache.BlockUntilSynced(false))
 	if err != nil {
+		return fmt.Errorf("%s informer: %w", what, err)
+	}
+	if err := startCache(ctx, w.cache, w.SyncTimeout, "activator", what, w.log); err != nil {
 		return err
+	}
+	changed := func(any) { w.changed() }
+	if _, err := onChange(inf, changed, changed); err != nil {
+		return fmt.Errorf("%s informer: %w", what, err)
 	}
 	w.changed() // none yet is news too: this one alone
 	return nil
@@ -78,7 +89,7 @@ func (w *Peers) Run(ctx context.Context) error {
 // "admin") of the ready activators other than this one: the peers whose
 // views the admin API merges with its own.
 func (w *Peers) Others() []string {
-	all, err := w.lister.EndpointSlices(w.namespace).List(labels.Everything())
+	all, err := listSlices(w.cache, client.InNamespace(w.namespace))
 	if err != nil {
 		w.log.Error("list activator endpoint slices", "err", err)
 		return nil
@@ -93,7 +104,7 @@ func (w *Peers) Others() []string {
 func (w *Peers) changed() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	all, err := w.lister.EndpointSlices(w.namespace).List(labels.Everything())
+	all, err := listSlices(w.cache, client.InNamespace(w.namespace))
 	if err != nil {
 		w.log.Error("list activator endpoint slices", "err", err)
 		return

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/internal/wire"
 )
@@ -130,7 +131,7 @@ func probeUntilReady(ctx context.Context, probe readyProbe, admin string, found 
 // a change is a few map operations, and pushes stay in order.
 type startingProbes struct {
 	mu        sync.Mutex
-	functions map[[2]string]*functionEndpoints
+	functions map[types.NamespacedName]*functionEndpoints
 	probe     readyProbe
 	push      func(namespace, name string, addrs []string)
 	ctx       context.Context // the watch's: probes end with it
@@ -138,10 +139,9 @@ type startingProbes struct {
 
 // set records a function's slices: probes start for new starting
 // instances and end for those gone, ready or terminating.
-func (p *startingProbes) set(namespace, name string, ready []string, admins map[string]string) {
+func (p *startingProbes) set(key types.NamespacedName, ready []string, admins map[string]string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	key := [2]string{namespace, name}
 	f := p.functions[key]
 	if f == nil {
 		f = &functionEndpoints{starting: map[string]*starting{}}
@@ -163,14 +163,14 @@ func (p *startingProbes) set(namespace, name string, ready []string, admins map[
 		f.starting[addr] = s
 		go probeUntilReady(ctx, p.probe, admin, func() { p.found(key, addr, s) })
 	}
-	p.push(namespace, name, f.addrs())
+	p.push(key.Namespace, key.Name, f.addrs())
 	if len(f.ready) == 0 && len(f.starting) == 0 {
 		delete(p.functions, key)
 	}
 }
 
 // found marks a starting instance ready, if it is still the one probed.
-func (p *startingProbes) found(key [2]string, addr string, s *starting) {
+func (p *startingProbes) found(key types.NamespacedName, addr string, s *starting) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	f := p.functions[key]
@@ -178,5 +178,5 @@ func (p *startingProbes) found(key [2]string, addr string, s *starting) {
 		return
 	}
 	s.ready = true
-	p.push(key[0], key[1], f.addrs())
+	p.push(key.Namespace, key.Name, f.addrs())
 }

@@ -23,7 +23,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sless.dev/sless/activator"
-	"sless.dev/sless/activator/kubewatch"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
@@ -31,6 +30,7 @@ import (
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/kubewatch"
 	"sless.dev/sless/queueproxy/queueproxytest"
 )
 
@@ -43,7 +43,7 @@ type nopPoker struct{}
 
 func (nopPoker) Poke(string, string) {}
 
-// TestEndpointSlicesRouteTraffic runs the watcher against a real API server
+// TestEndpointSlicesRouteTraffic runs the feed against a real API server
 // with EndpointSlices pointing at real queue-proxies: the activator sends
 // to ready endpoints only, and buffers when none is left. The API server
 // refuses loopback IPs in EndpointSlices, so the slices name the instances
@@ -57,7 +57,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
-	w, err := kubewatch.NewEndpoints(cfg, a, quiet)
+	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func TestFunctionsAreServed(t *testing.T) {
 	if err := c.Create(ctx, existing); err != nil {
 		t.Fatal(err)
 	}
-	w, err := kubewatch.NewFunctions(cfg, a, quiet)
+	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,7 +228,7 @@ func TestFunctionsAreServed(t *testing.T) {
 	eventually.True(t, "early to be gone", func() bool { fns := a.Functions(); return len(fns) == 1 && fns[0].Name == "nightly" })
 }
 
-// A watcher that cannot list gives up after its SyncTimeout and says what
+// A feed that cannot list gives up after its SyncTimeout and says what
 // to check, instead of leaving the activator unready and silent.
 func TestWatchFailsWhenForbidden(t *testing.T) {
 	cfg := rest.CopyConfig(controlplane.Start(t))
@@ -238,30 +238,20 @@ func TestWatchFailsWhenForbidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fns, err := kubewatch.NewFunctions(cfg, a, quiet)
+	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps, err := kubewatch.NewEndpoints(cfg, a, quiet)
-	if err != nil {
-		t.Fatal(err)
+	w.SyncTimeout = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = w.Run(ctx)
+	const what = "functions.sless.dev and endpointslices"
+	if err == nil || !strings.Contains(err.Error(), what+" did not sync within 2s") || !strings.Contains(err.Error(), "activator's ServiceAccount") {
+		t.Fatalf("Run = %v, want the sync timeout naming %s and the activator's ServiceAccount", err, what)
 	}
-	fns.SyncTimeout, eps.SyncTimeout = 2*time.Second, 2*time.Second
-	for _, tc := range []struct {
-		name string
-		run  func(context.Context) error
-	}{{"functions.sless.dev", fns.Run}, {"endpointslices", eps.Run}} {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			err := tc.run(ctx)
-			if err == nil || !strings.Contains(err.Error(), tc.name+" did not sync within 2s") || !strings.Contains(err.Error(), "ServiceAccount") {
-				t.Fatalf("Run = %v, want the sync timeout naming %s and the ServiceAccount", err, tc.name)
-			}
-			if ctx.Err() != nil {
-				t.Fatal("Run returned only when the test's context ended")
-			}
-		})
+	if ctx.Err() != nil {
+		t.Fatal("Run returned only when the test's context ended")
 	}
 }
 
@@ -350,7 +340,7 @@ func TestStartingInstancesProbed(t *testing.T) {
 	}
 	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 30 * time.Second})
 	a.SetFunction(activator.Function{Namespace: "default", Name: "unready", HTTP: true, Timeout: time.Second})
-	w, err := kubewatch.NewEndpoints(cfg, a, quiet)
+	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +389,7 @@ func TestDeletedFunctionAnswersItsWaiters(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	w, err := kubewatch.NewFunctions(cfg, a, quiet)
+	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,15 +31,15 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/kedascaler"
-	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/kubewatch"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// recorder is the real autoscaler, with the watcher's calls counted and
+// recorder is the real autoscaler, with the feed's calls counted and
 // the instances it pushes kept, since the autoscaler does not show them.
 type recorder struct {
 	*autoscaler.Autoscaler
@@ -76,12 +76,12 @@ func (r *recorder) lastInstances(key string) ([]string, bool) {
 	return admins, ok
 }
 
-// harness is a watcher feeding a real autoscaler that writes to a real API
+// harness is a feed pushing to a real autoscaler that writes to a real API
 // server and to a KEDA external scaler served over real gRPC, with the
 // autoscaler's push endpoint served over HTTP.
 type harness struct {
 	c    client.Client
-	deps client.Reader // the watcher's cache of Deployments
+	deps client.Reader // the feed's cache of Deployments
 	rec  *recorder
 	keda externalscaler.ExternalScalerClient
 	push string
@@ -99,7 +99,7 @@ func start(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	rec := &recorder{Autoscaler: a, sets: map[string]int{}, instances: map[string][]string{}}
-	w, err := kubewatch.New(cfg, rec, router, quiet)
+	w, err := kubewatch.NewAutoscalerFeed(cfg, rec, router, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestKEDAAnswersBeforeTheFirstDecision(t *testing.T) {
 	ctx := context.Background()
 	controlplane.CreateDeployment(t, h.c, "running", 3)
 	keda := func(s *v1alpha1.FunctionSpec) { s.Scale.Owner = v1alpha1.OwnerKEDA }
-	eventually.True(t, "the Deployment's replicas in the watcher's cache", func() bool {
+	eventually.True(t, "the Deployment's replicas in the feed's cache", func() bool {
 		var cached appsv1.Deployment
 		err := h.deps.Get(ctx, client.ObjectKey{Namespace: "default", Name: "running"}, &cached)
 		return err == nil && ptr.Deref(cached.Spec.Replicas, 0) == 3
@@ -443,7 +443,7 @@ func wantInstances(t *testing.T, h *harness, name string, want ...string) {
 	}
 }
 
-// A watcher whose cache cannot list gives up after SyncTimeout and says
+// A feed whose cache cannot list gives up after SyncTimeout and says
 // why, rather than keeping the Lease and scaling nothing.
 func TestRunFailsWhenForbidden(t *testing.T) {
 	cfg := rest.CopyConfig(controlplane.Start(t))
@@ -452,7 +452,7 @@ func TestRunFailsWhenForbidden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := kubewatch.New(cfg, a, nil, quiet)
+	w, err := kubewatch.NewAutoscalerFeed(cfg, a, nil, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/autoscaler"
-	"sless.dev/sless/autoscaler/kubewatch"
 	"sless.dev/sless/internal/controlplane"
+	"sless.dev/sless/kubewatch"
 )
 
 // TestKubernetesScaler changes a Deployment's replicas through the scale

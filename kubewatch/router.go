@@ -27,7 +27,7 @@ type KEDAReporter interface {
 // scale subresource when sless owns it (scale.owner sless and no RabbitMQ
 // trigger), KEDA through the external scaler when KEDA does (scale.owner
 // keda, or any RabbitMQ trigger: KEDA also scales those on their queues).
-// The Watcher tells it each function's owner.
+// The AutoscalerFeed tells it each function's owner.
 type ReplicaRouter struct {
 	kube autoscaler.ReplicaWriter
 	keda KEDAReporter
@@ -43,7 +43,7 @@ func NewReplicaRouter(kube autoscaler.ReplicaWriter, keda KEDAReporter) *Replica
 }
 
 // Scale sends the replicas to the function's owner and returns what the
-// owner had. A function the Watcher does not know (deleted, invalid) is
+// owner had. A function the AutoscalerFeed does not know (deleted, invalid) is
 // written nowhere.
 func (r *ReplicaRouter) Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error) {
 	r.mu.Lock()
