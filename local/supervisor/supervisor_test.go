@@ -388,7 +388,10 @@ func TestReadinessFailing(t *testing.T) {
 
 	s.Set(testFunction())
 	rec.waitReady(t, 1)
-	if c := fails.get(); len(c) != 2 || c[1] != "@0" {
+	// On a busy machine the new version may itself outlast the short
+	// grace before it is ready, and be reported failing for a while: what
+	// matters is that its readiness ends the failing.
+	if c := fails.get(); !strings.HasPrefix(c[len(c)-1], "@") {
 		t.Errorf("Failing calls %q, want the failing ended by the new version", c)
 	}
 	if st := status(t, s); st.Failing != "" || st.FailingReason != "" {
