@@ -261,12 +261,6 @@ func state(fn *v1alpha1.Function) (state adminapi.State, reason, cause string) {
 // triggers reports fn's triggers: a RabbitMQ trigger fails when the
 // controller's last check of it did.
 func triggers(fn *v1alpha1.Function) []adminapi.TriggerStatus {
-	failing := map[string]string{}
-	for _, c := range fn.Status.Triggers {
-		if !c.Ready {
-			failing[c.Name] = c.Message
-		}
-	}
 	out := make([]adminapi.TriggerStatus, 0, len(fn.Spec.Triggers))
 	for _, t := range fn.Spec.Triggers {
 		ts := adminapi.NewTriggerStatus(t)
@@ -274,7 +268,7 @@ func triggers(fn *v1alpha1.Function) []adminapi.TriggerStatus {
 			if fn.Status.ReadyReplicas > 0 {
 				ts.State = adminapi.TriggerConsuming
 			}
-			if msg, ok := failing[t.Name]; ok {
+			if msg, ok := fn.Status.TriggerFailing(t.Name); ok {
 				ts.State, ts.Error = adminapi.TriggerFailing, msg
 			}
 		}

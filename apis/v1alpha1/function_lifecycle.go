@@ -91,3 +91,14 @@ func (s *FunctionStatus) InstancesFailing() (reason, cause string, failing bool)
 	}
 	return "", "", false
 }
+
+// TriggerFailing returns why the controller's last check of the trigger
+// name failed, when it did.
+func (s *FunctionStatus) TriggerFailing(name string) (cause string, failing bool) {
+	for _, t := range s.Triggers {
+		if t.Name == name && !t.Ready {
+			return t.Message, true
+		}
+	}
+	return "", false
+}
