@@ -14,6 +14,7 @@ import (
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -546,7 +547,13 @@ func testDelete(t *testing.T, e *env, run *running) {
 	}
 	// No finalizer: the Function is gone at once, and the garbage
 	// collector (not running here) deletes what it controls.
-	eventually.True(t, "the Function gone", func() bool { return !e.get(t, ns, "gone", &v1alpha1.Function{}) })
+	// Gone from the controller's cache too: until then a reconcile (one
+	// the deletions below cause) may create what was deleted again, as a
+	// lagging cache may in any cluster, where the garbage collector ends it.
+	eventually.True(t, "the controller's cache to see the Function gone", func() bool {
+		err := run.mgr.GetClient().Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "gone"}, &v1alpha1.Function{})
+		return apierrors.IsNotFound(err)
+	})
 	for _, obj := range []client.Object{&appsv1.Deployment{}, &corev1.Service{}, &kedav1alpha1.ScaledObject{}} {
 		e.get(t, ns, "gone", obj)
 		if err := e.c.Delete(context.Background(), obj); err != nil {
@@ -555,7 +562,7 @@ func testDelete(t *testing.T, e *env, run *running) {
 	}
 	eventually.True(t, "the controller's cache to see the deletions", func() bool {
 		err := run.mgr.GetClient().Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "gone"}, &appsv1.Deployment{})
-		return client.IgnoreNotFound(err) == nil && err != nil
+		return apierrors.IsNotFound(err)
 	})
 	if _, err := run.r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: ns, Name: "gone"}}); err != nil {
 		t.Fatalf("reconcile of a deleted Function: %v", err)

@@ -3,6 +3,7 @@ package queueproxy
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -69,6 +70,19 @@ func (h *harness) deliveries() map[string]testfn.Deliveries {
 		h.t.Fatalf("/messages: %v: %s", err, body)
 	}
 	return out
+}
+
+// release opens the gates of blocked messages ids at the function's
+// process now running; a restart closes them again. A process that is
+// down is no error: the next call opens the gates of the next one.
+func (h *harness) release(ids ...string) {
+	for _, id := range ids {
+		resp, err := h.client.Get("http://" + h.fn.Addr() + "/release?id=" + id)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
 }
 
 // results reads sless_queue_messages_total of queue by result.
@@ -326,28 +340,39 @@ func TestSlowMessageHoldsNoSlot(t *testing.T) {
 
 // TestCrashSparesOthers: a message whose handler kills the runtime, in
 // flight with four healthy ones (prefetch 5), spends only its own
-// attempts. The others are sent back to run alone, spending none, and are
-// processed; the dead-letter queue holds the culprit alone, after
-// 1 + maxRetries crashes of its own and at most one more, the one it
-// shared. The queue then runs at full concurrency again.
+// attempts. All five are sent back to run alone, spending none; the
+// healthy ones are processed; the dead-letter queue holds the culprit
+// alone, after 1 + maxRetries crashes of its own. The queue then runs at
+// full concurrency again. Every message blocks until the test releases
+// it, so that the crash finds all five at the process however slow the
+// machine.
 func TestCrashSparesOthers(t *testing.T) {
 	ch := amqptest.Channel(t)
 	dlq := amqptest.Name("dlq")
 	h, queue := consuming(t, ch, wire.RabbitMQTrigger{Prefetch: 5, MaxRetries: 2, DeadLetterQueue: dlq}, nil)
 	h.fn.RestartOnExit()
-	ms := []testfn.Message{{ID: "poison", Exit: true, SleepMs: 300}}
+	ms := []testfn.Message{{ID: "poison", Block: true, Exit: true}}
+	ids := []string{"poison"}
 	for i := range 4 {
-		ms = append(ms, testfn.Message{ID: fmt.Sprint(i), SleepMs: 1000})
+		ms = append(ms, testfn.Message{ID: fmt.Sprint(i), Block: true})
+		ids = append(ids, fmt.Sprint(i))
 	}
 	amqptest.Publish(t, ch, queue, messages(ms...)...)
-	h.waitResults(queue, "dead_lettered", 1)
-	h.waitResults(queue, "acked", 4)
+	eventually.True(t, "the 5 messages at the process", func() bool { return len(h.deliveries()) == 5 })
+	h.release("poison")
+	h.waitResults(queue, "isolated", 5)
+	// Each runs alone now, in the process the crash left, which blocks
+	// them again until released, and in those the culprit's crashes leave.
+	eventually.True(t, "the culprit dead-lettered and the others acked", func() bool {
+		h.release(ids...)
+		return h.results(queue, "dead_lettered") == 1 && h.results(queue, "acked") == 4
+	})
 
 	if r := h.results(queue, "retried"); r != 2 {
 		t.Errorf("retried = %d, want the culprit's 2 retries alone", r)
 	}
-	if n := h.results(queue, "isolated"); n < 4 {
-		t.Errorf("isolated = %d, want at least the 4 healthy messages in flight at the first crash", n)
+	if n := h.results(queue, "isolated"); n != 5 {
+		t.Errorf("isolated = %d, want the 5 messages in flight at the first crash alone", n)
 	}
 	if d := amqptest.Depth(t, ch, dlq); d != 1 {
 		t.Fatalf("dead-letter queue holds %d messages, want the culprit alone", d)
@@ -364,21 +389,29 @@ func TestCrashSparesOthers(t *testing.T) {
 		msg.Headers[consumer.IsolateHeader] != "crashed" {
 		t.Errorf("dead-letter headers %v: want 3 attempts, status 502, marked crashed", msg.Headers)
 	}
+	if s := h.fn.Starts(); s != 5 {
+		t.Errorf("the function process started %d times, want 5: the first start, then one the shared crash, and one each crash of the culprit's 3", s)
+	}
 
 	// Back to normal: messages share the process again.
-	h.get("http://"+h.fn.Addr(), "/max") // resets it
 	var more []testfn.Message
 	for i := range 5 {
-		more = append(more, testfn.Message{ID: fmt.Sprint("more", i), SleepMs: 300})
+		more = append(more, testfn.Message{ID: fmt.Sprint("more", i), Block: true})
 	}
 	amqptest.Publish(t, ch, queue, messages(more...)...)
+	eventually.True(t, "the 5 new messages at the process together", func() bool {
+		n := 0
+		for id := range h.deliveries() {
+			if strings.HasPrefix(id, "more") {
+				n++
+			}
+		}
+		return n == 5
+	})
+	for _, m := range more {
+		h.release(m.ID)
+	}
 	h.waitResults(queue, "acked", 9)
-	if _, body := h.get("http://"+h.fn.Addr(), "/max"); string(body) == "0" || string(body) == "1" {
-		t.Errorf("at most %s message at the process at once after the culprit was found, want them together", body)
-	}
-	if s := h.fn.Starts(); s < 4 || s > 5 {
-		t.Errorf("the function process started %d times, want 4 or 5: first start, then one a crash of the culprit's 3, and one the crash it shared", s)
-	}
 }
 
 // TestRefusedSpendsNoAttempt: messages that reach no process (it is down)

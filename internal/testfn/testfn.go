@@ -86,8 +86,8 @@ type Message struct {
 	// SleepMs delays the answer; Block waits for /release?id=<ID>.
 	SleepMs int  `json:"sleepMs,omitempty"`
 	Block   bool `json:"block,omitempty"`
-	// Exit ends the process (exit status 3) after the sleep, as a handler
-	// that crashes its runtime does.
+	// Exit ends the process (exit status 3) after the sleep and the block,
+	// as a handler that crashes its runtime does.
 	Exit bool `json:"exit,omitempty"`
 }
 
@@ -255,15 +255,15 @@ func (h *handler) message(w http.ResponseWriter, r *http.Request) {
 	n := d.Count
 	h.mu.Unlock()
 	time.Sleep(time.Duration(m.SleepMs) * time.Millisecond)
-	if m.Exit {
-		os.Exit(3)
-	}
 	if m.Block {
 		select {
 		case <-h.gate(m.ID):
 		case <-r.Context().Done():
 			return
 		}
+	}
+	if m.Exit {
+		os.Exit(3)
 	}
 	if m.Fail < 0 || n <= m.Fail {
 		w.Header().Set("Content-Type", "application/json")
