@@ -130,11 +130,10 @@ func (c *Consumer) invokeSent(ctx context.Context, req *fasthttp.Request, resp *
 	}
 	for pause := minResend; ; pause = min(2*pause, maxResend) {
 		var ok bool
-		if t, ok = c.iso.enter(exclusive, ready); !ok {
+		t, alone, ok = c.iso.run(exclusive, ready, func() { ans = c.invoke.Invoke(req, resp, ctx.Done()) })
+		if !ok {
 			return stopping, t, false
 		}
-		ans = c.invoke.Invoke(req, resp, ctx.Done())
-		alone = c.iso.leave(t)
 		if !ans.Unsent || !sleep(ctx, pause) {
 			return ans, t, alone
 		}

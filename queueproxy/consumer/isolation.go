@@ -54,51 +54,50 @@ func NewIsolation() *Isolation {
 
 // turn is one invocation's time at the process.
 type turn struct {
-	exclusive bool
-	first     bool   // no other invocation was running when it started
-	started   uint64 // Isolation.started once it had started
-	life      uint64
+	first   bool   // no other invocation was running when it started
+	started uint64 // Isolation.started once it had started
+	life    uint64
 }
 
-// enter waits for the process: shared, or alone when exclusive, and then
-// for ready, which reports false when the caller gives up; then no turn
-// is taken. The wait for ready is inside the gate: a turn that crashed
-// the process ends before its death shows everywhere, and the turns let
-// in after it must wait for the new process, not reach the dying one.
-func (s *Isolation) enter(exclusive bool, ready func() bool) (turn, bool) {
+// run calls invoke with the process: shared, or alone when exclusive,
+// once ready reports true; when ready reports false (the caller gives
+// up), invoke is not called and ok is false. The wait for ready is inside
+// the gate: a turn that crashed the process ends before its death shows
+// everywhere, and the turns let in after it must wait for the new
+// process, not reach the dying one. alone reports whether the turn had
+// the process to itself throughout: none was running when it started,
+// and none started since.
+func (s *Isolation) run(exclusive bool, ready func() bool, invoke func()) (t turn, alone, ok bool) {
 	if exclusive {
 		s.gate.Lock()
+		defer s.gate.Unlock()
 	} else {
 		s.gate.RLock()
+		defer s.gate.RUnlock()
 	}
 	if !ready() {
-		s.unlock(exclusive)
-		return turn{}, false
+		return turn{}, false, false
 	}
+	t = s.begin()
+	invoke()
+	return t, s.end(t), true
+}
+
+// begin counts a turn in.
+func (s *Isolation) begin() turn {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running++
 	s.started++
-	return turn{exclusive: exclusive, first: s.running == 1, started: s.started, life: s.life}, true
+	return turn{first: s.running == 1, started: s.started, life: s.life}
 }
 
-// leave ends a turn, and reports whether it had the process to itself
-// throughout: none was running when it started, and none started since.
-func (s *Isolation) leave(t turn) (alone bool) {
+// end counts turn t out, and reports whether it was alone.
+func (s *Isolation) end(t turn) (alone bool) {
 	s.mu.Lock()
-	alone = t.first && s.started == t.started
+	defer s.mu.Unlock()
 	s.running--
-	s.mu.Unlock()
-	s.unlock(t.exclusive)
-	return alone
-}
-
-func (s *Isolation) unlock(exclusive bool) {
-	if exclusive {
-		s.gate.Unlock()
-	} else {
-		s.gate.RUnlock()
-	}
+	return t.first && s.started == t.started
 }
 
 // crash names the crash that ended turn t: the same for every turn that

@@ -10,47 +10,54 @@ import (
 // their crash's name, and the next life gets another.
 func TestIsolationAlone(t *testing.T) {
 	s := NewIsolation()
-	a := enter(s, false)
-	if !s.leave(a) {
+	if _, alone, _ := s.run(false, ready, func() {}); !alone {
 		t.Error("a turn with the process to itself is not alone")
 	}
 
-	a = enter(s, false)
-	b := enter(s, false) // started while a ran
-	if s.leave(b) {
+	var b turn
+	var bAlone bool
+	a, aAlone, _ := s.run(false, ready, func() {
+		b, bAlone, _ = s.run(false, ready, func() {}) // started while a ran
+	})
+	if bAlone {
 		t.Error("a turn that started while another ran is alone")
 	}
-	if s.leave(a) {
+	if aAlone {
 		t.Error("a turn during which another started is alone")
 	}
 	if s.crash(a) != s.crash(b) {
 		t.Error("turns at the same crash are named apart")
 	}
-	c := enter(s, false)
-	s.leave(c)
+	c, _, _ := s.run(false, ready, func() {})
 	if s.crash(c) == s.crash(a) {
 		t.Error("a crash of the next life has the name of the last one")
 	}
 }
 
 // TestIsolationExclusive: a marked message waits for the unmarked ones at
-// the process, and the unmarked ones wait for it.
+// the process, and the unmarked ones wait for it; a turn given up takes
+// nothing.
 func TestIsolationExclusive(t *testing.T) {
 	s := NewIsolation()
-	shared := enter(s, false)
-	if s.gate.TryLock() {
-		t.Fatal("an exclusive turn could begin while a shared one ran")
-	}
-	s.leave(shared)
-	x := enter(s, true)
-	if s.gate.TryRLock() {
-		t.Fatal("a shared turn could begin while an exclusive one ran")
-	}
-	if !s.leave(x) {
+	s.run(false, ready, func() {
+		if s.gate.TryLock() {
+			t.Fatal("an exclusive turn could begin while a shared one ran")
+		}
+	})
+	_, alone, _ := s.run(true, ready, func() {
+		if s.gate.TryRLock() {
+			t.Fatal("a shared turn could begin while an exclusive one ran")
+		}
+	})
+	if !alone {
 		t.Error("the exclusive turn was not alone")
 	}
-	if _, ok := s.enter(true, func() bool { return false }); ok || !s.gate.TryLock() {
-		t.Error("a turn given up while waiting for the process was taken, or held the gate")
+	called := false
+	if _, _, ok := s.run(true, func() bool { return false }, func() { called = true }); ok || called {
+		t.Error("a turn given up while waiting for the process was taken")
+	}
+	if !s.gate.TryLock() {
+		t.Error("a turn given up holds the gate")
 	}
 }
 
@@ -73,7 +80,4 @@ func TestIsolationMarks(t *testing.T) {
 	}
 }
 
-func enter(s *Isolation, exclusive bool) turn {
-	t, _ := s.enter(exclusive, func() bool { return true })
-	return t
-}
+func ready() bool { return true }
