@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"sless.dev/sless/internal/eventually"
 )
 
 // ServerURL is the server's admin URL, without a database.
@@ -79,21 +81,18 @@ func SetReachable(t testing.TB, name string, reachable bool) {
 	if _, err := admin.Exec(ctx, fmt.Sprintf("alter database %s allow_connections %t", db, reachable)); err != nil {
 		t.Fatal(err)
 	}
+	if reachable {
+		return
+	}
 	// A connection being made as connections were shut out may still get
 	// in: end them until none is left.
-	for i := 0; !reachable; i++ {
+	eventually.True(t, "every connection to "+name+" ended", func() bool {
 		var left int
 		err := admin.QueryRow(ctx, `with ended as (select pg_terminate_backend(pid) from pg_stat_activity where datname = $1)
 			select count(*) from ended`, name).Scan(&left)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if left == 0 {
-			return
-		}
-		if i == 100 {
-			t.Fatalf("connections to %s still open after 100 rounds of ending them", name)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return left == 0
+	})
 }
