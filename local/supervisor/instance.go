@@ -71,11 +71,16 @@ func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet
 // readiness check.
 var errNotReady = errors.New("not ready")
 
+// unreadyRefresh is how often the cause of an instance that is still
+// unready after ReadinessGrace is told again, kept current.
+const unreadyRefresh = time.Second
+
 // awaitReady waits for an instance's first healthy answer: ready, or not
 // with why (nil when ctx ended), the process and its queue-proxy then
 // stopped. An instance unready for ReadinessGrace makes its function
 // failing, saying since when, why the last check failed and its last
-// output, and is given until StartTimeout.
+// output (told again each unreadyRefresh while it stays unready), and is
+// given until StartTimeout.
 func (s *Supervisor) awaitReady(ctx context.Context, spec Function, in *instance, proc *process, qp *queueProxy, out *output, start time.Time) (bool, error) {
 	name := instanceName(spec.Namespace, spec.Name, in.id)
 	timeout := time.NewTimer(s.opts.StartTimeout)
@@ -97,6 +102,7 @@ func (s *Supervisor) awaitReady(ctx context.Context, spec Function, in *instance
 		case <-grace.C:
 			s.unready(spec.Namespace, spec.Name, in, fmt.Sprintf("instance %s has been running without passing its readiness check since %s (%s)%s",
 				name, start.UTC().Format(time.RFC3339), cmp.Or(qp.srv.ProbeFailure(), "no check done"), out.tail()))
+			grace.Reset(unreadyRefresh)
 		case <-timeout.C:
 			qp.stop()
 			proc.terminate(s.opts.StopTimeout)

@@ -385,15 +385,21 @@ func (s *Supervisor) crashed(f *function, in *instance, err error) {
 
 // unready reports an instance of f's current version that has run for
 // ReadinessGrace without passing its readiness check: its function is
-// failing, unless it already is. Called with s.mu held.
+// failing, unless it already is for another reason. Reported again while
+// the instance stays unready, the cause is kept current: the last check's
+// failure, and output the runtime printed since (a slow start may print
+// nothing within the grace).
 func (s *Supervisor) unready(namespace, name string, in *instance, cause string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fns[key(namespace, name)]
-	if f == nil || in.stopping || in.gen != f.gen || f.failing != "" {
-		return
+	switch {
+	case f == nil || in.stopping || in.gen != f.gen:
+	case f.failing == "":
+		s.fail(f, v1alpha1.ReasonReadinessFailing, cause)
+	case f.reason == v1alpha1.ReasonReadinessFailing:
+		f.failing = cause
 	}
-	s.fail(f, v1alpha1.ReasonReadinessFailing, cause)
 }
 
 // fail makes f's current version failing for reason, telling Failing the
