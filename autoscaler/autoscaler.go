@@ -201,21 +201,21 @@ func (st *state) lastDesired() int32 {
 // decide takes the highest demand of the function's signals, clamps it to
 // its bounds and writes it.
 func (a *Autoscaler) decide(ctx context.Context, now time.Time, st *state) {
-	if a.decision(now, st) {
-		a.write(ctx, st)
+	if p, write := a.decision(now, st); write {
+		a.write(ctx, st, p)
 	}
 }
 
 // decision is one decision of the function's replicas. It reports whether
-// its caller is to write it: no when there was no decision (no HTTP data),
-// or a write in flight will write it after its own.
-func (a *Autoscaler) decision(now time.Time, st *state) (write bool) {
+// its caller is to write it, taken: no when there was no decision (no HTTP
+// data), or a write in flight will write it after its own.
+func (a *Autoscaler) decision(now time.Time, st *state) (p pendingWrite, write bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	ready := int32(len(st.admins))
 	d, ok := a.decideHTTP(now, st, ready)
 	if !ok {
-		return false
+		return p, false
 	}
 	var signals int32
 	for _, s := range st.signals {
@@ -229,7 +229,7 @@ func (a *Autoscaler) decision(now time.Time, st *state) (write bool) {
 		st.series = a.metrics.series(st.fn.Namespace, st.fn.Name)
 	}
 	st.series.decided(desired, ready, st.fn.Spec.Max, d.Panic)
-	return st.writes.decided()
+	return st.decided()
 }
 
 // Run steps every second until ctx ends, and decides on new functions as

@@ -22,6 +22,11 @@ type startTiming struct {
 func (st *state) waiting(now time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	st.waitingLocked(now)
+}
+
+// waitingLocked is waiting with st.mu held.
+func (st *state) waitingLocked(now time.Time) {
 	if len(st.admins) == 0 && st.timing.coldSince.IsZero() {
 		st.timing.coldSince = now
 	}

@@ -42,78 +42,72 @@ type decision struct {
 }
 
 // decided notes a decision to write, and reports whether its caller is to
-// write it (no write is in flight).
-func (w *writeState) decided() (write bool) {
-	w.unwritten = true
-	if w.writing {
-		return false
+// write it (no write is in flight), taking it. Called with st.mu held.
+func (st *state) decided() (p pendingWrite, write bool) {
+	st.writes.unwritten = true
+	if st.writes.writing {
+		return p, false
 	}
-	w.writing = true
-	return true
-}
-
-// write writes the function's latest decision until no newer one waits.
-func (a *Autoscaler) write(ctx context.Context, st *state) {
-	for {
-		p, ok := st.nextWrite()
-		if !ok {
-			return
-		}
-		had, err := a.writer.Scale(ctx, p.fn.Namespace, p.fn.Name, p.desired)
-		switch {
-		case errors.Is(err, ErrNoWorkload):
-			a.log.Debug("scale later", "namespace", p.fn.Namespace, "function", p.fn.Name, "desired", p.desired, "err", err)
-		case err != nil:
-			a.log.Error("scale", "namespace", p.fn.Namespace, "function", p.fn.Name, "desired", p.desired, "err", err)
-		default:
-			p.series.actual.Set(float64(had))
-			a.wrote(st, p, had)
-		}
-	}
+	st.writes.writing = true
+	return st.takeWrite(), true
 }
 
 // pendingWrite is a decision taken to be written.
 type pendingWrite struct {
-	fn      Function
-	desired int32
-	last    decision
-	series  *series
+	namespace, name string
+	desired         int32
+	last            decision
+	series          *series
 }
 
-// nextWrite takes the latest decision if it is not written yet, and ends
-// the write in flight if it is.
-func (st *state) nextWrite() (p pendingWrite, ok bool) {
+// takeWrite takes the latest decision to write. Called with st.mu held.
+func (st *state) takeWrite() pendingWrite {
+	st.writes.unwritten = false
+	return pendingWrite{namespace: st.fn.Namespace, name: st.fn.Name, desired: st.desired, last: st.last, series: st.series}
+}
+
+// write writes the function's decision p, then each newer one made
+// meanwhile, until none waits.
+func (a *Autoscaler) write(ctx context.Context, st *state, p pendingWrite) {
+	for {
+		had, err := a.writer.Scale(ctx, p.namespace, p.name, p.desired)
+		switch {
+		case errors.Is(err, ErrNoWorkload):
+			a.log.Debug("scale later", "namespace", p.namespace, "function", p.name, "desired", p.desired, "err", err)
+		case err != nil:
+			a.log.Error("scale", "namespace", p.namespace, "function", p.name, "desired", p.desired, "err", err)
+		default:
+			p.series.actual.Set(float64(had))
+		}
+		next, from, changed, more := st.wrote(p.desired, had, err == nil)
+		if changed {
+			a.log.Info("scaled", "namespace", p.namespace, "function", p.name, "from", from, "to", p.desired,
+				"had", had, "ready", p.last.ready, "signals", p.last.signals, "panic", p.last.panic, "stable", p.last.stable)
+		}
+		if !more {
+			return
+		}
+		p = next
+	}
+}
+
+// wrote notes a write of desired ended, with had replicas there before if
+// it succeeded (ok), and reports from what the replicas changed, if they
+// did; then takes the decision made meanwhile, if one waits (more), or
+// ends the writing.
+func (st *state) wrote(desired, had int32, ok bool) (next pendingWrite, from int32, changed, more bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	if from = st.writes.written; ok && from != desired {
+		if from < 0 {
+			from = had // the first write
+		}
+		st.writes.written = desired
+		changed = from != desired
+	}
 	if !st.writes.unwritten {
 		st.writes.writing = false
-		return p, false
+		return next, from, changed, false
 	}
-	st.writes.unwritten = false
-	return pendingWrite{fn: st.fn, desired: st.desired, last: st.last, series: st.series}, true
-}
-
-// wrote notes replicas written, and logs a change.
-func (a *Autoscaler) wrote(st *state, p pendingWrite, had int32) {
-	from, changed := st.wrote(p.desired, had)
-	if changed {
-		a.log.Info("scaled", "namespace", p.fn.Namespace, "function", p.fn.Name, "from", from, "to", p.desired,
-			"had", had, "ready", p.last.ready, "signals", p.last.signals, "panic", p.last.panic, "stable", p.last.stable)
-	}
-}
-
-// wrote notes desired written where there were had, and reports from what
-// the replicas changed, if they did.
-func (st *state) wrote(desired, had int32) (from int32, changed bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	from = st.writes.written
-	if from == desired {
-		return from, false
-	}
-	if from < 0 {
-		from = had // the first write
-	}
-	st.writes.written = desired
-	return from, from != desired
+	return st.takeWrite(), from, changed, true
 }
