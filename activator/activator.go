@@ -107,13 +107,13 @@ func New(cfg Config, poker Poker, sink invocation.Sink, reg prometheus.Registere
 // SetFunction adds a function or changes it. A change keeps the
 // function's throttler, resized in place to a new concurrency, so that
 // requests waiting or in flight keep their place.
-func (a *Activator) SetFunction(fn Function) {
+func (a *Activator) SetFunction(fn RouteSpec) {
 	a.routes.update(func(t *routes) {
 		key := fn.Namespace + "/" + fn.Name
 		var rt *route
 		if old := t.byPath[key]; old != nil {
 			// A new route, so that requests reading the old one see a
-			// consistent Function.
+			// consistent RouteSpec.
 			rt = &route{fn: fn, throttler: old.throttler, metrics: old.metrics}
 			if old.fn.Concurrency != fn.Concurrency {
 				rt.throttler.SetCapacity(fn.Concurrency)
@@ -227,7 +227,7 @@ func (a *Activator) CloseStaleConns() {
 
 // FunctionState is a function as the activator serves it.
 type FunctionState struct {
-	Function
+	RouteSpec
 	Instances int `json:"instances"`
 	// InFlight counts the requests at the instances.
 	InFlight int `json:"inFlight"`
@@ -240,7 +240,7 @@ func (a *Activator) Functions() []FunctionState {
 	out := make([]FunctionState, 0, len(rts))
 	for _, rt := range rts {
 		instances, inFlight := rt.throttler.Load()
-		out = append(out, FunctionState{Function: rt.fn, Instances: instances, InFlight: inFlight, Waiting: rt.throttler.Waiting()})
+		out = append(out, FunctionState{RouteSpec: rt.fn, Instances: instances, InFlight: inFlight, Waiting: rt.throttler.Waiting()})
 	}
 	slices.SortFunc(out, func(x, y FunctionState) int {
 		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))

@@ -97,9 +97,9 @@ func get(t *testing.T, url string, header ...string) (int, []byte) {
 
 func TestRouting(t *testing.T) {
 	a := newActivator(t, Config{Domain: "fn.example.test"}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
-	a.SetFunction(Function{Namespace: "ns", Name: "cron-only", Timeout: 10 * time.Second})
-	a.SetFunction(Function{Namespace: "ns", Name: "off", DisabledHTTP: "web", Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "cron-only", Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "off", DisabledHTTP: "web", Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
 	base := serveActivator(t, a)
 
@@ -161,7 +161,7 @@ func TestScaleFromZero(t *testing.T) {
 	const requests = 500
 	poker := &countingPoker{}
 	a := newActivator(t, Config{}, poker)
-	a.SetFunction(Function{Namespace: "ns", Name: "cold", HTTP: true, Timeout: 30 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "cold", HTTP: true, Timeout: 30 * time.Second})
 	base := serveActivator(t, a)
 
 	codes := make(chan int, requests)
@@ -218,7 +218,7 @@ func TestScaleFromZero(t *testing.T) {
 
 func TestBufferFull(t *testing.T) {
 	a := newActivator(t, Config{QueueDepth: 2}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "busy", HTTP: true, Timeout: 2 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "busy", HTTP: true, Timeout: 2 * time.Second})
 	base := serveActivator(t, a)
 	for range 2 {
 		go func() { _, _ = client.Get(base + "/fn/ns/busy/echo") }()
@@ -237,7 +237,7 @@ func TestBufferFull(t *testing.T) {
 
 func TestWaitTimeout(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "slow", HTTP: true, Timeout: time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "slow", HTTP: true, Timeout: time.Second})
 	base := serveActivator(t, a)
 	code, body := get(t, base+"/fn/ns/slow/echo")
 	if code != 504 || !strings.Contains(string(body), "timed out waiting") {
@@ -251,7 +251,7 @@ func TestWaitTimeout(t *testing.T) {
 func TestRefusedInstanceIsRetried(t *testing.T) {
 	dead := net.JoinHostPort("127.0.0.1", "1") // nothing listens on port 1
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "half", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "half", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "half", []string{dead, startInstance(t)})
 	base := serveActivator(t, a)
 	for range 50 {
@@ -271,7 +271,7 @@ func TestServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := false
-	a.SetFunction(FunctionFor(&v1alpha1.Function{
+	a.SetFunction(RouteSpecFor(&v1alpha1.Function{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hello"},
 		Spec: v1alpha1.FunctionSpec{TimeoutSeconds: 10, Triggers: []v1alpha1.Trigger{
 			{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
@@ -375,7 +375,7 @@ func checkFireRoute(t *testing.T, adminURL string, ring *invocation.Ring) {
 // request fails.
 func TestInstanceStopsMidLoad(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 20 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 20 * time.Second})
 	one, two := queueproxytest.Start(t), queueproxytest.Start(t)
 	a.SetEndpoints("ns", "pair", []string{one.Addr, two.Addr})
 	base := serveActivator(t, a)
@@ -423,7 +423,7 @@ func TestInstanceStopsMidLoad(t *testing.T) {
 // Retry-After, to waiting and new requests; counted as its own 503s.
 func TestUnavailableAnswersAtOnce(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "broken", HTTP: true, Timeout: time.Minute})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "broken", HTTP: true, Timeout: time.Minute})
 	base := serveActivator(t, a)
 	waiting := make(chan int, 1)
 	go func() { code, _ := get(t, base+"/fn/ns/broken/"); waiting <- code }()

@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Function is what the activator knows of one function.
-type Function struct {
+// RouteSpec is what the activator knows of one function.
+type RouteSpec struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// HTTP is false for functions without an HTTP trigger: they are not
@@ -33,7 +33,7 @@ type Trigger struct {
 
 // route is a function with its throttler, as the request path sees it.
 type route struct {
-	fn        Function
+	fn        RouteSpec
 	throttler *Throttler
 	metrics   *routeMetrics
 }

@@ -13,7 +13,7 @@ import (
 
 func TestMatch(t *testing.T) {
 	var r routes
-	hello := &route{fn: Function{Namespace: "ns", Name: "hello"}}
+	hello := &route{fn: RouteSpec{Namespace: "ns", Name: "hello"}}
 	r.update(func(r *routes) { r.byPath["ns/hello"], r.byHost["hello.ns"] = hello, hello })
 	tests := []struct {
 		uri, host, domain string
@@ -45,7 +45,7 @@ func TestMatch(t *testing.T) {
 func BenchmarkMatch(b *testing.B) {
 	a, _ := New(Config{Domain: "example.com"}, nil, invocation.NewRing(1), prometheus.NewRegistry(), quiet)
 	for i := range 1000 {
-		a.SetFunction(Function{Namespace: "ns", Name: fmt.Sprint("fn", i), HTTP: true, Timeout: time.Second})
+		a.SetFunction(RouteSpec{Namespace: "ns", Name: fmt.Sprint("fn", i), HTTP: true, Timeout: time.Second})
 	}
 	uri := []byte("/fn/ns/fn500/path?q=1")
 	b.ReportAllocs()
@@ -68,7 +68,7 @@ func BenchmarkIdleFunctionMemory(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for i := range b.N {
-		a.SetFunction(Function{Namespace: "ns", Name: fmt.Sprint("function-", i), HTTP: true, Timeout: time.Minute})
+		a.SetFunction(RouteSpec{Namespace: "ns", Name: fmt.Sprint("function-", i), HTTP: true, Timeout: time.Minute})
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

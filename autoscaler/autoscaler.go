@@ -62,7 +62,7 @@ type state struct {
 	signals  []Signal // beside HTTP: the floor, then the sources'
 
 	mu       sync.Mutex
-	fn       Function
+	fn       Target
 	admins   []string // ready instances' queue-proxy admin addresses
 	desired  int32    // last decision
 	panicked bool     // the last decision was in panic mode
@@ -186,7 +186,7 @@ func (a *Autoscaler) stepFunction(ctx context.Context, now time.Time, st *state,
 	}
 }
 
-func (st *state) observed() (Function, []string) {
+func (st *state) observed() (Target, []string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.fn, st.admins

@@ -74,7 +74,7 @@ func (a *Autoscaler) write(ctx context.Context, st *state) {
 
 // pendingWrite is a decision taken to be written.
 type pendingWrite struct {
-	fn      Function
+	fn      Target
 	desired int32
 	last    decision
 	series  *series

@@ -56,7 +56,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
+	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
 	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -338,8 +338,8 @@ func TestStartingInstancesProbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 30 * time.Second})
-	a.SetFunction(activator.Function{Namespace: "default", Name: "unready", HTTP: true, Timeout: time.Second})
+	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "hello", HTTP: true, Timeout: 30 * time.Second})
+	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "unready", HTTP: true, Timeout: time.Second})
 	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ type overrides = adminapi.Overrides
 
 // effective is e's function with the session's overrides applied; the
 // manifest's own when there are none. Called with p.mu held.
-func (e *entry) effective() manifests.Function {
+func (e *entry) effective() manifests.Entry {
 	o := e.over
 	if o.IsZero() {
 		return e.fn
@@ -63,7 +63,7 @@ func (b backend) Function(_ context.Context, namespace, name string) (FunctionSt
 }
 
 func (b backend) SetTrigger(ctx context.Context, namespace, name, trigger string, enabled bool) (FunctionStatus, error) {
-	return b.p.override(ctx, namespace, name, func(fn manifests.Function, o *overrides) error {
+	return b.p.override(ctx, namespace, name, func(fn manifests.Entry, o *overrides) error {
 		for _, t := range fn.Spec.Triggers {
 			if t.Name != trigger {
 				continue
@@ -79,7 +79,7 @@ func (b backend) SetTrigger(ctx context.Context, namespace, name, trigger string
 }
 
 func (b backend) SetScale(ctx context.Context, namespace, name string, s adminapi.Scale) (FunctionStatus, error) {
-	return b.p.override(ctx, namespace, name, func(fn manifests.Function, o *overrides) error {
+	return b.p.override(ctx, namespace, name, func(fn manifests.Entry, o *overrides) error {
 		next := adminapi.Scale{Min: cmp.Or(s.Min, o.Min), Max: cmp.Or(s.Max, o.Max)}
 		if err := next.Check(fn.Spec.Scale); err != nil {
 			return err
@@ -110,19 +110,19 @@ func (b backend) Target(_ context.Context, namespace, name string) (adminapi.Tar
 }
 
 // manifest is a function as loaded from its manifest, overrides left out.
-func (p *Platform) manifest(namespace, name string) (manifests.Function, bool) {
+func (p *Platform) manifest(namespace, name string) (manifests.Entry, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	e := p.fns[namespace+"/"+name]
 	if e == nil {
-		return manifests.Function{}, false
+		return manifests.Entry{}, false
 	}
 	return e.fn, true
 }
 
 // override changes a function's overrides with change, which may refuse
 // (given the manifest's function), and applies them when it runs.
-func (p *Platform) override(ctx context.Context, namespace, name string, change func(fn manifests.Function, o *overrides) error) (FunctionStatus, error) {
+func (p *Platform) override(ctx context.Context, namespace, name string, change func(fn manifests.Entry, o *overrides) error) (FunctionStatus, error) {
 	p.mu.Lock()
 	e := p.fns[namespace+"/"+name]
 	if e == nil {

@@ -20,7 +20,7 @@ import (
 // FunctionStatus is a function as the admin API and the table show it:
 // what every backend shows, and what only the local platform knows.
 type FunctionStatus struct {
-	adminapi.Function
+	adminapi.Status
 	File string `json:"file"`
 	// Created is when its manifest was first loaded.
 	Created time.Time `json:"created"`
@@ -43,7 +43,7 @@ type FunctionStatus struct {
 
 // triggers reports fn's triggers from what its instances' consumers and
 // the autoscaler's reads of its queues say.
-func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instance) []adminapi.TriggerStatus {
+func (p *Platform) triggers(fn manifests.Entry, instances []supervisor.Instance) []adminapi.TriggerStatus {
 	out := make([]adminapi.TriggerStatus, 0, len(fn.Spec.Triggers))
 	var queueErrs map[string]string
 	for _, t := range fn.Spec.Triggers {
@@ -110,7 +110,7 @@ func (p *Platform) Functions() []FunctionStatus {
 // status is called with p.mu held.
 func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	fn := e.effective()
-	st := FunctionStatus{Function: adminapi.Function{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime),
+	st := FunctionStatus{Status: adminapi.Status{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime),
 		URL: p.URL(fn.Namespace, fn.Name), Spec: fn.Spec},
 		File: fn.File, Created: e.created, BuildError: e.err, Instances: []supervisor.Instance{}}
 	sup, _ := p.sup.Status(fn.Namespace, fn.Name)

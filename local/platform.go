@@ -142,10 +142,10 @@ type Platform struct {
 
 // entry is a function as the platform knows it.
 type entry struct {
-	fn          manifests.Function
+	fn          manifests.Entry
 	created     time.Time // when its manifest was first loaded
 	fingerprint string
-	scaling     autoscaler.Function
+	scaling     autoscaler.Target
 	running     bool   // handed to the supervisor
 	err         string // the last build error
 	// installFailures counts the failed installs of this fingerprint in
@@ -386,7 +386,7 @@ func (p *Platform) sync(ctx context.Context) []*build {
 		p.mu.Unlock()
 		if isNew {
 			p.timeline.Track(fn.Namespace, fn.Name)
-			p.act.SetFunction(activator.FunctionFor(fn.Function))
+			p.act.SetFunction(activator.RouteSpecFor(fn.Function))
 		}
 		if b != nil {
 			p.builds.add(b)
@@ -399,7 +399,7 @@ func (p *Platform) sync(ctx context.Context) []*build {
 
 // queueBuildLocked makes a build of fn at fp e's, cancelling the one it
 // replaces; the caller adds it to p.builds. Called with p.mu held.
-func (p *Platform) queueBuildLocked(ctx context.Context, e *entry, fn manifests.Function, fp string) *build {
+func (p *Platform) queueBuildLocked(ctx context.Context, e *entry, fn manifests.Entry, fp string) *build {
 	if e.build != nil {
 		e.build.cancel()
 	}
@@ -530,13 +530,13 @@ func (p *Platform) start(ctx context.Context, e *entry) {
 func (p *Platform) startLocked(ctx context.Context, e *entry) {
 	p.mu.Lock()
 	fn, proc, fp := e.effective(), e.proc, e.fingerprint
-	scaling := autoscaler.FunctionFor(fn.Function)
+	scaling := autoscaler.TargetFor(fn.Function)
 	added := !e.running
 	rescale := added || !reflect.DeepEqual(e.scaling, scaling)
 	e.running, e.scaling = true, scaling
 	p.mu.Unlock()
 
-	p.sup.Set(supervisor.Function{
+	p.sup.Set(supervisor.Workload{
 		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: env(fn),
 		Concurrency: int(fn.Spec.Concurrency), Timeout: time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
 		MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
@@ -551,7 +551,7 @@ func (p *Platform) startLocked(ctx context.Context, e *entry) {
 			p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, waiting)
 		}
 	}
-	p.act.SetFunction(activator.FunctionFor(fn.Function))
+	p.act.SetFunction(activator.RouteSpecFor(fn.Function))
 	p.act.SetUnavailable(fn.Namespace, fn.Name, "") // a failed build's, if any
 	if triggers, err := scheduler.TriggersFor(fn.Function); err != nil {
 		p.opts.Log.Warn("cron triggers", "function", fn.Key(), "err", err) // validation parsed them
@@ -587,7 +587,7 @@ func firstLine(msg string) string {
 	return line
 }
 
-func env(fn manifests.Function) []string {
+func env(fn manifests.Entry) []string {
 	out := make([]string, 0, len(fn.Spec.Env))
 	for _, e := range fn.Spec.Env {
 		out = append(out, e.Name+"="+e.Value)
@@ -621,7 +621,7 @@ func (p *Platform) instancesChanged(namespace, name string, ready []supervisor.E
 
 // rabbitMQ lists the queues fn's instances consume, on the platform's
 // broker.
-func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
+func (p *Platform) rabbitMQ(fn manifests.Entry) []queueproxy.RabbitMQ {
 	if p.opts.AMQPURL == "" {
 		return nil
 	}

@@ -28,8 +28,8 @@ import (
 	"sless.dev/sless/runtimes"
 )
 
-// Function is what the supervisor runs for one function.
-type Function struct {
+// Workload is what the supervisor runs for one function.
+type Workload struct {
 	Namespace, Name string
 	// Revision changes whenever what the instances run changes, even
 	// where Process does not (a script runtime reads its source anew).
@@ -124,7 +124,7 @@ type Supervisor struct {
 }
 
 type function struct {
-	spec      Function
+	spec      Workload
 	gen       int
 	desired   int
 	insts     []*instance
@@ -184,7 +184,7 @@ func key(namespace, name string) string { return namespace + "/" + name }
 
 // Set adds a function or changes it. A change starts a new generation of
 // instances; the old ones are drained as the new ones become ready.
-func (s *Supervisor) Set(fn Function) {
+func (s *Supervisor) Set(fn Workload) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fns[key(fn.Namespace, fn.Name)]

@@ -70,9 +70,9 @@ func (r *recorder) waitReady(t *testing.T, n int) []Endpoint {
 	}
 }
 
-func testFunction() Function {
+func testFunction() Workload {
 	path, args, env := testfn.Command()
-	return Function{Namespace: "test", Name: "fn", Process: runtimes.Process{Path: path, Args: args, Env: env},
+	return Workload{Namespace: "test", Name: "fn", Process: runtimes.Process{Path: path, Args: args, Env: env},
 		Timeout: 10 * time.Second, MaxBodyBytes: 1 << 20}
 }
 
