@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
@@ -71,7 +72,7 @@ type Activator struct {
 	idBase  string
 
 	pendingMu sync.Mutex
-	pending   map[string][]string // endpoints of functions not set yet
+	pending   map[types.NamespacedName][]string // endpoints of functions not set yet
 
 	peersMu sync.Mutex
 	peers   Peers
@@ -108,8 +109,8 @@ func New(cfg Config, poker Poker, sink invocation.Sink, reg prometheus.Registere
 // function's throttler, resized in place to a new concurrency, so that
 // requests waiting or in flight keep their place.
 func (a *Activator) SetFunction(fn RouteSpec) {
+	key := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
 	a.routes.update(func(t *routes) {
-		key := fn.Namespace + "/" + fn.Name
 		var rt *route
 		if old := t.byPath[key]; old != nil {
 			// A new route, so that requests reading the old one see a
@@ -130,8 +131,8 @@ func (a *Activator) SetFunction(fn RouteSpec) {
 		t.byHost[fn.Name+"."+fn.Namespace] = rt
 	})
 	a.pendingMu.Lock()
-	addrs, ok := a.pending[fn.Namespace+"/"+fn.Name]
-	delete(a.pending, fn.Namespace+"/"+fn.Name)
+	addrs, ok := a.pending[key]
+	delete(a.pending, key)
 	a.pendingMu.Unlock()
 	if ok {
 		a.SetEndpoints(fn.Namespace, fn.Name, addrs)
@@ -143,9 +144,10 @@ func (a *Activator) SetFunction(fn RouteSpec) {
 // come to serve them.
 func (a *Activator) RemoveFunction(namespace, name string) {
 	var rt *route
+	key := types.NamespacedName{Namespace: namespace, Name: name}
 	a.routes.update(func(t *routes) {
-		rt = t.byPath[namespace+"/"+name]
-		delete(t.byPath, namespace+"/"+name)
+		rt = t.byPath[key]
+		delete(t.byPath, key)
 		delete(t.byHost, name+"."+namespace)
 	})
 	if rt != nil {
@@ -178,12 +180,13 @@ func (a *Activator) SetEndpoints(namespace, name string, addrs []string) {
 	rt := a.routes.get(namespace, name)
 	if rt == nil {
 		if a.pending == nil {
-			a.pending = map[string][]string{}
+			a.pending = map[types.NamespacedName][]string{}
 		}
+		key := types.NamespacedName{Namespace: namespace, Name: name}
 		if len(addrs) == 0 {
-			delete(a.pending, namespace+"/"+name)
+			delete(a.pending, key)
 		} else {
-			a.pending[namespace+"/"+name] = addrs
+			a.pending[key] = addrs
 		}
 		a.pendingMu.Unlock()
 		return
@@ -250,11 +253,11 @@ func (a *Activator) Functions() []FunctionState {
 
 // Buffered is the number of requests waiting for an instance, per function
 // with any waiting, for the autoscaler.
-func (a *Activator) Buffered() map[string]int {
-	out := map[string]int{}
+func (a *Activator) Buffered() map[types.NamespacedName]int {
+	out := map[types.NamespacedName]int{}
 	for _, rt := range a.routes.all() {
 		if n := rt.throttler.Waiting(); n > 0 {
-			out[rt.fn.Namespace+"/"+rt.fn.Name] = n
+			out[types.NamespacedName{Namespace: rt.fn.Namespace, Name: rt.fn.Name}] = n
 		}
 	}
 	return out

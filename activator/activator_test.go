@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/eventually"
@@ -178,7 +179,7 @@ func TestScaleFromZero(t *testing.T) {
 			codes <- resp.StatusCode
 		})
 	}
-	eventually.True(t, "every request waiting", func() bool { return a.Buffered()["ns/cold"] == requests })
+	eventually.True(t, "every request waiting", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "ns", Name: "cold"}] == requests })
 	if n := poker.n.Load(); n != 1 {
 		t.Fatalf("%d pokes for one activation, want 1", n)
 	}
@@ -223,7 +224,7 @@ func TestBufferFull(t *testing.T) {
 	for range 2 {
 		go func() { _, _ = client.Get(base + "/fn/ns/busy/echo") }()
 	}
-	eventually.True(t, "two requests waiting", func() bool { return a.Buffered()["ns/busy"] == 2 })
+	eventually.True(t, "two requests waiting", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "ns", Name: "busy"}] == 2 })
 	resp, err := client.Get(base + "/fn/ns/busy/echo")
 	if err != nil {
 		t.Fatal(err)
@@ -427,7 +428,7 @@ func TestUnavailableAnswersAtOnce(t *testing.T) {
 	base := serveActivator(t, a)
 	waiting := make(chan int, 1)
 	go func() { code, _ := get(t, base+"/fn/ns/broken/"); waiting <- code }()
-	eventually.True(t, "a request waiting", func() bool { return a.Buffered()["ns/broken"] == 1 })
+	eventually.True(t, "a request waiting", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "ns", Name: "broken"}] == 1 })
 	a.SetUnavailable("ns", "broken", "build failed: main.go:3:1: syntax error")
 	if code := <-waiting; code != 503 {
 		t.Errorf("waiting request: %d, want 503", code)

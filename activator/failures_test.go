@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/internal/badclient"
 	"sless.dev/sless/internal/eventually"
@@ -182,7 +183,7 @@ func TestConcurrencyChangeKeepsWaiters(t *testing.T) {
 		code, _ := get(t, base+"/fn/ns/grow/echo")
 		waiter <- code
 	}()
-	eventually.True(t, "the waiter", func() bool { return a.Buffered()["ns/grow"] == 1 })
+	eventually.True(t, "the waiter", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "ns", Name: "grow"}] == 1 })
 	fn.Concurrency = 2
 	a.SetFunction(fn)
 	select {

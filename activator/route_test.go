@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/invocation"
 )
@@ -14,7 +15,9 @@ import (
 func TestMatch(t *testing.T) {
 	var r routes
 	hello := &route{fn: RouteSpec{Namespace: "ns", Name: "hello"}}
-	r.update(func(r *routes) { r.byPath["ns/hello"], r.byHost["hello.ns"] = hello, hello })
+	r.update(func(r *routes) {
+		r.byPath[types.NamespacedName{Namespace: "ns", Name: "hello"}], r.byHost["hello.ns"] = hello, hello
+	})
 	tests := []struct {
 		uri, host, domain string
 		want              *route

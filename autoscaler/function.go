@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler/kpa"
 )
@@ -63,7 +65,10 @@ func TargetFor(fn *v1alpha1.Function) Target {
 	return out
 }
 
-func key(namespace, name string) string { return namespace + "/" + name }
+// key is a function's key in the autoscaler's maps.
+func key(namespace, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: namespace, Name: name}
+}
 
 // SetFunction adds a function or changes its settings (a new decider:
 // history is per setting). A new function is decided on at once by Run.

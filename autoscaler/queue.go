@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/autoscaler/kpa"
 )
 
@@ -32,8 +34,8 @@ type QueueReader interface {
 // instance (by broker), and calls wake on the first message: the function
 // starts at once, not at the next depth read or KEDA poll.
 type Waker interface {
-	Park(key string, queues map[string][]string, wake func())
-	Unpark(key string)
+	Park(fn types.NamespacedName, queues map[string][]string, wake func())
+	Unpark(fn types.NamespacedName)
 }
 
 // WithQueueReader makes the autoscaler read the depth of functions' queues
@@ -69,7 +71,7 @@ func (s *queueSource) Signal(namespace, name string, wake func()) Signal {
 // asking for what it did before.
 type queueSignal struct {
 	src  *queueSource
-	key  string
+	key  types.NamespacedName
 	wake func()
 
 	mu      sync.Mutex

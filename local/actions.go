@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"sless.dev/sless/adminapi"
@@ -113,7 +114,7 @@ func (b backend) Target(_ context.Context, namespace, name string) (adminapi.Tar
 func (p *Platform) manifest(namespace, name string) (manifests.Entry, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := p.fns[namespace+"/"+name]
+	e := p.fns[types.NamespacedName{Namespace: namespace, Name: name}]
 	if e == nil {
 		return manifests.Entry{}, false
 	}
@@ -124,7 +125,7 @@ func (p *Platform) manifest(namespace, name string) (manifests.Entry, bool) {
 // (given the manifest's function), and applies them when it runs.
 func (p *Platform) override(ctx context.Context, namespace, name string, change func(fn manifests.Entry, o *overrides) error) (FunctionStatus, error) {
 	p.mu.Lock()
-	e := p.fns[namespace+"/"+name]
+	e := p.fns[types.NamespacedName{Namespace: namespace, Name: name}]
 	if e == nil {
 		p.mu.Unlock()
 		return FunctionStatus{}, adminapi.Unknown(namespace, name)
@@ -269,14 +270,14 @@ func (p *Platform) sample(ctx context.Context, period time.Duration) {
 func (p *Platform) sampleOnce(now time.Time) {
 	buffered := p.act.Buffered()
 	p.mu.Lock()
-	keys := make([][2]string, 0, len(p.fns))
+	keys := make([]types.NamespacedName, 0, len(p.fns))
 	for _, e := range p.fns {
-		keys = append(keys, [2]string{e.fn.Namespace, e.fn.Name})
+		keys = append(keys, e.fn.Key())
 	}
 	p.mu.Unlock()
 	for _, k := range keys {
-		sup, _ := p.sup.Status(k[0], k[1])
-		p.timeline.Sample(now, k[0], k[1], timeline.Gauges{Desired: sup.Desired, Ready: sup.Ready,
-			Buffered: buffered[k[0]+"/"+k[1]], QueueDepth: p.scaler.QueueDepth(k[0], k[1])})
+		sup, _ := p.sup.Status(k.Namespace, k.Name)
+		p.timeline.Sample(now, k.Namespace, k.Name, timeline.Gauges{Desired: sup.Desired, Ready: sup.Ready,
+			Buffered: buffered[k], QueueDepth: p.scaler.QueueDepth(k.Namespace, k.Name)})
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
@@ -145,7 +147,7 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	}
 	var causes []string
 	for _, me := range p.loadErrs {
-		if me.Function == fn.Key() || me.Function == "" && me.File == fn.File {
+		if me.Function == fn.Key().String() || me.Function == "" && me.File == fn.File {
 			causes = append(causes, "manifest "+me.File+": "+me.Error)
 		}
 	}
@@ -181,7 +183,7 @@ func (p *Platform) apiHandler() http.Handler {
 func (p *Platform) Function(namespace, name string) (st FunctionStatus, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := p.fns[namespace+"/"+name]
+	e := p.fns[types.NamespacedName{Namespace: namespace, Name: name}]
 	if e == nil {
 		return FunctionStatus{}, false
 	}

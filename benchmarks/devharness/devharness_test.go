@@ -34,7 +34,7 @@ func TestManifestsLoad(t *testing.T) {
 		t.Fatalf("loaded %d functions, errors %v; want 2 and none", len(fns), errs)
 	}
 	wake, f1 := fns[0], fns[1] // sorted by key
-	if wake.Key() != "default/wake" || f1.Key() != "ns-1/f-0001" {
+	if wake.Key().String() != "default/wake" || f1.Key().String() != "ns-1/f-0001" {
 		t.Fatalf("keys %s, %s; want default/wake, ns-1/f-0001", wake.Key(), f1.Key())
 	}
 	if s := wake.Spec.Scale; s.Max != 1 || s.Initial == nil || *s.Initial != 0 || len(wake.Spec.Triggers) != 1 || wake.Spec.Triggers[0].Cron == nil {

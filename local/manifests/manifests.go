@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"sless.dev/sless/apis/v1alpha1"
@@ -31,8 +32,11 @@ type Entry struct {
 	SourceDir string
 }
 
-// Key is namespace/name.
-func (f Entry) Key() string { return f.Namespace + "/" + f.Name }
+// Key is the function's namespace and name: its key wherever functions
+// are mapped.
+func (f Entry) Key() types.NamespacedName {
+	return types.NamespacedName{Namespace: f.Namespace, Name: f.Name}
+}
 
 // FileError is a problem with one manifest file.
 type FileError struct {
@@ -84,21 +88,22 @@ func Load(dir string, opts LoadOptions) ([]Entry, []error) {
 	var (
 		fns  []Entry
 		errs []error
-		seen = map[string]string{} // key → file
+		seen = map[types.NamespacedName]string{} // key → file
 	)
 	for _, file := range files {
 		got, ferrs := loadFile(file, srcs)
 		errs = append(errs, ferrs...)
 		for _, fn := range got {
 			if other, dup := seen[fn.Key()]; dup {
-				errs = append(errs, &FileError{File: file, Function: fn.Key(), Err: fmt.Errorf("function %s is already defined in %s", fn.Key(), other)})
+				errs = append(errs, &FileError{File: file, Function: fn.Key().String(), Err: fmt.Errorf("function %s is already defined in %s", fn.Key(), other)})
 				continue
 			}
 			seen[fn.Key()] = file
 			fns = append(fns, fn)
 		}
 	}
-	slices.SortFunc(fns, func(a, b Entry) int { return cmp.Compare(a.Key(), b.Key()) })
+	// Ordered by "namespace/name" as text, as they always were listed.
+	slices.SortFunc(fns, func(a, b Entry) int { return cmp.Compare(a.Key().String(), b.Key().String()) })
 	return fns, errs
 }
 

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/forward"
@@ -118,7 +119,7 @@ type Supervisor struct {
 	ports *ports
 
 	mu     sync.Mutex
-	fns    map[string]*function
+	fns    map[types.NamespacedName]*function
 	nextID int
 	closed bool
 }
@@ -177,10 +178,13 @@ func New(opts Options) *Supervisor {
 	if opts.Lines == nil {
 		opts.Lines = func(string, string, string, string) {}
 	}
-	return &Supervisor{opts: opts, fns: map[string]*function{}, ports: newPorts()}
+	return &Supervisor{opts: opts, fns: map[types.NamespacedName]*function{}, ports: newPorts()}
 }
 
-func key(namespace, name string) string { return namespace + "/" + name }
+// key is a function's key in the supervisor's map.
+func key(namespace, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: namespace, Name: name}
+}
 
 // Set adds a function or changes it. A change starts a new generation of
 // instances; the old ones are drained as the new ones become ready.

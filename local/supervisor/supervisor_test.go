@@ -196,7 +196,7 @@ func TestStartFailureBacksOff(t *testing.T) {
 		t.Errorf("last error %q does not name the runtime", st.LastError)
 	}
 	s.mu.Lock()
-	backoff := time.Until(s.fns["test/fn"].notBefore)
+	backoff := time.Until(s.fns[key("test", "fn")].notBefore)
 	s.mu.Unlock()
 	if backoff <= minBackoff/2 {
 		t.Errorf("next start in %s after repeated failures, want a growing backoff", backoff)
