@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
@@ -71,7 +72,7 @@ type Activator struct {
 	idBase  string
 
 	pendingMu sync.Mutex
-	pending   map[string][]string // endpoints of functions not set yet
+	pending   map[types.NamespacedName][]string // endpoints of functions not set yet
 
 	peersMu sync.Mutex
 	peers   Peers
@@ -107,13 +108,13 @@ func New(cfg Config, poker Poker, sink invocation.Sink, reg prometheus.Registere
 // SetFunction adds a function or changes it. A change keeps the
 // function's throttler, resized in place to a new concurrency, so that
 // requests waiting or in flight keep their place.
-func (a *Activator) SetFunction(fn Function) {
+func (a *Activator) SetFunction(fn RouteSpec) {
+	key := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
 	a.routes.update(func(t *routes) {
-		key := fn.Namespace + "/" + fn.Name
 		var rt *route
 		if old := t.byPath[key]; old != nil {
 			// A new route, so that requests reading the old one see a
-			// consistent Function.
+			// consistent RouteSpec.
 			rt = &route{fn: fn, throttler: old.throttler, metrics: old.metrics}
 			if old.fn.Concurrency != fn.Concurrency {
 				rt.throttler.SetCapacity(fn.Concurrency)
@@ -130,8 +131,8 @@ func (a *Activator) SetFunction(fn Function) {
 		t.byHost[fn.Name+"."+fn.Namespace] = rt
 	})
 	a.pendingMu.Lock()
-	addrs, ok := a.pending[fn.Namespace+"/"+fn.Name]
-	delete(a.pending, fn.Namespace+"/"+fn.Name)
+	addrs, ok := a.pending[key]
+	delete(a.pending, key)
 	a.pendingMu.Unlock()
 	if ok {
 		a.SetEndpoints(fn.Namespace, fn.Name, addrs)
@@ -143,9 +144,10 @@ func (a *Activator) SetFunction(fn Function) {
 // come to serve them.
 func (a *Activator) RemoveFunction(namespace, name string) {
 	var rt *route
+	key := types.NamespacedName{Namespace: namespace, Name: name}
 	a.routes.update(func(t *routes) {
-		rt = t.byPath[namespace+"/"+name]
-		delete(t.byPath, namespace+"/"+name)
+		rt = t.byPath[key]
+		delete(t.byPath, key)
 		delete(t.byHost, name+"."+namespace)
 	})
 	if rt != nil {
@@ -178,12 +180,13 @@ func (a *Activator) SetEndpoints(namespace, name string, addrs []string) {
 	rt := a.routes.get(namespace, name)
 	if rt == nil {
 		if a.pending == nil {
-			a.pending = map[string][]string{}
+			a.pending = map[types.NamespacedName][]string{}
 		}
+		key := types.NamespacedName{Namespace: namespace, Name: name}
 		if len(addrs) == 0 {
-			delete(a.pending, namespace+"/"+name)
+			delete(a.pending, key)
 		} else {
-			a.pending[namespace+"/"+name] = addrs
+			a.pending[key] = addrs
 		}
 		a.pendingMu.Unlock()
 		return
@@ -227,7 +230,7 @@ func (a *Activator) CloseStaleConns() {
 
 // FunctionState is a function as the activator serves it.
 type FunctionState struct {
-	Function
+	RouteSpec
 	Instances int `json:"instances"`
 	// InFlight counts the requests at the instances.
 	InFlight int `json:"inFlight"`
@@ -240,7 +243,7 @@ func (a *Activator) Functions() []FunctionState {
 	out := make([]FunctionState, 0, len(rts))
 	for _, rt := range rts {
 		instances, inFlight := rt.throttler.Load()
-		out = append(out, FunctionState{Function: rt.fn, Instances: instances, InFlight: inFlight, Waiting: rt.throttler.Waiting()})
+		out = append(out, FunctionState{RouteSpec: rt.fn, Instances: instances, InFlight: inFlight, Waiting: rt.throttler.Waiting()})
 	}
 	slices.SortFunc(out, func(x, y FunctionState) int {
 		return cmp.Or(cmp.Compare(x.Namespace, y.Namespace), cmp.Compare(x.Name, y.Name))
@@ -250,11 +253,11 @@ func (a *Activator) Functions() []FunctionState {
 
 // Buffered is the number of requests waiting for an instance, per function
 // with any waiting, for the autoscaler.
-func (a *Activator) Buffered() map[string]int {
-	out := map[string]int{}
+func (a *Activator) Buffered() map[types.NamespacedName]int {
+	out := map[types.NamespacedName]int{}
 	for _, rt := range a.routes.all() {
 		if n := rt.throttler.Waiting(); n > 0 {
-			out[rt.fn.Namespace+"/"+rt.fn.Name] = n
+			out[types.NamespacedName{Namespace: rt.fn.Namespace, Name: rt.fn.Name}] = n
 		}
 	}
 	return out

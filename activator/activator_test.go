@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/eventually"
@@ -97,9 +98,9 @@ func get(t *testing.T, url string, header ...string) (int, []byte) {
 
 func TestRouting(t *testing.T) {
 	a := newActivator(t, Config{Domain: "fn.example.test"}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
-	a.SetFunction(Function{Namespace: "ns", Name: "cron-only", Timeout: 10 * time.Second})
-	a.SetFunction(Function{Namespace: "ns", Name: "off", DisabledHTTP: "web", Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "cron-only", Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "off", DisabledHTTP: "web", Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
 	base := serveActivator(t, a)
 
@@ -161,7 +162,7 @@ func TestScaleFromZero(t *testing.T) {
 	const requests = 500
 	poker := &countingPoker{}
 	a := newActivator(t, Config{}, poker)
-	a.SetFunction(Function{Namespace: "ns", Name: "cold", HTTP: true, Timeout: 30 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "cold", HTTP: true, Timeout: 30 * time.Second})
 	base := serveActivator(t, a)
 
 	codes := make(chan int, requests)
@@ -178,7 +179,7 @@ func TestScaleFromZero(t *testing.T) {
 			codes <- resp.StatusCode
 		})
 	}
-	eventually.True(t, "every request waiting", func() bool { return a.Buffered()["ns/cold"] == requests })
+	eventually.True(t, "every request waiting", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "ns", Name: "cold"}] == requests })
 	if n := poker.n.Load(); n != 1 {
 		t.Fatalf("%d pokes for one activation, want 1", n)
 	}
@@ -218,12 +219,12 @@ func TestScaleFromZero(t *testing.T) {
 
 func TestBufferFull(t *testing.T) {
 	a := newActivator(t, Config{QueueDepth: 2}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "busy", HTTP: true, Timeout: 2 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "busy", HTTP: true, Timeout: 2 * time.Second})
 	base := serveActivator(t, a)
 	for range 2 {
 		go func() { _, _ = client.Get(base + "/fn/ns/busy/echo") }()
 	}
-	eventually.True(t, "two requests waiting", func() bool { return a.Buffered()["ns/busy"] == 2 })
+	eventually.True(t, "two requests waiting", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "ns", Name: "busy"}] == 2 })
 	resp, err := client.Get(base + "/fn/ns/busy/echo")
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +238,7 @@ func TestBufferFull(t *testing.T) {
 
 func TestWaitTimeout(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "slow", HTTP: true, Timeout: time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "slow", HTTP: true, Timeout: time.Second})
 	base := serveActivator(t, a)
 	code, body := get(t, base+"/fn/ns/slow/echo")
 	if code != 504 || !strings.Contains(string(body), "timed out waiting") {
@@ -251,7 +252,7 @@ func TestWaitTimeout(t *testing.T) {
 func TestRefusedInstanceIsRetried(t *testing.T) {
 	dead := net.JoinHostPort("127.0.0.1", "1") // nothing listens on port 1
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "half", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "half", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "half", []string{dead, startInstance(t)})
 	base := serveActivator(t, a)
 	for range 50 {
@@ -271,7 +272,7 @@ func TestServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	off := false
-	a.SetFunction(FunctionFor(&v1alpha1.Function{
+	a.SetFunction(RouteSpecFor(&v1alpha1.Function{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "hello"},
 		Spec: v1alpha1.FunctionSpec{TimeoutSeconds: 10, Triggers: []v1alpha1.Trigger{
 			{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
@@ -375,7 +376,7 @@ func checkFireRoute(t *testing.T, adminURL string, ring *invocation.Ring) {
 // request fails.
 func TestInstanceStopsMidLoad(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 20 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 20 * time.Second})
 	one, two := queueproxytest.Start(t), queueproxytest.Start(t)
 	a.SetEndpoints("ns", "pair", []string{one.Addr, two.Addr})
 	base := serveActivator(t, a)
@@ -423,11 +424,11 @@ func TestInstanceStopsMidLoad(t *testing.T) {
 // Retry-After, to waiting and new requests; counted as its own 503s.
 func TestUnavailableAnswersAtOnce(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "broken", HTTP: true, Timeout: time.Minute})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "broken", HTTP: true, Timeout: time.Minute})
 	base := serveActivator(t, a)
 	waiting := make(chan int, 1)
 	go func() { code, _ := get(t, base+"/fn/ns/broken/"); waiting <- code }()
-	eventually.True(t, "a request waiting", func() bool { return a.Buffered()["ns/broken"] == 1 })
+	eventually.True(t, "a request waiting", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "ns", Name: "broken"}] == 1 })
 	a.SetUnavailable("ns", "broken", "build failed: main.go:3:1: syntax error")
 	if code := <-waiting; code != 503 {
 		t.Errorf("waiting request: %d, want 503", code)

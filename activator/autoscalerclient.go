@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/internal/wire"
 )
 
@@ -33,8 +35,8 @@ type AutoscalerClient struct {
 	Log    *slog.Logger
 
 	mu      sync.Mutex
-	queued  map[[2]string]bool
-	pending chan [2]string
+	queued  map[types.NamespacedName]bool
+	pending chan types.NamespacedName
 	once    sync.Once
 }
 
@@ -44,7 +46,7 @@ const maxQueuedPokes = 1024
 // Poke queues a poke for the function; it never blocks.
 func (p *AutoscalerClient) Poke(namespace, name string) {
 	p.once.Do(p.init)
-	key := [2]string{namespace, name}
+	key := types.NamespacedName{Namespace: namespace, Name: name}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.queued[key] {
@@ -59,8 +61,8 @@ func (p *AutoscalerClient) Poke(namespace, name string) {
 }
 
 func (p *AutoscalerClient) init() {
-	p.queued = map[[2]string]bool{}
-	p.pending = make(chan [2]string, maxQueuedPokes)
+	p.queued = map[types.NamespacedName]bool{}
+	p.pending = make(chan types.NamespacedName, maxQueuedPokes)
 	if p.Client == nil {
 		p.Client = &http.Client{Timeout: 2 * time.Second}
 	}
@@ -77,7 +79,7 @@ func (p *AutoscalerClient) Run(ctx context.Context) {
 			p.mu.Lock()
 			delete(p.queued, key)
 			p.mu.Unlock()
-			p.send(ctx, key[0], key[1])
+			p.send(ctx, key.Namespace, key.Name)
 		}
 	}
 }
@@ -145,9 +147,9 @@ func (p *AutoscalerClient) Scaling(ctx context.Context) ([]wire.Scaling, error) 
 const maxScalingBytes = 16 << 20
 
 // BufferedSource is what ReportBuffered reads: the requests waiting per
-// "namespace/name".
+// function.
 type BufferedSource interface {
-	Buffered() map[string]int
+	Buffered() map[types.NamespacedName]int
 }
 
 // ReportBuffered sends the requests waiting for every function every
@@ -172,7 +174,7 @@ func (p *AutoscalerClient) ReportBuffered(ctx context.Context, src BufferedSourc
 func ReportBuffered(ctx context.Context, src BufferedSource, interval time.Duration, report func([]wire.BufferedCount)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	var last map[string]int
+	var last map[types.NamespacedName]int
 	for {
 		select {
 		case <-ctx.Done():
@@ -189,11 +191,10 @@ func ReportBuffered(ctx context.Context, src BufferedSource, interval time.Durat
 
 // countsToReport lists the functions of now with their counts, and those
 // of last no longer in now with 0.
-func countsToReport(now, last map[string]int) []wire.BufferedCount {
+func countsToReport(now, last map[types.NamespacedName]int) []wire.BufferedCount {
 	counts := make([]wire.BufferedCount, 0, len(now))
-	add := func(key string, n int) {
-		ns, name, _ := strings.Cut(key, "/")
-		counts = append(counts, wire.BufferedCount{Namespace: ns, Name: name, Count: n})
+	add := func(key types.NamespacedName, n int) {
+		counts = append(counts, wire.BufferedCount{Namespace: key.Namespace, Name: key.Name, Count: n})
 	}
 	for key, n := range now {
 		add(key, n)

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
 )
@@ -52,16 +54,16 @@ func TestAutoscalerClientPokes(t *testing.T) {
 
 type bufferedCounts struct {
 	mu sync.Mutex
-	m  map[string]int
+	m  map[types.NamespacedName]int
 }
 
-func (b *bufferedCounts) Buffered() map[string]int {
+func (b *bufferedCounts) Buffered() map[types.NamespacedName]int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return maps.Clone(b.m)
 }
 
-func (b *bufferedCounts) set(m map[string]int) {
+func (b *bufferedCounts) set(m map[types.NamespacedName]int) {
 	b.mu.Lock()
 	b.m = m
 	b.mu.Unlock()
@@ -89,7 +91,7 @@ func TestAutoscalerClientReportsBuffered(t *testing.T) {
 		}
 	}))
 	defer srv.Close()
-	src := &bufferedCounts{m: map[string]int{"ns/a": 3, "ns/b": 1, "other/a": 2}}
+	src := &bufferedCounts{m: map[types.NamespacedName]int{{Namespace: "ns", Name: "a"}: 3, {Namespace: "ns", Name: "b"}: 1, {Namespace: "other", Name: "a"}: 2}}
 	p := &AutoscalerClient{BaseURL: srv.URL + "/", ID: "activator-7", Log: quiet}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -99,7 +101,7 @@ func TestAutoscalerClientReportsBuffered(t *testing.T) {
 	if r := <-got; !reflect.DeepEqual(r, want) {
 		t.Fatalf("first report %+v, want %+v", r, want)
 	}
-	src.set(map[string]int{"ns/b": 4})
+	src.set(map[types.NamespacedName]int{{Namespace: "ns", Name: "b"}: 4})
 	want.Functions = []wire.BufferedCount{{Namespace: "ns", Name: "a"}, {Namespace: "ns", Name: "b", Count: 4}, {Namespace: "other", Name: "a"}}
 	deadline := time.After(10 * time.Second)
 	for {
@@ -124,9 +126,9 @@ func TestAutoscalerClientReportsBuffered(t *testing.T) {
 
 // Above wire.MaxBufferedBatch functions a report is split.
 func TestAutoscalerClientSplitsReports(t *testing.T) {
-	src := &bufferedCounts{m: map[string]int{}}
+	src := &bufferedCounts{m: map[types.NamespacedName]int{}}
 	for i := range wire.MaxBufferedBatch + 1 {
-		src.m[fmt.Sprintf("ns/f%05d", i)] = 1
+		src.m[types.NamespacedName{Namespace: "ns", Name: fmt.Sprintf("f%05d", i)}] = 1
 	}
 	sizes := make(chan int, 10)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -152,7 +154,7 @@ type readCounter struct {
 	reads atomic.Int64
 }
 
-func (c *readCounter) Buffered() map[string]int {
+func (c *readCounter) Buffered() map[types.NamespacedName]int {
 	c.reads.Add(1)
 	return c.bufferedCounts.Buffered()
 }
@@ -160,7 +162,7 @@ func (c *readCounter) Buffered() map[string]int {
 // With nothing waiting, nothing is reported: after the zeros of the
 // requests that left, the next intervals send nothing.
 func TestReportBufferedQuietWhenIdle(t *testing.T) {
-	src := &readCounter{bufferedCounts: bufferedCounts{m: map[string]int{"ns/a": 1}}}
+	src := &readCounter{bufferedCounts: bufferedCounts{m: map[types.NamespacedName]int{{Namespace: "ns", Name: "a"}: 1}}}
 	var mu sync.Mutex
 	var reports [][]wire.BufferedCount
 	ctx, cancel := context.WithCancel(context.Background())
@@ -171,7 +173,7 @@ func TestReportBufferedQuietWhenIdle(t *testing.T) {
 		mu.Unlock()
 	})
 	eventually.True(t, "a first report", func() bool { return src.reads.Load() >= 2 })
-	src.set(map[string]int{})
+	src.set(map[types.NamespacedName]int{})
 	// A report is made before the next read: once the source has been
 	// read three more times, the intervals after the change are done.
 	from := src.reads.Load()

@@ -53,7 +53,7 @@ func benchActivator(b *testing.B) *Activator {
 	if err != nil {
 		b.Fatal(err)
 	}
-	a.SetFunction(Function{Namespace: "ns", Name: "fn", HTTP: true, Timeout: time.Minute})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "fn", HTTP: true, Timeout: time.Minute})
 	a.SetEndpoints("ns", "fn", []string{"instance.test:8012"})
 	return a
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/internal/badclient"
 	"sless.dev/sless/internal/eventually"
@@ -60,7 +61,7 @@ func runServer(t *testing.T, a *Activator, readTimeout time.Duration) string {
 func TestClientFaults(t *testing.T) {
 	const maxBody = 64 << 10
 	a := newActivator(t, Config{MaxBodyBytes: maxBody}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "fn", []string{startInstance(t)})
 	addr := runServer(t, a, 300*time.Millisecond)
 	for _, c := range badclient.Cases("/fn/ns/fn/echo", maxBody) {
@@ -105,7 +106,7 @@ func TestDialTimeoutKeepsInstance(t *testing.T) {
 		}
 		return net.DialTimeout("tcp", addr, timeout)
 	}}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "one", HTTP: true, Timeout: 2 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "one", HTTP: true, Timeout: 2 * time.Second})
 	a.SetEndpoints("ns", "one", []string{startInstance(t)})
 	base := serveActivator(t, a)
 	if code, body := get(t, base+"/fn/ns/one/echo"); code != 504 || !strings.Contains(string(body), "timeout") {
@@ -122,7 +123,7 @@ func TestDialTimeoutKeepsInstance(t *testing.T) {
 // to the first instance, cannot be sent again: it gets the 502.
 func TestRefusedByUserProcess(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "pair", HTTP: true, Timeout: 10 * time.Second})
 	dead, live := queueproxytest.Start(t), queueproxytest.Start(t)
 	dead.Function.Kill()
 	a.SetEndpoints("ns", "pair", []string{dead.Addr, live.Addr})
@@ -161,7 +162,7 @@ func TestRefusedByUserProcess(t *testing.T) {
 // at once instead of timing out on a replaced throttler.
 func TestConcurrencyChangeKeepsWaiters(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	fn := Function{Namespace: "ns", Name: "grow", HTTP: true, Concurrency: 1, Timeout: 20 * time.Second}
+	fn := RouteSpec{Namespace: "ns", Name: "grow", HTTP: true, Concurrency: 1, Timeout: 20 * time.Second}
 	a.SetFunction(fn)
 	inst := queueproxytest.Start(t)
 	a.SetEndpoints("ns", "grow", []string{inst.Addr})
@@ -182,7 +183,7 @@ func TestConcurrencyChangeKeepsWaiters(t *testing.T) {
 		code, _ := get(t, base+"/fn/ns/grow/echo")
 		waiter <- code
 	}()
-	eventually.True(t, "the waiter", func() bool { return a.Buffered()["ns/grow"] == 1 })
+	eventually.True(t, "the waiter", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "ns", Name: "grow"}] == 1 })
 	fn.Concurrency = 2
 	a.SetFunction(fn)
 	select {
@@ -206,7 +207,7 @@ func TestConcurrencyChangeKeepsWaiters(t *testing.T) {
 // activator forgets their clients and closes every connection to them.
 func TestGoneInstancesLeaveNoConnections(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "churn", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "churn", HTTP: true, Timeout: 10 * time.Second})
 	base := serveActivator(t, a)
 	get(t, base+"/fn/ns/nobody") // the test's own client connection, before counting
 	before := openFDs(t)
@@ -260,7 +261,7 @@ func TestOutOfSocketsIsNoRefusal(t *testing.T) {
 		}
 		return net.DialTimeout("tcp", addr, timeout)
 	}}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "fd", HTTP: true, Timeout: 2 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "fd", HTTP: true, Timeout: 2 * time.Second})
 	a.SetEndpoints("ns", "fd", []string{startInstance(t)})
 	base := serveActivator(t, a)
 	resp, err := client.Get(base + "/fn/ns/fd/echo")
@@ -289,7 +290,7 @@ func TestPeersShareAnInstance(t *testing.T) {
 	for self := range 2 {
 		a := newActivator(t, Config{}, &countingPoker{})
 		a.SetPeers(Peers{N: 2, Self: self})
-		a.SetFunction(Function{Namespace: "ns", Name: "f", HTTP: true, Concurrency: 2, Timeout: 20 * time.Second})
+		a.SetFunction(RouteSpec{Namespace: "ns", Name: "f", HTTP: true, Concurrency: 2, Timeout: 20 * time.Second})
 		a.SetEndpoints("ns", "f", []string{inst.Addr})
 		acts = append(acts, a)
 		base := serveActivator(t, a)
@@ -333,7 +334,7 @@ func TestPeersShareAnInstance(t *testing.T) {
 // gets its 413, in the same JSON, from the head.
 func TestHeadLimits(t *testing.T) {
 	a := newActivator(t, Config{}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "fn", []string{startInstance(t)})
 	addr := runServer(t, a, time.Second)
 	// head is a request head of n fields (Host included) and about size
@@ -407,11 +408,11 @@ func sendRaw(t *testing.T, addr, request string) (int, string, string) {
 func TestAnswerBeforeBody(t *testing.T) {
 	const instanceMax = 1 << 20
 	a := newActivator(t, Config{MaxBodyBytes: 10 << 20}, &countingPoker{})
-	a.SetFunction(Function{Namespace: "ns", Name: "small", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "small", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "small", []string{queueproxytest.Start(t, func(c *queueproxy.Config) { c.MaxBodyBytes = instanceMax }).Addr})
 	dead := queueproxytest.Start(t)
 	dead.Function.Kill()
-	a.SetFunction(Function{Namespace: "ns", Name: "dead", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "dead", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "dead", []string{dead.Addr})
 	addr := strings.TrimPrefix(serveActivator(t, a), "http://")
 	body := strings.Repeat("x", 4<<20)

@@ -6,9 +6,9 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 )
 
-// FunctionFor is what the activator needs of a defaulted Function, the
+// RouteSpecFor is what the activator needs of a defaulted Function, the
 // same on Kubernetes and in the local platform.
-func FunctionFor(fn *v1alpha1.Function) Function {
+func RouteSpecFor(fn *v1alpha1.Function) RouteSpec {
 	http, disabled := false, ""
 	triggers := make(map[string]Trigger, len(fn.Spec.Triggers))
 	for _, t := range fn.Spec.Triggers {
@@ -21,7 +21,7 @@ func FunctionFor(fn *v1alpha1.Function) Function {
 			disabled = t.Name
 		}
 	}
-	return Function{
+	return RouteSpec{
 		Namespace: fn.Namespace, Name: fn.Name, HTTP: http, DisabledHTTP: disabled,
 		Concurrency: int(fn.Spec.Concurrency),
 		Timeout:     time.Duration(fn.Spec.TimeoutSeconds) * time.Second,

@@ -32,7 +32,7 @@ func TestServerGuard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetFunction(Function{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
 	guard := &adminauth.Guard{}
 	const reason = "the admin API is refused: create the Secret sless-system/sless-admin"
 	guard.Refuse(reason)

@@ -37,8 +37,8 @@ func TestQueueProxyRecords(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetFunction(Function{Namespace: "test", Name: "fn", Timeout: 10 * time.Second})
-	a.SetFunction(Function{Namespace: "test", Name: "elsewhere", Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "test", Name: "fn", Timeout: 10 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "test", Name: "elsewhere", Timeout: 10 * time.Second})
 	a.SetEndpoints("test", "elsewhere", []string{"10.0.0.1:8012"})
 	srv := &Server{Activator: a, DrainTimeout: time.Second, Log: quiet, Admin: AdminServer{
 		Activator: a, Registry: prometheus.NewRegistry(), Records: ring, Token: "s3cret", AcceptRecords: true, Log: quiet}}

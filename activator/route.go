@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"sync"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
-// Function is what the activator knows of one function.
-type Function struct {
+// RouteSpec is what the activator knows of one function.
+type RouteSpec struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	// HTTP is false for functions without an HTTP trigger: they are not
@@ -33,7 +35,7 @@ type Trigger struct {
 
 // route is a function with its throttler, as the request path sees it.
 type route struct {
-	fn        Function
+	fn        RouteSpec
 	throttler *Throttler
 	metrics   *routeMetrics
 }
@@ -43,7 +45,7 @@ type route struct {
 // even when a watch lists ten thousand functions at start.
 type routes struct {
 	mu     sync.RWMutex
-	byPath map[string]*route // "namespace/name"
+	byPath map[types.NamespacedName]*route
 	byHost map[string]*route // "name.namespace"
 }
 
@@ -52,7 +54,7 @@ func (r *routes) update(change func(r *routes)) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.byPath == nil {
-		r.byPath, r.byHost = map[string]*route{}, map[string]*route{}
+		r.byPath, r.byHost = map[types.NamespacedName]*route{}, map[string]*route{}
 	}
 	change(r)
 }
@@ -60,7 +62,7 @@ func (r *routes) update(change func(r *routes)) {
 func (r *routes) get(namespace, name string) *route {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.byPath[namespace+"/"+name]
+	return r.byPath[types.NamespacedName{Namespace: namespace, Name: name}]
 }
 
 // all returns every route.
@@ -79,7 +81,8 @@ func (r *routes) all() []*route {
 // and returns the path the function sees. domain is "" when host routing
 // is off. path is the raw request URI, query included, so that the
 // function sees it byte for byte. No allocation but for a request to a
-// function's root: map lookups with converted byte slices do not copy.
+// function's root: map lookups with converted byte slices do not copy,
+// in a struct key as in a string one.
 func (r *routes) match(path, host []byte, domain string) (rt *route, rest []byte, ok bool) {
 	if p, found := bytes.CutPrefix(path, []byte("/fn/")); found {
 		// p is <namespace>/<name>[/<rest>][?<query>]
@@ -87,7 +90,7 @@ func (r *routes) match(path, host []byte, domain string) (rt *route, rest []byte
 		if end < 0 {
 			end = len(p)
 		}
-		ns, after, _ := bytes.Cut(p[:end], []byte("/"))
+		ns, after, named := bytes.Cut(p[:end], []byte("/"))
 		name, _, _ := bytes.Cut(after, []byte("/"))
 		keyLen := min(len(ns)+1+len(name), end)
 		rest = p[keyLen:]
@@ -96,8 +99,11 @@ func (r *routes) match(path, host []byte, domain string) (rt *route, rest []byte
 			// does the activator build a new request URI.
 			rest = append([]byte("/"), rest...)
 		}
+		if !named { // /fn/<namespace>: no function
+			return nil, rest, true
+		}
 		r.mu.RLock()
-		rt = r.byPath[string(p[:keyLen])]
+		rt = r.byPath[types.NamespacedName{Namespace: string(ns), Name: string(name)}]
 		r.mu.RUnlock()
 		return rt, rest, true
 	}

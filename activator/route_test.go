@@ -7,14 +7,17 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/invocation"
 )
 
 func TestMatch(t *testing.T) {
 	var r routes
-	hello := &route{fn: Function{Namespace: "ns", Name: "hello"}}
-	r.update(func(r *routes) { r.byPath["ns/hello"], r.byHost["hello.ns"] = hello, hello })
+	hello := &route{fn: RouteSpec{Namespace: "ns", Name: "hello"}}
+	r.update(func(r *routes) {
+		r.byPath[types.NamespacedName{Namespace: "ns", Name: "hello"}], r.byHost["hello.ns"] = hello, hello
+	})
 	tests := []struct {
 		uri, host, domain string
 		want              *route
@@ -45,7 +48,7 @@ func TestMatch(t *testing.T) {
 func BenchmarkMatch(b *testing.B) {
 	a, _ := New(Config{Domain: "example.com"}, nil, invocation.NewRing(1), prometheus.NewRegistry(), quiet)
 	for i := range 1000 {
-		a.SetFunction(Function{Namespace: "ns", Name: fmt.Sprint("fn", i), HTTP: true, Timeout: time.Second})
+		a.SetFunction(RouteSpec{Namespace: "ns", Name: fmt.Sprint("fn", i), HTTP: true, Timeout: time.Second})
 	}
 	uri := []byte("/fn/ns/fn500/path?q=1")
 	b.ReportAllocs()
@@ -68,7 +71,7 @@ func BenchmarkIdleFunctionMemory(b *testing.B) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	for i := range b.N {
-		a.SetFunction(Function{Namespace: "ns", Name: fmt.Sprint("function-", i), HTTP: true, Timeout: time.Minute})
+		a.SetFunction(RouteSpec{Namespace: "ns", Name: fmt.Sprint("function-", i), HTTP: true, Timeout: time.Minute})
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)

@@ -27,11 +27,11 @@ import (
 // under it.
 const FunctionRoute = "/v1/namespaces/{namespace}/functions/{name}"
 
-// StatsWindow is the window of Function.Stats.
+// StatsWindow is the window of Status.Stats.
 const StatsWindow = 5 * time.Minute
 
-// Function is a function as every backend shows it.
-type Function struct {
+// Status is a function as every backend shows it.
+type Status struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
 	Runtime   string `json:"runtime"`

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/autoscaler/kpa"
 )
@@ -43,7 +44,7 @@ type Autoscaler struct {
 	sources []Source // fixed by New
 
 	mu    sync.Mutex
-	fns   map[string]*state
+	fns   map[types.NamespacedName]*state
 	steps int
 	// fresh are the functions added since Run last looked: it decides on
 	// them at once, woken by wake, so that a new function's first answer
@@ -55,14 +56,14 @@ type Autoscaler struct {
 // state is one function's: its signals, and what was decided and written
 // of them. The signals guard themselves; mu guards the rest.
 type state struct {
-	key      string // namespace/name, fixed
+	key      types.NamespacedName // fixed
 	http     httpSignal
 	buffered bufferedSignal
 	floor    floorSignal
 	signals  []Signal // beside HTTP: the floor, then the sources'
 
 	mu       sync.Mutex
-	fn       Function
+	fn       Target
 	admins   []string // ready instances' queue-proxy admin addresses
 	desired  int32    // last decision
 	panicked bool     // the last decision was in panic mode
@@ -98,7 +99,7 @@ func New(scraper *Scraper, writer ReplicaWriter, reg prometheus.Registerer, log 
 		return nil, err
 	}
 	a := &Autoscaler{scraper: scraper, writer: writer, log: log, metrics: m,
-		fns: map[string]*state{}, wake: make(chan struct{}, 1)}
+		fns: map[types.NamespacedName]*state{}, wake: make(chan struct{}, 1)}
 	if o.queues != nil || o.waker != nil {
 		a.sources = append(a.sources, &queueSource{reader: o.queues, waker: o.waker, metrics: m, log: log})
 	}
@@ -186,7 +187,7 @@ func (a *Autoscaler) stepFunction(ctx context.Context, now time.Time, st *state,
 	}
 }
 
-func (st *state) observed() (Function, []string) {
+func (st *state) observed() (Target, []string) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	return st.fn, st.admins

@@ -50,7 +50,7 @@ func TestAutoscalerLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "loop", Spec: kpa.Spec{
+	a.SetFunction(now, autoscaler.Target{Namespace: "default", Name: "loop", Spec: kpa.Spec{
 		Min: 0, Max: 10, Initial: 1, Target: 1, StableWindow: 6 * time.Second, ScaleToZeroGrace: 2 * time.Second}})
 	a.SetInstances("default", "loop", []string{in.AdminAddr})
 
@@ -131,7 +131,7 @@ func TestStepDecidesEveryFunction(t *testing.T) {
 	spec := kpa.Spec{Max: 10, Target: 1, StableWindow: 6 * time.Second}
 	for i := range n {
 		name := fmt.Sprint("function-", i)
-		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: name, Spec: spec})
+		a.SetFunction(now, autoscaler.Target{Namespace: "default", Name: name, Spec: spec})
 	}
 	for range 3 { // the first and third steps decide
 		now = now.Add(time.Second)
@@ -220,7 +220,7 @@ func TestPokeDoesNotHoldTheFunctionUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1_700_000_000, 0)
-	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
+	a.SetFunction(now, autoscaler.Target{Namespace: "default", Name: "f", Spec: kpa.Spec{
 		Max: 10, Target: 1, StableWindow: 6 * time.Second, ScaleToZeroGrace: time.Second}})
 	a.Poke(context.Background(), now, "default", "f", 1)
 	if got := w.last("f"); got != 1 {
@@ -244,7 +244,7 @@ func TestStartupTime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
+		a.SetFunction(time.Now(), autoscaler.Target{Namespace: "default", Name: "f", Spec: kpa.Spec{
 			Max: 10, Initial: 0, Target: 1, StableWindow: 6 * time.Second}})
 		if _, ok := a.StartupTime("default", "f"); ok {
 			t.Fatal("a start-up measured before any start")
@@ -270,7 +270,7 @@ func TestColdStartsCountedOnce(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
+		a.SetFunction(time.Now(), autoscaler.Target{Namespace: "default", Name: "f", Spec: kpa.Spec{
 			Max: 10, Target: 1, StableWindow: 6 * time.Second}})
 		a.Poke(t.Context(), time.Now(), "default", "f", 1) // activator a
 		time.Sleep(500 * time.Millisecond)
@@ -309,7 +309,7 @@ func TestNewFunctionDecidedAtOnce(t *testing.T) {
 		ctx, stop := context.WithCancel(t.Context())
 		defer stop()
 		go a.Run(ctx)
-		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: "new", Spec: kpa.Spec{
+		a.SetFunction(time.Now(), autoscaler.Target{Namespace: "default", Name: "new", Spec: kpa.Spec{
 			Max: 10, Initial: 2, Target: 1, StableWindow: 6 * time.Second}})
 		synctest.Wait() // no time passes: no tick
 		if got := w.last("new"); got != 2 {
@@ -350,7 +350,7 @@ func TestBufferedAddsUpAcrossActivators(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a.SetFunction(t0, autoscaler.Function{Namespace: "default", Name: "fn", Spec: kpa.Spec{
+			a.SetFunction(t0, autoscaler.Target{Namespace: "default", Name: "fn", Spec: kpa.Spec{
 				Max: 100, Target: 10, StableWindow: 60 * time.Second}})
 			for _, r := range tt.reports {
 				a.SetBuffered(t0.Add(r.at), r.activator, "default", "fn", r.n)
@@ -386,7 +386,7 @@ func TestScrapesStopKeepsScale(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Unix(1_700_000_000, 0)
-	a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "busy", Spec: kpa.Spec{
+	a.SetFunction(now, autoscaler.Target{Namespace: "default", Name: "busy", Spec: kpa.Spec{
 		Max: 20, Initial: 1, Target: 10, StableWindow: 60 * time.Second, ScaleToZeroGrace: 30 * time.Second}})
 	a.SetInstances("default", "busy", admins)
 	for range 60 {
@@ -453,7 +453,7 @@ func TestOneWriterPerFunction(t *testing.T) {
 			t.Fatal(err)
 		}
 		now := time.Now()
-		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: "f", Spec: kpa.Spec{
+		a.SetFunction(now, autoscaler.Target{Namespace: "default", Name: "f", Spec: kpa.Spec{
 			Max: 100, Target: 10, StableWindow: 60 * time.Second}})
 		a.SetBuffered(now, "a", "default", "f", 50)
 		go a.Poke(t.Context(), now, "default", "f", 0) // decides 5 and writes it
@@ -587,7 +587,7 @@ func TestStalledAPIServer(t *testing.T) {
 	now := time.Now()
 	spec := kpa.Spec{Max: 10, Target: 70, StableWindow: 6 * time.Second}
 	for _, name := range []string{"slow", "fast"} {
-		a.SetFunction(now, autoscaler.Function{Namespace: "default", Name: name, Spec: spec})
+		a.SetFunction(now, autoscaler.Target{Namespace: "default", Name: name, Spec: spec})
 	}
 	proxy.stall(true)
 	a.SetBuffered(now, "a", "default", "slow", 250)

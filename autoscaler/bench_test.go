@@ -74,7 +74,7 @@ func benchmarkStep(b *testing.B, scraped int, admin string) {
 	}
 	for i := range benchFunctions {
 		name := fmt.Sprint("function-", i)
-		a.SetFunction(now, autoscaler.Function{Namespace: "bench", Name: name, Spec: spec})
+		a.SetFunction(now, autoscaler.Target{Namespace: "bench", Name: name, Spec: spec})
 		if i < scraped {
 			a.SetInstances("bench", name, []string{admin, admin, admin})
 		}

@@ -4,13 +4,15 @@ import (
 	"context"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/autoscaler/kpa"
 )
 
-// Function is what the autoscaler scales: its settings, which the
+// Target is what the autoscaler scales: its settings, which the
 // signals read as they observe.
-type Function struct {
+type Target struct {
 	Namespace, Name string
 	Spec            kpa.Spec
 	Metric          Metric
@@ -28,12 +30,12 @@ const (
 	MetricRPS
 )
 
-// FunctionFor is what the autoscaler needs of a defaulted, valid Function:
+// TargetFor is what the autoscaler needs of a defaulted, valid Function:
 // the same translation on Kubernetes and in the local platform, so both
 // scale a Function alike.
-func FunctionFor(fn *v1alpha1.Function) Function {
+func TargetFor(fn *v1alpha1.Function) Target {
 	s := &fn.Spec.Scale
-	out := Function{
+	out := Target{
 		Namespace: fn.Namespace,
 		Name:      fn.Name,
 		Spec: kpa.Spec{
@@ -63,11 +65,14 @@ func FunctionFor(fn *v1alpha1.Function) Function {
 	return out
 }
 
-func key(namespace, name string) string { return namespace + "/" + name }
+// key is a function's key in the autoscaler's maps.
+func key(namespace, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: namespace, Name: name}
+}
 
 // SetFunction adds a function or changes its settings (a new decider:
 // history is per setting). A new function is decided on at once by Run.
-func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
+func (a *Autoscaler) SetFunction(now time.Time, fn Target) {
 	st, added := a.add(now, fn)
 	idle := true
 	if !added {
@@ -78,7 +83,7 @@ func (a *Autoscaler) SetFunction(now time.Time, fn Function) {
 
 // add returns the function's state, made whole before anyone can see it
 // when the function is new (added).
-func (a *Autoscaler) add(now time.Time, fn Function) (st *state, added bool) {
+func (a *Autoscaler) add(now time.Time, fn Target) (st *state, added bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	k := key(fn.Namespace, fn.Name)
@@ -106,7 +111,7 @@ func (a *Autoscaler) waking(namespace, name string) func() {
 }
 
 // configure sets new settings, and reports whether no instance is ready.
-func (st *state) configure(now time.Time, fn Function) (idle bool) {
+func (st *state) configure(now time.Time, fn Target) (idle bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.fn = fn
@@ -116,7 +121,7 @@ func (st *state) configure(now time.Time, fn Function) (idle bool) {
 
 // tellIdle tells the signals that watch their source for a function with
 // no ready instance whether fn has none.
-func (st *state) tellIdle(fn Function, idle bool) {
+func (st *state) tellIdle(fn Target, idle bool) {
 	for _, s := range st.signals {
 		if p, ok := s.(PushSignal); ok {
 			p.Idle(fn, idle)
@@ -170,7 +175,7 @@ func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
 // setInstances reports the time requests waited when the first instance
 // is ready after a cold start, and whether the function went to or from no
 // ready instance.
-func (st *state) setInstances(admins []string) (fn Function, coldWait time.Duration, changed bool) {
+func (st *state) setInstances(admins []string) (fn Target, coldWait time.Duration, changed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	coldWait = st.timing.instances(len(st.admins), len(admins))

@@ -45,7 +45,7 @@ func (h *httpSignal) decide(now time.Time, ready int32) (d kpa.Decision, ok, had
 
 // observeHTTP scrapes the function's instances and records their load with
 // the requests buffered for it. A failed scrape records nothing.
-func (a *Autoscaler) observeHTTP(ctx context.Context, now time.Time, st *state, fn Function, admins []string) {
+func (a *Autoscaler) observeHTTP(ctx context.Context, now time.Time, st *state, fn Target, admins []string) {
 	obs, err := a.scraper.Scrape(ctx, admins)
 	load := obs.Concurrency
 	if fn.Metric == MetricRPS {

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/autoscaler/kpa"
 )
 
@@ -32,8 +34,8 @@ type QueueReader interface {
 // instance (by broker), and calls wake on the first message: the function
 // starts at once, not at the next depth read or KEDA poll.
 type Waker interface {
-	Park(key string, queues map[string][]string, wake func())
-	Unpark(key string)
+	Park(fn types.NamespacedName, queues map[string][]string, wake func())
+	Unpark(fn types.NamespacedName)
 }
 
 // WithQueueReader makes the autoscaler read the depth of functions' queues
@@ -69,7 +71,7 @@ func (s *queueSource) Signal(namespace, name string, wake func()) Signal {
 // asking for what it did before.
 type queueSignal struct {
 	src  *queueSource
-	key  string
+	key  types.NamespacedName
 	wake func()
 
 	mu      sync.Mutex
@@ -86,7 +88,7 @@ type queueRead struct {
 	err     string // why it failed
 }
 
-func (q *queueSignal) Observe(ctx context.Context, _ time.Time, fn Function) bool {
+func (q *queueSignal) Observe(ctx context.Context, _ time.Time, fn Target) bool {
 	if q.src.reader == nil {
 		return false
 	}
@@ -116,7 +118,7 @@ func (s *queueSource) read(ctx context.Context, queues []Queue) ([]int64, []erro
 }
 
 // update turns the depths read into what the queues ask for.
-func (q *queueSignal) update(fn Function, depths []int64, errs []error) int32 {
+func (q *queueSignal) update(fn Target, depths []int64, errs []error) int32 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var reads map[string]queueRead
@@ -150,7 +152,7 @@ func (q *queueSignal) update(fn Function, depths []int64, errs []error) int32 {
 
 // Idle parks a consumer on the queues of a function with no ready
 // instance, and unparks it once one is ready (its queue-proxies consume).
-func (q *queueSignal) Idle(fn Function, idle bool) {
+func (q *queueSignal) Idle(fn Target, idle bool) {
 	w := q.src.waker
 	if w == nil || len(fn.Queues) == 0 {
 		return

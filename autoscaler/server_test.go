@@ -30,7 +30,7 @@ func pushServer(t *testing.T, names ...string) (*autoscaler.Autoscaler, *httptes
 		t.Fatal(err)
 	}
 	for _, name := range names {
-		a.SetFunction(time.Now(), autoscaler.Function{Namespace: "default", Name: name, Spec: kpa.Spec{
+		a.SetFunction(time.Now(), autoscaler.Target{Namespace: "default", Name: name, Spec: kpa.Spec{
 			Max: 10, Target: 1, StableWindow: 6 * time.Second}})
 	}
 	srv := httptest.NewServer(a.Handler())

@@ -22,7 +22,7 @@ type Signal interface {
 	// workers. It reports whether the source asks for instances (KEDA's
 	// activity): a function whose last decision was none is then decided
 	// on at once, not at the next decision.
-	Observe(ctx context.Context, now time.Time, fn Function) (active bool)
+	Observe(ctx context.Context, now time.Time, fn Target) (active bool)
 	// Desired is how many instances the source asks for, as of its last
 	// observation or push. It does not block: it is called while a
 	// decision is made.
@@ -46,7 +46,7 @@ type PushSignal interface {
 	Signal
 	// Idle tells whether fn has no ready instance: when the function is
 	// set, and whenever that changes.
-	Idle(fn Function, idle bool)
+	Idle(fn Target, idle bool)
 	// Close stops watching: the function is no longer scaled.
 	Close()
 }

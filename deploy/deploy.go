@@ -44,7 +44,7 @@ type Options struct {
 // Load reads and checks the Functions of a manifest file or directory for
 // a cluster, every problem at once; namespace is the one of Functions
 // whose manifest names none ("" for "default").
-func Load(path, namespace string) ([]manifests.Function, error) {
+func Load(path, namespace string) ([]manifests.Entry, error) {
 	fns, errs := manifests.Load(path, manifests.LoadOptions{Kubernetes: true, AllowExternalSources: true, Namespace: namespace})
 	if len(errs) > 0 {
 		return nil, fmt.Errorf("%d problems in the manifests, nothing built or applied:\n  %w", len(errs), errors.Join(errs...))
@@ -65,7 +65,7 @@ type Deployed struct {
 // Run builds and pushes the image of each Function with a source, then,
 // only if all succeeded, applies every Function. The error of a build or
 // push names its function; the Functions of a failed run are not applied.
-func Run(ctx context.Context, fns []manifests.Function, o Options) ([]Deployed, error) {
+func Run(ctx context.Context, fns []manifests.Entry, o Options) ([]Deployed, error) {
 	if o.Progress == nil {
 		o.Progress = io.Discard
 	}
@@ -114,7 +114,7 @@ func Repository(registry, namespace, name string) string {
 	return strings.TrimSuffix(registry, "/") + "/" + namespace + "/" + name
 }
 
-func (o Options) buildAndPush(ctx context.Context, fn manifests.Function) (string, error) {
+func (o Options) buildAndPush(ctx context.Context, fn manifests.Entry) (string, error) {
 	if o.Registry == "" {
 		return "", errors.New("no registry to push its image to")
 	}
@@ -135,7 +135,7 @@ func (o Options) buildAndPush(ctx context.Context, fn manifests.Function) (strin
 
 // apply applies fn by server-side apply, with image as its image: the
 // fields deploy applied before and no longer sets are removed.
-func apply(ctx context.Context, c client.Client, fn manifests.Function, image string, opts ...client.ApplyOption) error {
+func apply(ctx context.Context, c client.Client, fn manifests.Entry, image string, opts ...client.ApplyOption) error {
 	f := fn.DeepCopy()
 	f.Spec.Image = image
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(f)

@@ -21,7 +21,7 @@ import (
 // while its instances fail, and the instances that take each one's
 // traffic: *activator.Activator.
 type ActivatorSink interface {
-	SetFunction(activator.Function)
+	SetFunction(activator.RouteSpec)
 	RemoveFunction(namespace, name string)
 	SetUnavailable(namespace, name, cause string)
 	SetEndpoints(namespace, name string, addrs []string)
@@ -76,7 +76,7 @@ func (f *ActivatorFeed) Run(ctx context.Context) error {
 func (f *ActivatorFeed) Reader() client.Reader { return f.feed.cache }
 
 func (f *ActivatorFeed) setFunction(fn *v1alpha1.Function) {
-	f.sink.SetFunction(activator.FunctionFor(fn))
+	f.sink.SetFunction(activator.RouteSpecFor(fn))
 	// The controller reads the pods: an image that cannot be pulled or an
 	// instance that crashes fails requests at once, with the cause.
 	_, cause, _ := fn.Status.InstancesFailing()

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -56,7 +57,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
+	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
 	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +108,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 		case <-done:
 			return false // still served
 		case <-time.After(200 * time.Millisecond):
-			return a.Buffered()["default/hello"] > 0
+			return a.Buffered()[types.NamespacedName{Namespace: "default", Name: "hello"}] > 0
 		}
 	})
 
@@ -116,7 +117,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	if _, err := slices.Update(ctx, second, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "waiting requests served", func() bool { return a.Buffered()["default/hello"] == 0 })
+	eventually.True(t, "waiting requests served", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "default", Name: "hello"}] == 0 })
 	if code := get(base); code != 200 {
 		t.Errorf("after the second became ready: %d, want 200", code)
 	}
@@ -130,7 +131,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	eventually.True(t, "requests to buffer after the slices are gone", func() bool {
 		go get(base)
 		time.Sleep(50 * time.Millisecond)
-		return a.Buffered()["default/hello"] > 0
+		return a.Buffered()[types.NamespacedName{Namespace: "default", Name: "hello"}] > 0
 	})
 }
 
@@ -338,8 +339,8 @@ func TestStartingInstancesProbed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetFunction(activator.Function{Namespace: "default", Name: "hello", HTTP: true, Timeout: 30 * time.Second})
-	a.SetFunction(activator.Function{Namespace: "default", Name: "unready", HTTP: true, Timeout: time.Second})
+	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "hello", HTTP: true, Timeout: 30 * time.Second})
+	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "unready", HTTP: true, Timeout: time.Second})
 	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)

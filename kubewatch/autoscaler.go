@@ -22,7 +22,7 @@ import (
 
 // AutoscalerSink is what the autoscaler's feed tells: *autoscaler.Autoscaler.
 type AutoscalerSink interface {
-	SetFunction(now time.Time, fn autoscaler.Function)
+	SetFunction(now time.Time, fn autoscaler.Target)
 	RemoveFunction(namespace, name string)
 	SetInstances(namespace, name string, admins []string)
 }
@@ -49,7 +49,7 @@ type AutoscalerFeed struct {
 	// mu serialises what is pushed, so that of two reads of a function's
 	// EndpointSlices the later one is pushed last.
 	mu    sync.Mutex
-	known map[types.NamespacedName]autoscaler.Function
+	known map[types.NamespacedName]autoscaler.Target
 	crons map[types.NamespacedName][]cronSpec // what Crons was last given
 }
 
@@ -68,7 +68,7 @@ func NewAutoscalerFeed(cfg *rest.Config, sink AutoscalerSink, router *ReplicaRou
 		return nil, err
 	}
 	return &AutoscalerFeed{feed: f, sink: sink, router: router, SyncTimeout: cachesync.DefaultTimeout,
-		known: map[types.NamespacedName]autoscaler.Function{}, crons: map[types.NamespacedName][]cronSpec{}}, nil
+		known: map[types.NamespacedName]autoscaler.Target{}, crons: map[types.NamespacedName][]cronSpec{}}, nil
 }
 
 // Deployments reads the functions' Deployments (labelled wire.FunctionLabel)
@@ -89,7 +89,7 @@ func (f *AutoscalerFeed) Run(ctx context.Context) error {
 // scale.
 func (f *AutoscalerFeed) setFunction(fn *v1alpha1.Function) {
 	key := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
-	want := autoscaler.FunctionFor(fn)
+	want := autoscaler.TargetFor(fn)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.setCrons(key, fn)

@@ -49,7 +49,7 @@ type recorder struct {
 	instances map[string][]string // last SetInstances by namespace/name
 }
 
-func (r *recorder) SetFunction(now time.Time, fn autoscaler.Function) {
+func (r *recorder) SetFunction(now time.Time, fn autoscaler.Target) {
 	r.mu.Lock()
 	r.sets[fn.Namespace+"/"+fn.Name]++
 	r.mu.Unlock()

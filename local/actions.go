@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
 	"sless.dev/sless/adminapi"
@@ -28,7 +29,7 @@ type overrides = adminapi.Overrides
 
 // effective is e's function with the session's overrides applied; the
 // manifest's own when there are none. Called with p.mu held.
-func (e *entry) effective() manifests.Function {
+func (e *entry) effective() manifests.Entry {
 	o := e.over
 	if o.IsZero() {
 		return e.fn
@@ -63,7 +64,7 @@ func (b backend) Function(_ context.Context, namespace, name string) (FunctionSt
 }
 
 func (b backend) SetTrigger(ctx context.Context, namespace, name, trigger string, enabled bool) (FunctionStatus, error) {
-	return b.p.override(ctx, namespace, name, func(fn manifests.Function, o *overrides) error {
+	return b.p.override(ctx, namespace, name, func(fn manifests.Entry, o *overrides) error {
 		for _, t := range fn.Spec.Triggers {
 			if t.Name != trigger {
 				continue
@@ -79,7 +80,7 @@ func (b backend) SetTrigger(ctx context.Context, namespace, name, trigger string
 }
 
 func (b backend) SetScale(ctx context.Context, namespace, name string, s adminapi.Scale) (FunctionStatus, error) {
-	return b.p.override(ctx, namespace, name, func(fn manifests.Function, o *overrides) error {
+	return b.p.override(ctx, namespace, name, func(fn manifests.Entry, o *overrides) error {
 		next := adminapi.Scale{Min: cmp.Or(s.Min, o.Min), Max: cmp.Or(s.Max, o.Max)}
 		if err := next.Check(fn.Spec.Scale); err != nil {
 			return err
@@ -110,21 +111,21 @@ func (b backend) Target(_ context.Context, namespace, name string) (adminapi.Tar
 }
 
 // manifest is a function as loaded from its manifest, overrides left out.
-func (p *Platform) manifest(namespace, name string) (manifests.Function, bool) {
+func (p *Platform) manifest(namespace, name string) (manifests.Entry, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := p.fns[namespace+"/"+name]
+	e := p.fns[types.NamespacedName{Namespace: namespace, Name: name}]
 	if e == nil {
-		return manifests.Function{}, false
+		return manifests.Entry{}, false
 	}
 	return e.fn, true
 }
 
 // override changes a function's overrides with change, which may refuse
 // (given the manifest's function), and applies them when it runs.
-func (p *Platform) override(ctx context.Context, namespace, name string, change func(fn manifests.Function, o *overrides) error) (FunctionStatus, error) {
+func (p *Platform) override(ctx context.Context, namespace, name string, change func(fn manifests.Entry, o *overrides) error) (FunctionStatus, error) {
 	p.mu.Lock()
-	e := p.fns[namespace+"/"+name]
+	e := p.fns[types.NamespacedName{Namespace: namespace, Name: name}]
 	if e == nil {
 		p.mu.Unlock()
 		return FunctionStatus{}, adminapi.Unknown(namespace, name)
@@ -269,14 +270,14 @@ func (p *Platform) sample(ctx context.Context, period time.Duration) {
 func (p *Platform) sampleOnce(now time.Time) {
 	buffered := p.act.Buffered()
 	p.mu.Lock()
-	keys := make([][2]string, 0, len(p.fns))
+	keys := make([]types.NamespacedName, 0, len(p.fns))
 	for _, e := range p.fns {
-		keys = append(keys, [2]string{e.fn.Namespace, e.fn.Name})
+		keys = append(keys, e.fn.Key())
 	}
 	p.mu.Unlock()
 	for _, k := range keys {
-		sup, _ := p.sup.Status(k[0], k[1])
-		p.timeline.Sample(now, k[0], k[1], timeline.Gauges{Desired: sup.Desired, Ready: sup.Ready,
-			Buffered: buffered[k[0]+"/"+k[1]], QueueDepth: p.scaler.QueueDepth(k[0], k[1])})
+		sup, _ := p.sup.Status(k.Namespace, k.Name)
+		p.timeline.Sample(now, k.Namespace, k.Name, timeline.Gauges{Desired: sup.Desired, Ready: sup.Ready,
+			Buffered: buffered[k], QueueDepth: p.scaler.QueueDepth(k.Namespace, k.Name)})
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
@@ -20,7 +22,7 @@ import (
 // FunctionStatus is a function as the admin API and the table show it:
 // what every backend shows, and what only the local platform knows.
 type FunctionStatus struct {
-	adminapi.Function
+	adminapi.Status
 	File string `json:"file"`
 	// Created is when its manifest was first loaded.
 	Created time.Time `json:"created"`
@@ -43,7 +45,7 @@ type FunctionStatus struct {
 
 // triggers reports fn's triggers from what its instances' consumers and
 // the autoscaler's reads of its queues say.
-func (p *Platform) triggers(fn manifests.Function, instances []supervisor.Instance) []adminapi.TriggerStatus {
+func (p *Platform) triggers(fn manifests.Entry, instances []supervisor.Instance) []adminapi.TriggerStatus {
 	out := make([]adminapi.TriggerStatus, 0, len(fn.Spec.Triggers))
 	var queueErrs map[string]string
 	for _, t := range fn.Spec.Triggers {
@@ -110,7 +112,7 @@ func (p *Platform) Functions() []FunctionStatus {
 // status is called with p.mu held.
 func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	fn := e.effective()
-	st := FunctionStatus{Function: adminapi.Function{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime),
+	st := FunctionStatus{Status: adminapi.Status{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime),
 		URL: p.URL(fn.Namespace, fn.Name), Spec: fn.Spec},
 		File: fn.File, Created: e.created, BuildError: e.err, Instances: []supervisor.Instance{}}
 	sup, _ := p.sup.Status(fn.Namespace, fn.Name)
@@ -145,7 +147,7 @@ func (p *Platform) status(e *entry, now time.Time) FunctionStatus {
 	}
 	var causes []string
 	for _, me := range p.loadErrs {
-		if me.Function == fn.Key() || me.Function == "" && me.File == fn.File {
+		if me.Function == fn.Key().String() || me.Function == "" && me.File == fn.File {
 			causes = append(causes, "manifest "+me.File+": "+me.Error)
 		}
 	}
@@ -181,7 +183,7 @@ func (p *Platform) apiHandler() http.Handler {
 func (p *Platform) Function(namespace, name string) (st FunctionStatus, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	e := p.fns[namespace+"/"+name]
+	e := p.fns[types.NamespacedName{Namespace: namespace, Name: name}]
 	if e == nil {
 		return FunctionStatus{}, false
 	}

@@ -16,7 +16,7 @@ const maxParallelPrepare = 4
 // beside the manifest loop, which never waits for it: a new change of the
 // function, or its removal, cancels it.
 type build struct {
-	fn     manifests.Function
+	fn     manifests.Entry
 	fp     string // the fingerprint it builds
 	ctx    context.Context
 	cancel context.CancelFunc

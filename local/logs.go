@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/internal/httpjson"
 	"sless.dev/sless/invocation"
@@ -42,7 +44,7 @@ type LogLine struct {
 // when none comes (the burst ended), as soon as it has read its queue.
 type logs struct {
 	mu  sync.Mutex
-	fns map[string]*functionLog
+	fns map[types.NamespacedName]*functionLog
 }
 
 type functionLog struct {
@@ -60,9 +62,9 @@ type follower struct {
 }
 
 // get returns key's log, made when missing. Called with l.mu held.
-func (l *logs) get(key string) *functionLog {
+func (l *logs) get(key types.NamespacedName) *functionLog {
 	if l.fns == nil {
-		l.fns = map[string]*functionLog{}
+		l.fns = map[types.NamespacedName]*functionLog{}
 	}
 	f := l.fns[key]
 	if f == nil {
@@ -77,7 +79,7 @@ func (l *logs) add(namespace, name, instance, line string) {
 	ll := LogLine{Time: time.Now(), Instance: instance, Line: line}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := l.get(namespace + "/" + name)
+	f := l.get(types.NamespacedName{Namespace: namespace, Name: name})
 	f.lines = append(f.lines, ll)
 	f.bytes += len(line)
 	for len(f.lines) > maxLogLines || f.bytes > maxLogBytes {
@@ -118,7 +120,7 @@ func (l *logs) takeDropped(fl *follower) (n int, ok bool) {
 func (l *logs) forget(namespace, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	key := namespace + "/" + name
+	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if f := l.fns[key]; f != nil {
 		f.lines, f.bytes = nil, 0
 		l.dropIfEmpty(key, f)
@@ -126,7 +128,7 @@ func (l *logs) forget(namespace, name string) {
 }
 
 // dropIfEmpty forgets f when it keeps nothing. Called with l.mu held.
-func (l *logs) dropIfEmpty(key string, f *functionLog) {
+func (l *logs) dropIfEmpty(key types.NamespacedName, f *functionLog) {
 	if len(f.lines) == 0 && len(f.followers) == 0 {
 		delete(l.fns, key)
 	}
@@ -140,10 +142,10 @@ const allLines = -1
 func (l *logs) tail(namespace, name string, since time.Time, n int) []LogLine {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.tailLocked(namespace+"/"+name, since, n)
+	return l.tailLocked(types.NamespacedName{Namespace: namespace, Name: name}, since, n)
 }
 
-func (l *logs) tailLocked(key string, since time.Time, n int) []LogLine {
+func (l *logs) tailLocked(key types.NamespacedName, since time.Time, n int) []LogLine {
 	out := []LogLine{}
 	f := l.fns[key]
 	if f == nil {
@@ -165,7 +167,7 @@ func (l *logs) tailLocked(key string, since time.Time, n int) []LogLine {
 func (l *logs) follow(namespace, name string, since time.Time, n int) (tail []LogLine, fl *follower, stop func()) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	key := namespace + "/" + name
+	key := types.NamespacedName{Namespace: namespace, Name: name}
 	fl = &follower{lines: make(chan LogLine, followerQueue), gap: make(chan struct{}, 1)}
 	l.get(key).followers[fl] = struct{}{}
 	stop = func() {

@@ -18,6 +18,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/invocation"
 )
@@ -225,7 +227,7 @@ func TestLogsFollowSlowFollower(t *testing.T) {
 		if got[3].Line != "new 0" || got[3+followerQueue-1].Line != fmt.Sprint("new ", followerQueue-1) {
 			t.Errorf("slow follower's queue: %q .. %q, want the first %d new lines", got[3].Line, got[3+followerQueue-1].Line, followerQueue)
 		}
-		if len(l.fns["ns/fn"].followers) != 0 {
+		if len(l.fns[types.NamespacedName{Namespace: "ns", Name: "fn"}].followers) != 0 {
 			t.Error("followers left after both left")
 		}
 	})

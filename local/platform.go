@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/adminapi"
@@ -131,7 +132,7 @@ type Platform struct {
 	// a removal. Held around p.mu, never inside it.
 	applyMu sync.Mutex
 	mu      sync.Mutex
-	fns     map[string]*entry
+	fns     map[types.NamespacedName]*entry
 	// loadErrs are the errors of the last load of the manifests, for the
 	// admin API: on the terminal alone, a manifest that stopped loading
 	// left its functions serving the last version with no sign of it.
@@ -142,10 +143,10 @@ type Platform struct {
 
 // entry is a function as the platform knows it.
 type entry struct {
-	fn          manifests.Function
+	fn          manifests.Entry
 	created     time.Time // when its manifest was first loaded
 	fingerprint string
-	scaling     autoscaler.Function
+	scaling     autoscaler.Target
 	running     bool   // handed to the supervisor
 	err         string // the last build error
 	// installFailures counts the failed installs of this fingerprint in
@@ -189,7 +190,7 @@ func New(opts Options) (*Platform, error) {
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = forward.DefaultReadTimeout
 	}
-	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[string]*entry{},
+	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[types.NamespacedName]*entry{},
 		timeline: timeline.New(), builds: builds{max: maxParallelPrepare}}
 	if p.reg == nil {
 		p.reg = prometheus.NewRegistry()
@@ -361,13 +362,13 @@ func (p *Platform) sync(ctx context.Context) []*build {
 	if len(fns) == 0 && len(errs) == 1 && len(broken) == 0 {
 		return nil // the directory itself is unreadable: change nothing
 	}
-	seen := map[string]bool{}
+	seen := map[types.NamespacedName]bool{}
 	var queued []*build
 	for _, fn := range fns {
 		seen[fn.Key()] = true
 		fp, err := manifests.Fingerprint(fn)
 		if err != nil {
-			p.opts.Log.Warn("read source", "function", fn.Key(), "err", err)
+			p.opts.Log.Warn("read source", "function", fn.Key().String(), "err", err)
 			continue
 		}
 		p.mu.Lock()
@@ -386,7 +387,7 @@ func (p *Platform) sync(ctx context.Context) []*build {
 		p.mu.Unlock()
 		if isNew {
 			p.timeline.Track(fn.Namespace, fn.Name)
-			p.act.SetFunction(activator.FunctionFor(fn.Function))
+			p.act.SetFunction(activator.RouteSpecFor(fn.Function))
 		}
 		if b != nil {
 			p.builds.add(b)
@@ -399,7 +400,7 @@ func (p *Platform) sync(ctx context.Context) []*build {
 
 // queueBuildLocked makes a build of fn at fp e's, cancelling the one it
 // replaces; the caller adds it to p.builds. Called with p.mu held.
-func (p *Platform) queueBuildLocked(ctx context.Context, e *entry, fn manifests.Function, fp string) *build {
+func (p *Platform) queueBuildLocked(ctx context.Context, e *entry, fn manifests.Entry, fp string) *build {
 	if e.build != nil {
 		e.build.cancel()
 	}
@@ -412,7 +413,7 @@ func (p *Platform) queueBuildLocked(ctx context.Context, e *entry, fn manifests.
 
 // removeUnseen removes the functions no manifest declares any more, but
 // those of manifests that do not load now, and cancels their builds.
-func (p *Platform) removeUnseen(seen, broken map[string]bool) {
+func (p *Platform) removeUnseen(seen map[types.NamespacedName]bool, broken map[string]bool) {
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()
 	p.mu.Lock()
@@ -477,7 +478,7 @@ func (p *Platform) deploy(ctx context.Context, e *entry, b *build) {
 	p.mu.Lock()
 	if b.ctx.Err() != nil || e.build != b {
 		p.mu.Unlock()
-		p.opts.Log.Info("build cancelled", "function", fn.Key(), "after", time.Since(start).Round(time.Millisecond))
+		p.opts.Log.Info("build cancelled", "function", fn.Key().String(), "after", time.Since(start).Round(time.Millisecond))
 		return
 	}
 	b.cancel() // its context's resources: it is done
@@ -509,7 +510,7 @@ func (p *Platform) deploy(ctx context.Context, e *entry, b *build) {
 	e.err, e.installFailures, e.proc = "", 0, proc
 	p.mu.Unlock()
 	p.startLocked(ctx, e)
-	p.opts.Log.Info("function deployed", "function", fn.Key(), "prepared", time.Since(start).Round(time.Millisecond))
+	p.opts.Log.Info("function deployed", "function", fn.Key().String(), "prepared", time.Since(start).Round(time.Millisecond))
 }
 
 // start hands e's prepared function, with the session's overrides, to the
@@ -530,13 +531,13 @@ func (p *Platform) start(ctx context.Context, e *entry) {
 func (p *Platform) startLocked(ctx context.Context, e *entry) {
 	p.mu.Lock()
 	fn, proc, fp := e.effective(), e.proc, e.fingerprint
-	scaling := autoscaler.FunctionFor(fn.Function)
+	scaling := autoscaler.TargetFor(fn.Function)
 	added := !e.running
 	rescale := added || !reflect.DeepEqual(e.scaling, scaling)
 	e.running, e.scaling = true, scaling
 	p.mu.Unlock()
 
-	p.sup.Set(supervisor.Function{
+	p.sup.Set(supervisor.Workload{
 		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: env(fn),
 		Concurrency: int(fn.Spec.Concurrency), Timeout: time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
 		MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
@@ -551,10 +552,10 @@ func (p *Platform) startLocked(ctx context.Context, e *entry) {
 			p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, waiting)
 		}
 	}
-	p.act.SetFunction(activator.FunctionFor(fn.Function))
+	p.act.SetFunction(activator.RouteSpecFor(fn.Function))
 	p.act.SetUnavailable(fn.Namespace, fn.Name, "") // a failed build's, if any
 	if triggers, err := scheduler.TriggersFor(fn.Function); err != nil {
-		p.opts.Log.Warn("cron triggers", "function", fn.Key(), "err", err) // validation parsed them
+		p.opts.Log.Warn("cron triggers", "function", fn.Key().String(), "err", err) // validation parsed them
 	} else {
 		p.cron.Set(ctx, fn.Namespace, fn.Name, triggers)
 	}
@@ -587,7 +588,7 @@ func firstLine(msg string) string {
 	return line
 }
 
-func env(fn manifests.Function) []string {
+func env(fn manifests.Entry) []string {
 	out := make([]string, 0, len(fn.Spec.Env))
 	for _, e := range fn.Spec.Env {
 		out = append(out, e.Name+"="+e.Value)
@@ -621,7 +622,7 @@ func (p *Platform) instancesChanged(namespace, name string, ready []supervisor.E
 
 // rabbitMQ lists the queues fn's instances consume, on the platform's
 // broker.
-func (p *Platform) rabbitMQ(fn manifests.Function) []queueproxy.RabbitMQ {
+func (p *Platform) rabbitMQ(fn manifests.Entry) []queueproxy.RabbitMQ {
 	if p.opts.AMQPURL == "" {
 		return nil
 	}
@@ -663,14 +664,14 @@ func (c cronFirer) Fire(ctx context.Context, f scheduler.Fire) (int, error) {
 // calls back into the supervisor. A goroutine takes the pokes in order;
 // when it lags, a poke is dropped, since the buffered counts reported
 // every second ask for the same instance.
-type poker chan [2]string
+type poker chan types.NamespacedName
 
 // maxPendingPokes bounds the pokes waiting for the autoscaler.
 const maxPendingPokes = 1024
 
 func (k poker) Poke(namespace, name string) {
 	select {
-	case k <- [2]string{namespace, name}:
+	case k <- types.NamespacedName{Namespace: namespace, Name: name}:
 	default:
 	}
 }
@@ -682,7 +683,7 @@ func (p *Platform) deliverPokes(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case fn := <-p.pokes:
-			p.scaler.Poke(ctx, time.Now(), fn[0], fn[1], 1)
+			p.scaler.Poke(ctx, time.Now(), fn.Namespace, fn.Name, 1)
 		}
 	}
 }

@@ -1,6 +1,10 @@
 package timeline
 
-import "time"
+import (
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // Merging timelines. Behind a Service each activator sees only the
 // invocations that passed through it; the one that answers the admin API
@@ -38,7 +42,7 @@ type StepCount struct {
 // Snapshot copies the steps of the Span ending at now.
 func (t *Timeline) Snapshot(now time.Time) Snapshot {
 	t.mu.RLock()
-	keys := make([]fnKey, 0, len(t.fns))
+	keys := make([]types.NamespacedName, 0, len(t.fns))
 	fns := make([]*function, 0, len(t.fns))
 	for k, f := range t.fns {
 		keys, fns = append(keys, k), append(fns, f)
@@ -47,7 +51,7 @@ func (t *Timeline) Snapshot(now time.Time) Snapshot {
 	first := stepOf(now) - int64(slots) + 1
 	out := Snapshot{Functions: make([]FunctionSteps, 0, len(fns))}
 	for i, f := range fns {
-		fs := FunctionSteps{Namespace: keys[i].namespace, Name: keys[i].name}
+		fs := FunctionSteps{Namespace: keys[i].Namespace, Name: keys[i].Name}
 		f.mu.Lock()
 		for j := range f.slots {
 			if s := &f.slots[j]; s.at >= first && (s.requests > 0 || s.sampled) {
@@ -77,7 +81,7 @@ func (s *slot) count() StepCount {
 func (t *Timeline) Merge(now time.Time, s Snapshot) {
 	first := stepOf(now) - int64(slots) + 1
 	for _, fs := range s.Functions {
-		f := t.track(fnKey{fs.Namespace, fs.Name})
+		f := t.track(types.NamespacedName{Namespace: fs.Namespace, Name: fs.Name})
 		f.mu.Lock()
 		for _, c := range fs.Steps {
 			if c.At < first || len(c.Latency) > len(counts{}) {

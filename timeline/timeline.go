@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"sless.dev/sless/internal/httpmetrics"
 	"sless.dev/sless/invocation"
 )
@@ -39,7 +41,7 @@ type Gauges struct {
 // path's record sink: it takes a read lock and the function's own lock.
 type Timeline struct {
 	mu  sync.RWMutex
-	fns map[fnKey]*function
+	fns map[types.NamespacedName]*function
 }
 
 type function struct {
@@ -58,10 +60,7 @@ type slot struct {
 }
 
 // New returns an empty timeline.
-func New() *Timeline { return &Timeline{fns: map[fnKey]*function{}} }
-
-// fnKey names a function; a struct, so that a lookup builds no string.
-type fnKey struct{ namespace, name string }
+func New() *Timeline { return &Timeline{fns: map[types.NamespacedName]*function{}} }
 
 func stepOf(t time.Time) int64 { return t.UnixNano() / int64(Step) }
 
@@ -84,7 +83,7 @@ func (f *function) at(i int64) *slot {
 // out, so memory follows the functions that exist.
 func (t *Timeline) Add(r invocation.Record) {
 	t.mu.RLock()
-	f := t.fns[fnKey{r.Namespace, r.Function}]
+	f := t.fns[types.NamespacedName{Namespace: r.Namespace, Name: r.Function}]
 	t.mu.RUnlock()
 	if f == nil {
 		return
@@ -117,9 +116,11 @@ func bucketOf(d time.Duration) int {
 
 // Track adds a function, so that its records count from now on, before
 // its first sample.
-func (t *Timeline) Track(namespace, name string) { t.track(fnKey{namespace, name}) }
+func (t *Timeline) Track(namespace, name string) {
+	t.track(types.NamespacedName{Namespace: namespace, Name: name})
+}
 
-func (t *Timeline) track(k fnKey) *function {
+func (t *Timeline) track(k types.NamespacedName) *function {
 	t.mu.RLock()
 	f := t.fns[k]
 	t.mu.RUnlock()
@@ -137,7 +138,7 @@ func (t *Timeline) track(k fnKey) *function {
 // Sample records a function's gauges at now, adding the function when
 // new. Buffered keeps the step's peak, the others its last value.
 func (t *Timeline) Sample(now time.Time, namespace, name string, g Gauges) {
-	f := t.track(fnKey{namespace, name})
+	f := t.track(types.NamespacedName{Namespace: namespace, Name: name})
 	f.mu.Lock()
 	if s := f.at(stepOf(now)); s != nil {
 		buffered := s.buffered
@@ -156,7 +157,7 @@ func (t *Timeline) Retain(keep func(namespace, name string) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for k := range t.fns {
-		if !keep(k.namespace, k.name) {
+		if !keep(k.Namespace, k.Name) {
 			delete(t.fns, k)
 		}
 	}
@@ -165,7 +166,7 @@ func (t *Timeline) Retain(keep func(namespace, name string) bool) {
 // Remove forgets a function.
 func (t *Timeline) Remove(namespace, name string) {
 	t.mu.Lock()
-	delete(t.fns, fnKey{namespace, name})
+	delete(t.fns, types.NamespacedName{Namespace: namespace, Name: name})
 	t.mu.Unlock()
 }
 
@@ -219,7 +220,7 @@ func (t *Timeline) Stats(now time.Time, namespace, name string, window time.Dura
 func (t *Timeline) get(namespace, name string) *function {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	return t.fns[fnKey{namespace, name}]
+	return t.fns[types.NamespacedName{Namespace: namespace, Name: name}]
 }
 
 // quantile estimates the q-quantile of counts by bucket, in seconds, as

@@ -84,17 +84,17 @@ func (b *Backend) views(ctx context.Context) views {
 }
 
 // Functions lists every Function, sorted by namespace and name.
-func (b *Backend) Functions(ctx context.Context) ([]adminapi.Function, error) {
+func (b *Backend) Functions(ctx context.Context) ([]adminapi.Status, error) {
 	var list v1alpha1.FunctionList
 	if err := b.Reader.List(ctx, &list); err != nil {
 		return nil, fmt.Errorf("list functions: %w", err)
 	}
-	out := make([]adminapi.Function, 0, len(list.Items))
+	out := make([]adminapi.Status, 0, len(list.Items))
 	v := b.views(ctx)
 	for i := range list.Items {
 		out = append(out, b.status(&list.Items[i], v))
 	}
-	slices.SortFunc(out, func(x, y adminapi.Function) int {
+	slices.SortFunc(out, func(x, y adminapi.Status) int {
 		return cmp.Or(strings.Compare(x.Namespace, y.Namespace), strings.Compare(x.Name, y.Name))
 	})
 	return out, nil
@@ -123,10 +123,10 @@ func get(ctx context.Context, r client.Reader, namespace, name string) (*v1alpha
 }
 
 // Function reports one Function.
-func (b *Backend) Function(ctx context.Context, namespace, name string) (adminapi.Function, error) {
+func (b *Backend) Function(ctx context.Context, namespace, name string) (adminapi.Status, error) {
 	fn, err := get(ctx, b.Reader, namespace, name)
 	if err != nil {
-		return adminapi.Function{}, err
+		return adminapi.Status{}, err
 	}
 	return b.status(fn, b.views(ctx)), nil
 }
@@ -134,14 +134,14 @@ func (b *Backend) Function(ctx context.Context, namespace, name string) (adminap
 // SetTrigger patches the trigger's enabled field; the patch tests the
 // trigger's place, so a concurrent edit that moved it fails rather than
 // change another trigger.
-func (b *Backend) SetTrigger(ctx context.Context, namespace, name, trigger string, enabled bool) (adminapi.Function, error) {
+func (b *Backend) SetTrigger(ctx context.Context, namespace, name, trigger string, enabled bool) (adminapi.Status, error) {
 	fn, err := get(ctx, b.Client, namespace, name)
 	if err != nil {
-		return adminapi.Function{}, err
+		return adminapi.Status{}, err
 	}
 	i := slices.IndexFunc(fn.Spec.Triggers, func(t v1alpha1.Trigger) bool { return t.Name == trigger })
 	if i < 0 {
-		return adminapi.Function{}, adminapi.NotFound("%s/%s has no trigger %q", namespace, name, trigger)
+		return adminapi.Status{}, adminapi.NotFound("%s/%s has no trigger %q", namespace, name, trigger)
 	}
 	path := fmt.Sprintf("/spec/triggers/%d", i)
 	ops := []map[string]any{
@@ -152,32 +152,32 @@ func (b *Backend) SetTrigger(ctx context.Context, namespace, name, trigger strin
 }
 
 // SetScale merges min and max into the Function's scale.
-func (b *Backend) SetScale(ctx context.Context, namespace, name string, s adminapi.Scale) (adminapi.Function, error) {
+func (b *Backend) SetScale(ctx context.Context, namespace, name string, s adminapi.Scale) (adminapi.Status, error) {
 	fn, err := get(ctx, b.Client, namespace, name)
 	if err != nil {
-		return adminapi.Function{}, err
+		return adminapi.Status{}, err
 	}
 	if err := s.Check(fn.Spec.Scale); err != nil {
-		return adminapi.Function{}, err
+		return adminapi.Status{}, err
 	}
 	return b.patch(ctx, fn, types.MergePatchType, map[string]any{"spec": map[string]any{"scale": s}})
 }
 
 // patch applies a patch to fn; the API server's refusal (its validation)
 // is the caller's error.
-func (b *Backend) patch(ctx context.Context, fn *v1alpha1.Function, pt types.PatchType, body any) (adminapi.Function, error) {
+func (b *Backend) patch(ctx context.Context, fn *v1alpha1.Function, pt types.PatchType, body any) (adminapi.Status, error) {
 	raw, err := json.Marshal(body)
 	if err != nil {
-		return adminapi.Function{}, err
+		return adminapi.Status{}, err
 	}
 	err = b.Client.Patch(ctx, fn, client.RawPatch(pt, raw))
 	switch {
 	case apierrors.IsInvalid(err) || apierrors.IsBadRequest(err) || apierrors.IsConflict(err):
-		return adminapi.Function{}, adminapi.BadInput("the API server refused the change: %v", err)
+		return adminapi.Status{}, adminapi.BadInput("the API server refused the change: %v", err)
 	case apierrors.IsNotFound(err):
-		return adminapi.Function{}, adminapi.Unknown(fn.Namespace, fn.Name)
+		return adminapi.Status{}, adminapi.Unknown(fn.Namespace, fn.Name)
 	case err != nil:
-		return adminapi.Function{}, fmt.Errorf("patch function %s/%s: %w", fn.Namespace, fn.Name, err)
+		return adminapi.Status{}, fmt.Errorf("patch function %s/%s: %w", fn.Namespace, fn.Name, err)
 	}
 	fn.Default()
 	return b.status(fn, b.views(ctx)), nil
@@ -211,9 +211,9 @@ func (b *Backend) Target(ctx context.Context, namespace, name string) (adminapi.
 
 // status is fn as the admin API shows it, from its spec and the status the
 // controller writes.
-func (b *Backend) status(fn *v1alpha1.Function, v views) adminapi.Function {
+func (b *Backend) status(fn *v1alpha1.Function, v views) adminapi.Status {
 	s := fn.Status
-	st := adminapi.Function{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime), URL: s.URL,
+	st := adminapi.Status{Namespace: fn.Namespace, Name: fn.Name, Runtime: string(fn.Spec.Runtime), URL: s.URL,
 		Desired: int(s.DesiredReplicas), Ready: int(s.ReadyReplicas), Starting: max(int(s.Replicas-s.ReadyReplicas), 0),
 		Spec: fn.Spec}
 	st.State, st.Reason, st.Error = state(fn)

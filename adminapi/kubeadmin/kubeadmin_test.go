@@ -80,7 +80,7 @@ func TestBackend(t *testing.T) {
 	srv := httptest.NewServer(kubeadmin.Handler(b, whole))
 	t.Cleanup(srv.Close)
 
-	var list struct{ Functions []adminapi.Function }
+	var list struct{ Functions []adminapi.Status }
 	if code := send(t, srv.URL, "GET", "/v1/functions", "", &list); code != 200 || len(list.Functions) != 1 {
 		t.Fatalf("list: %d %+v", code, list)
 	}
@@ -96,7 +96,7 @@ func TestBackend(t *testing.T) {
 		t.Errorf("triggers %+v: want page active, jobs failing with the controller's message", tr)
 	}
 
-	var st adminapi.Function
+	var st adminapi.Status
 	if code := send(t, srv.URL, "PATCH", "/v1/namespaces/default/functions/web/triggers/page", `{"enabled": false}`, &st); code != 200 || st.Triggers[0].State != "disabled" {
 		t.Fatalf("disable page: %d %+v", code, st.Triggers)
 	}
@@ -149,7 +149,7 @@ func TestBackend(t *testing.T) {
 	})
 	// Whichever activator answers, the invocations are all of them.
 	for _, base := range []string{srv.URL, peer.URL} {
-		var one adminapi.Function
+		var one adminapi.Status
 		send(t, base, "GET", "/v1/namespaces/default/functions/web", "", &one)
 		if base == srv.URL && (one.Stats.Requests != 5 || one.Stats.Errors != 4 || one.Stats.ColdStarts != 4) {
 			t.Errorf("stats %+v: want this activator's 1 request and its peer's 4 (errors, cold)", one.Stats)
@@ -163,7 +163,7 @@ func TestBackend(t *testing.T) {
 // sink takes the watch's Functions; only the watch's cache matters here.
 type sink struct{}
 
-func (sink) SetFunction(activator.Function)        {}
+func (sink) SetFunction(activator.RouteSpec)       {}
 func (sink) RemoveFunction(_, _ string)            {}
 func (sink) SetUnavailable(_, _, _ string)         {}
 func (sink) SetEndpoints(string, string, []string) {}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"sless.dev/sless/internal/wire"
@@ -26,11 +27,6 @@ import (
 // or goroutines; beyond it streams are refused with ResourceExhausted and
 // KEDA retries with backoff.
 const MaxStreams = 10000
-
-// function names a Function.
-type function struct{ namespace, name string }
-
-func (f function) String() string { return f.namespace + "/" + f.name }
 
 // Server is the autoscaler's KEDA external-push scaler and, for KEDA-owned
 // functions, its ReplicaWriter: what the autoscaler decides is recorded
@@ -44,10 +40,10 @@ type Server struct {
 	closeOnce  sync.Once
 
 	mu      sync.Mutex
-	desired map[function]int32
+	desired map[types.NamespacedName]int32
 	// subs are the StreamIsActive streams per function, each a coalescing
 	// channel of capacity 1 its handler drains.
-	subs    map[function]map[chan struct{}]struct{}
+	subs    map[types.NamespacedName]map[chan struct{}]struct{}
 	streams int
 }
 
@@ -57,8 +53,8 @@ func New(log *slog.Logger) *Server {
 		log:        log,
 		maxStreams: MaxStreams,
 		done:       make(chan struct{}),
-		desired:    map[function]int32{},
-		subs:       map[function]map[chan struct{}]struct{}{},
+		desired:    map[types.NamespacedName]int32{},
+		subs:       map[types.NamespacedName]map[chan struct{}]struct{}{},
 	}
 }
 
@@ -68,7 +64,7 @@ func New(log *slog.Logger) *Server {
 // to the function's StreamIsActive streams, once: KEDA resets its cooldown
 // on every true, so it is sent on the edge only.
 func (s *Server) Scale(_ context.Context, namespace, name string, replicas int32) (int32, error) {
-	fn := function{namespace, name}
+	fn := types.NamespacedName{Namespace: namespace, Name: name}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	had := s.desired[fn]
@@ -91,7 +87,7 @@ func (s *Server) Scale(_ context.Context, namespace, name string, replicas int32
 // report in the ScaledObject's conditions. A function already reported
 // keeps its decision.
 func (s *Server) Know(namespace, name string, replicas int32) {
-	fn := function{namespace, name}
+	fn := types.NamespacedName{Namespace: namespace, Name: name}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, ok := s.desired[fn]; !ok {
@@ -104,7 +100,7 @@ func (s *Server) Know(namespace, name string, replicas int32) {
 func (s *Server) Forget(namespace, name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.desired, function{namespace, name})
+	delete(s.desired, types.NamespacedName{Namespace: namespace, Name: name})
 }
 
 // Close ends every StreamIsActive stream, now and later, so that
@@ -171,7 +167,7 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream grpc
 	}
 	ch, err := s.subscribe(fn)
 	if err != nil {
-		s.log.Warn("refused activation stream", "namespace", fn.namespace, "function", fn.name, "err", err)
+		s.log.Warn("refused activation stream", "namespace", fn.Namespace, "function", fn.Name, "err", err)
 		return err
 	}
 	defer s.unsubscribe(fn, ch)
@@ -195,7 +191,7 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream grpc
 	}
 }
 
-func (s *Server) lookup(fn function) (int32, error) {
+func (s *Server) lookup(fn types.NamespacedName) (int32, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	desired, ok := s.desired[fn]
@@ -205,7 +201,7 @@ func (s *Server) lookup(fn function) (int32, error) {
 	return desired, nil
 }
 
-func (s *Server) subscribe(fn function) (chan struct{}, error) {
+func (s *Server) subscribe(fn types.NamespacedName) (chan struct{}, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.streams >= s.maxStreams {
@@ -220,7 +216,7 @@ func (s *Server) subscribe(fn function) (chan struct{}, error) {
 	return ch, nil
 }
 
-func (s *Server) unsubscribe(fn function, ch chan struct{}) {
+func (s *Server) unsubscribe(fn types.NamespacedName, ch chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.subs[fn], ch)
@@ -233,20 +229,20 @@ func (s *Server) unsubscribe(fn function, ch chan struct{}) {
 // target reads the function a ScaledObject trigger names from its
 // metadata. Both names must be DNS-1123 labels, as Kubernetes names are,
 // which also keeps the metric name valid.
-func target(ref *externalscaler.ScaledObjectRef) (function, error) {
+func target(ref *externalscaler.ScaledObjectRef) (types.NamespacedName, error) {
 	meta := ref.GetScalerMetadata()
-	fn := function{namespace: meta[wire.KEDANamespace], name: meta[wire.KEDAFunction]}
-	if fn.name == "" {
-		return function{}, status.Errorf(codes.InvalidArgument,
+	fn := types.NamespacedName{Namespace: meta[wire.KEDANamespace], Name: meta[wire.KEDAFunction]}
+	if fn.Name == "" {
+		return types.NamespacedName{}, status.Errorf(codes.InvalidArgument,
 			"trigger metadata of ScaledObject %s/%s has no %q: set it to the Function's name",
 			ref.GetNamespace(), ref.GetName(), wire.KEDAFunction)
 	}
-	if fn.namespace == "" {
-		fn.namespace = ref.GetNamespace()
+	if fn.Namespace == "" {
+		fn.Namespace = ref.GetNamespace()
 	}
-	for _, kv := range [][2]string{{wire.KEDANamespace, fn.namespace}, {wire.KEDAFunction, fn.name}} {
+	for _, kv := range [][2]string{{wire.KEDANamespace, fn.Namespace}, {wire.KEDAFunction, fn.Name}} {
 		if msgs := validation.IsDNS1123Label(kv[1]); len(msgs) > 0 {
-			return function{}, status.Errorf(codes.InvalidArgument, "trigger metadata %s %q: %s",
+			return types.NamespacedName{}, status.Errorf(codes.InvalidArgument, "trigger metadata %s %q: %s",
 				kv[0], kv[1], strings.Join(msgs, "; "))
 		}
 	}
@@ -255,6 +251,6 @@ func target(ref *externalscaler.ScaledObjectRef) (function, error) {
 
 // metricName is the function's metric as KEDA and the HPA see it (KEDA
 // prefixes it with sN-, N the trigger's index).
-func metricName(fn function) string {
-	return "sless-" + fn.namespace + "-" + fn.name
+func metricName(fn types.NamespacedName) string {
+	return "sless-" + fn.Namespace + "-" + fn.Name
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
@@ -73,7 +74,7 @@ func ref(namespace, function string) *externalscaler.ScaledObjectRef {
 func (s *Server) subscribed(namespace, name string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.subs[function{namespace, name}])
+	return len(s.subs[types.NamespacedName{Namespace: namespace, Name: name}])
 }
 
 // drained reports whether every stream of namespace/name has taken its
@@ -81,7 +82,7 @@ func (s *Server) subscribed(namespace, name string) int {
 func (s *Server) drained(namespace, name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ch := range s.subs[function{namespace, name}] {
+	for ch := range s.subs[types.NamespacedName{Namespace: namespace, Name: name}] {
 		if len(ch) > 0 {
 			return false
 		}

@@ -193,8 +193,8 @@ func TestAutoscaler(t *testing.T) {
 	})
 }
 
-func function(max int32, queues ...autoscaler.Queue) autoscaler.Function {
-	return autoscaler.Function{Namespace: "default", Name: "fn", Queues: queues, Spec: kpa.Spec{
+func function(max int32, queues ...autoscaler.Queue) autoscaler.Target {
+	return autoscaler.Target{Namespace: "default", Name: "fn", Queues: queues, Spec: kpa.Spec{
 		Max: max, Target: 1, StableWindow: 6 * time.Second}}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // WaitMessage blocks until one of queues has a message for a consumer, ctx
@@ -70,37 +71,37 @@ type Waker struct {
 	log *slog.Logger
 
 	mu     sync.Mutex
-	parked map[string]context.CancelFunc
+	parked map[types.NamespacedName]context.CancelFunc
 	wg     sync.WaitGroup
 	closed bool
 }
 
 // NewWaker returns a waker on b's brokers.
 func NewWaker(b *Brokers, log *slog.Logger) *Waker {
-	return &Waker{b: b, log: log, parked: map[string]context.CancelFunc{}}
+	return &Waker{b: b, log: log, parked: map[types.NamespacedName]context.CancelFunc{}}
 }
 
 // Park waits, until Unpark, for a message on one of queues (by broker),
 // and then calls wake once. A function already parked stays parked as it
 // was.
-func (w *Waker) Park(key string, queues map[string][]string, wake func()) {
+func (w *Waker) Park(fn types.NamespacedName, queues map[string][]string, wake func()) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closed || w.parked[key] != nil || len(queues) == 0 {
+	if w.closed || w.parked[fn] != nil || len(queues) == 0 {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w.parked[key] = cancel
+	w.parked[fn] = cancel
 	var once sync.Once
 	for broker, qs := range queues {
 		w.wg.Go(func() {
-			if !w.wait(ctx, key, broker, qs) {
+			if !w.wait(ctx, fn, broker, qs) {
 				return
 			}
 			once.Do(func() {
 				w.mu.Lock()
 				if ctx.Err() == nil { // still this park's: done with it
-					delete(w.parked, key)
+					delete(w.parked, fn)
 				}
 				w.mu.Unlock()
 				cancel() // the other brokers' consumers
@@ -112,7 +113,7 @@ func (w *Waker) Park(key string, queues map[string][]string, wake func()) {
 
 // wait retries WaitMessage with backoff until a message comes (true) or
 // ctx ends.
-func (w *Waker) wait(ctx context.Context, key, broker string, queues []string) bool {
+func (w *Waker) wait(ctx context.Context, fn types.NamespacedName, broker string, queues []string) bool {
 	backoff := minBackoff
 	for {
 		err := w.b.WaitMessage(ctx, broker, queues)
@@ -122,7 +123,7 @@ func (w *Waker) wait(ctx context.Context, key, broker string, queues []string) b
 		case err == nil:
 			return true
 		}
-		w.log.Warn("queue wake-up: cannot watch the queues; depth reads still wake the function", "function", key, "err", err, "retryIn", backoff)
+		w.log.Warn("queue wake-up: cannot watch the queues; depth reads still wake the function", "function", fn.String(), "err", err, "retryIn", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -134,13 +135,13 @@ func (w *Waker) wait(ctx context.Context, key, broker string, queues []string) b
 	}
 }
 
-// Unpark stops watching key's queues.
-func (w *Waker) Unpark(key string) {
+// Unpark stops watching fn's queues.
+func (w *Waker) Unpark(fn types.NamespacedName) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if cancel := w.parked[key]; cancel != nil {
+	if cancel := w.parked[fn]; cancel != nil {
 		cancel()
-		delete(w.parked, key)
+		delete(w.parked, fn)
 	}
 }
 

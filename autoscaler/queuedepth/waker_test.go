@@ -7,6 +7,7 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
@@ -25,10 +26,10 @@ func TestWaker(t *testing.T) {
 
 	woken := make(chan string, 4)
 	// Two brokers (of the same URL here): the first message on either wakes.
-	w.Park("ns/fn", map[string][]string{"ns/a": {quiet}, "ns/b": {busy}}, func() { woken <- "fn" })
-	w.Park("ns/other", map[string][]string{"": {other}}, func() { woken <- "other" })
-	w.Park("ns/gone", map[string][]string{"": {quiet}}, func() { woken <- "gone" })
-	w.Unpark("ns/gone")
+	w.Park(types.NamespacedName{Namespace: "ns", Name: "fn"}, map[string][]string{"ns/a": {quiet}, "ns/b": {busy}}, func() { woken <- "fn" })
+	w.Park(types.NamespacedName{Namespace: "ns", Name: "other"}, map[string][]string{"": {other}}, func() { woken <- "other" })
+	w.Park(types.NamespacedName{Namespace: "ns", Name: "gone"}, map[string][]string{"": {quiet}}, func() { woken <- "gone" })
+	w.Unpark(types.NamespacedName{Namespace: "ns", Name: "gone"})
 	waitConsumers(t, ch, busy, 1)
 	publish(t, ch, busy, "first", "second")
 

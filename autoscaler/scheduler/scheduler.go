@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/apis/v1alpha1"
 )
@@ -34,6 +35,10 @@ type Trigger struct {
 	// Timeout bounds the fire: the function's timeoutSeconds.
 	Timeout time.Duration
 }
+
+// ledgerKey names t in the Ledger: namespace/function/trigger, the form
+// the ledgers keep (FileLedger's JSON, kubeledger's ConfigMap).
+func (t *Trigger) ledgerKey() string { return t.Namespace + "/" + t.Function + "/" + t.Name }
 
 // Fire is one invocation of a cron trigger.
 type Fire struct {
@@ -83,9 +88,9 @@ type Scheduler struct {
 	metrics *metrics
 
 	mu       sync.Mutex
-	triggers map[string][]*entry // by function, namespace/name
+	triggers map[types.NamespacedName][]*entry // by function
 	queue    events
-	warming  map[string]int // by function: triggers warming it now
+	warming  map[types.NamespacedName]int // by function: triggers warming it now
 	wake     chan struct{}
 	inflight sync.WaitGroup
 }
@@ -93,7 +98,7 @@ type Scheduler struct {
 // entry is a trigger and its next fire.
 type entry struct {
 	t    *Trigger
-	key  string    // namespace/function/trigger, the ledger's key
+	key  string    // the ledger's key (Trigger.ledgerKey)
 	next time.Time // its next fire
 	at   time.Time // its next event: the warm-up before next, or next
 	warm bool      // its floor is raised for next
@@ -126,7 +131,7 @@ func (s *Scheduler) preWarm(t *Trigger) time.Duration {
 // New returns a scheduler with no triggers.
 func New(firer Firer, floors Floors, ledger Ledger, m *Metrics, log *slog.Logger) *Scheduler {
 	return &Scheduler{firer: firer, floors: floors, ledger: ledger, log: log, metrics: m.m,
-		triggers: map[string][]*entry{}, warming: map[string]int{}, wake: make(chan struct{}, 1)}
+		triggers: map[types.NamespacedName][]*entry{}, warming: map[types.NamespacedName]int{}, wake: make(chan struct{}, 1)}
 }
 
 // Set replaces a function's cron triggers (none: it has none).
@@ -135,16 +140,17 @@ func (s *Scheduler) Set(ctx context.Context, namespace, function string, trigger
 	fresh := make([]*entry, 0, len(triggers))
 	for i := range triggers {
 		t := triggers[i]
-		e := &entry{t: &t, key: namespace + "/" + function + "/" + t.Name, idx: -1}
+		e := &entry{t: &t, key: t.ledgerKey(), idx: -1}
 		e.next, e.catchUp = s.firstFire(ctx, e, now)
 		s.plan(e)
 		fresh = append(fresh, e)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.removeLocked(namespace + "/" + function)
+	fn := types.NamespacedName{Namespace: namespace, Name: function}
+	s.removeLocked(fn)
 	if len(fresh) > 0 {
-		s.triggers[namespace+"/"+function] = fresh
+		s.triggers[fn] = fresh
 	}
 	for _, e := range fresh {
 		heap.Push(&s.queue, e)
@@ -174,10 +180,10 @@ func (s *Scheduler) firstFire(ctx context.Context, e *entry, now time.Time) (tim
 func (s *Scheduler) Remove(namespace, function string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.removeLocked(namespace + "/" + function)
+	s.removeLocked(types.NamespacedName{Namespace: namespace, Name: function})
 }
 
-func (s *Scheduler) removeLocked(fn string) {
+func (s *Scheduler) removeLocked(fn types.NamespacedName) {
 	for _, e := range s.triggers[fn] {
 		if e.idx >= 0 {
 			heap.Remove(&s.queue, e.idx)
@@ -275,7 +281,7 @@ func (s *Scheduler) fireLocked(ctx context.Context, e *entry, now time.Time) {
 // send claims and sends one fire.
 func (s *Scheduler) send(ctx context.Context, f Fire, now time.Time) {
 	t := f.Trigger
-	key := t.Namespace + "/" + t.Function + "/" + t.Name
+	key := t.ledgerKey()
 	ok, err := s.ledger.Claim(ctx, key, f.Scheduled)
 	switch {
 	case err != nil:
@@ -307,7 +313,7 @@ func (s *Scheduler) send(ctx context.Context, f Fire, now time.Time) {
 // warmLocked raises e's function's floor.
 func (s *Scheduler) warmLocked(e *entry) {
 	e.warm = true
-	fn := e.t.Namespace + "/" + e.t.Function
+	fn := types.NamespacedName{Namespace: e.t.Namespace, Name: e.t.Function}
 	if s.warming[fn]++; s.warming[fn] == 1 {
 		s.floors.SetFloor(e.t.Namespace, e.t.Function, 1)
 	}
@@ -321,7 +327,7 @@ func (s *Scheduler) coolLocked(e *entry) {
 // coolFunctionLocked ends one warm-up of a function, and lowers its floor
 // after the last.
 func (s *Scheduler) coolFunctionLocked(namespace, function string) {
-	fn := namespace + "/" + function
+	fn := types.NamespacedName{Namespace: namespace, Name: function}
 	if s.warming[fn]--; s.warming[fn] <= 0 {
 		delete(s.warming, fn)
 		s.floors.SetFloor(namespace, function, 0)

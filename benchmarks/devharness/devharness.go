@@ -27,7 +27,7 @@ import (
 // Options is what both ways of running sless dev are given.
 type Options struct {
 	// Functions are written as one manifest file, functions.yaml.
-	Functions []Function
+	Functions []Manifest
 	// Files are written beside the manifests, by path relative to them:
 	// sources that live in the manifests' directory.
 	Files map[string]string
@@ -41,9 +41,9 @@ type Options struct {
 	Drain time.Duration
 }
 
-// Function is one Function manifest. Scale and each of Triggers are YAML
+// Manifest is one Function manifest. Scale and each of Triggers are YAML
 // flow maps, as a manifest has them: "{initial: 0, max: 1, window: 1h}".
-type Function struct {
+type Manifest struct {
 	Namespace string // "" is the default namespace
 	Name      string
 	Runtime   v1alpha1.Runtime
@@ -54,7 +54,7 @@ type Function struct {
 }
 
 // manifest is f as a YAML document, ended by its separator.
-func (f Function) manifest() string {
+func (f Manifest) manifest() string {
 	var b strings.Builder
 	meta := "name: " + f.Name
 	if f.Namespace != "" {

@@ -20,7 +20,7 @@ import (
 func TestManifestsLoad(t *testing.T) {
 	r, err := newRun("devharness-test", Options{
 		Files: map[string]string{"fn/main.py": "def handle(e):\n    return 'hi'\n"},
-		Functions: []Function{
+		Functions: []Manifest{
 			{Namespace: "ns-1", Name: "f-0001", Runtime: v1alpha1.RuntimePython, Source: "./fn", Scale: "{min: 0, initial: 0}"},
 			{Name: "wake", Runtime: v1alpha1.RuntimePython, Source: "./fn", Handler: "main.handle", Scale: "{initial: 0, max: 1, window: 1h}",
 				Triggers: []string{`{name: tick, cron: {schedule: "@every 12s", preWarm: 3s}}`}},
@@ -34,7 +34,7 @@ func TestManifestsLoad(t *testing.T) {
 		t.Fatalf("loaded %d functions, errors %v; want 2 and none", len(fns), errs)
 	}
 	wake, f1 := fns[0], fns[1] // sorted by key
-	if wake.Key() != "default/wake" || f1.Key() != "ns-1/f-0001" {
+	if wake.Key().String() != "default/wake" || f1.Key().String() != "ns-1/f-0001" {
 		t.Fatalf("keys %s, %s; want default/wake, ns-1/f-0001", wake.Key(), f1.Key())
 	}
 	if s := wake.Spec.Scale; s.Max != 1 || s.Initial == nil || *s.Initial != 0 || len(wake.Spec.Triggers) != 1 || wake.Spec.Triggers[0].Cron == nil {
@@ -49,7 +49,7 @@ func TestManifestsLoad(t *testing.T) {
 }
 
 func status(name string, state adminapi.State, ready int) local.FunctionStatus {
-	return local.FunctionStatus{Function: adminapi.Function{Namespace: "default", Name: name, State: state, Ready: ready, Error: "why"}}
+	return local.FunctionStatus{Status: adminapi.Status{Namespace: "default", Name: name, State: state, Ready: ready, Error: "why"}}
 }
 
 func TestWaitAll(t *testing.T) {

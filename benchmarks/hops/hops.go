@@ -89,7 +89,7 @@ func serveActivator(p []string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	a.SetFunction(activator.Function{Namespace: "bench", Name: "bench", HTTP: true, Timeout: time.Minute})
+	a.SetFunction(activator.RouteSpec{Namespace: "bench", Name: "bench", HTTP: true, Timeout: time.Minute})
 	a.SetEndpoints("bench", "bench", []string{"127.0.0.1:" + p[2]})
 	serving, err1 := net.Listen("tcp", "127.0.0.1:"+p[0])
 	admin, err2 := net.Listen("tcp", "127.0.0.1:"+p[1])

@@ -256,7 +256,7 @@ func (f *loadFlags) write(cmd *cobra.Command, run report.Run) error {
 func resolveTarget(c *adminClient, f loadFlags, args []string) (target, fnPath string, err error) {
 	if f.function != "" {
 		_, _, fnPath = functionPath(f.function)
-		var st adminapi.Function
+		var st adminapi.Status
 		if _, err := c.get(fnPath, &st); err != nil {
 			return "", "", usageError{fmt.Errorf("--function %s: %w", f.function, err)}
 		}
@@ -309,7 +309,7 @@ func (s *platformSampler) run(ctx context.Context, start time.Time) {
 // sample reads the function once; a failed read is skipped, the run goes
 // on without it.
 func (s *platformSampler) sample(start time.Time) {
-	var st adminapi.Function
+	var st adminapi.Status
 	if _, err := s.c.get(s.path, &st); err != nil {
 		return
 	}

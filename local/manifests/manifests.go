@@ -16,13 +16,14 @@ import (
 	"slices"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"sless.dev/sless/apis/v1alpha1"
 )
 
-// Function is a valid, defaulted Function read from a manifest.
-type Function struct {
+// Entry is a valid, defaulted Function read from a manifest.
+type Entry struct {
 	*v1alpha1.Function
 	// File is the manifest it came from.
 	File string
@@ -31,8 +32,11 @@ type Function struct {
 	SourceDir string
 }
 
-// Key is namespace/name.
-func (f Function) Key() string { return f.Namespace + "/" + f.Name }
+// Key is the function's namespace and name: its key wherever functions
+// are mapped.
+func (f Entry) Key() types.NamespacedName {
+	return types.NamespacedName{Namespace: f.Namespace, Name: f.Name}
+}
 
 // FileError is a problem with one manifest file.
 type FileError struct {
@@ -69,7 +73,7 @@ type LoadOptions struct {
 // returns the valid Functions, sorted by key, and one error per problem,
 // naming the file and the field; a bad document or file does not keep the
 // others from loading.
-func Load(dir string, opts LoadOptions) ([]Function, []error) {
+func Load(dir string, opts LoadOptions) ([]Entry, []error) {
 	files, err := manifestFiles(dir)
 	if err != nil {
 		return nil, []error{err}
@@ -82,23 +86,24 @@ func Load(dir string, opts LoadOptions) ([]Function, []error) {
 		return nil, []error{err}
 	}
 	var (
-		fns  []Function
+		fns  []Entry
 		errs []error
-		seen = map[string]string{} // key → file
+		seen = map[types.NamespacedName]string{} // key → file
 	)
 	for _, file := range files {
 		got, ferrs := loadFile(file, srcs)
 		errs = append(errs, ferrs...)
 		for _, fn := range got {
 			if other, dup := seen[fn.Key()]; dup {
-				errs = append(errs, &FileError{File: file, Function: fn.Key(), Err: fmt.Errorf("function %s is already defined in %s", fn.Key(), other)})
+				errs = append(errs, &FileError{File: file, Function: fn.Key().String(), Err: fmt.Errorf("function %s is already defined in %s", fn.Key(), other)})
 				continue
 			}
 			seen[fn.Key()] = file
 			fns = append(fns, fn)
 		}
 	}
-	slices.SortFunc(fns, func(a, b Function) int { return cmp.Compare(a.Key(), b.Key()) })
+	// Ordered by "namespace/name" as text, as they always were listed.
+	slices.SortFunc(fns, func(a, b Entry) int { return cmp.Compare(a.Key().String(), b.Key().String()) })
 	return fns, errs
 }
 
@@ -120,7 +125,7 @@ func manifestFiles(dir string) ([]string, error) {
 	return files, nil
 }
 
-func loadFile(file string, srcs sources) ([]Function, []error) {
+func loadFile(file string, srcs sources) ([]Entry, []error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, []error{&FileError{File: file, Err: err}}
@@ -132,7 +137,7 @@ func loadFile(file string, srcs sources) ([]Function, []error) {
 			errs = append(errs, &FileError{File: file, Err: e})
 		}
 	}
-	var fns []Function
+	var fns []Entry
 	for i := range decoded {
 		fn := &decoded[i]
 		if fn.Namespace == "" {
@@ -145,7 +150,7 @@ func loadFile(file string, srcs sources) ([]Function, []error) {
 			continue
 		}
 		if fn.Spec.Source == "" { // an image to run as it is, on a cluster
-			fns = append(fns, Function{Function: fn, File: file})
+			fns = append(fns, Entry{Function: fn, File: file})
 			continue
 		}
 		src, err := srcs.resolve(file, fn.Spec.Source)
@@ -153,7 +158,7 @@ func loadFile(file string, srcs sources) ([]Function, []error) {
 			errs = append(errs, &FileError{File: file, Function: fn.Namespace + "/" + fn.Name, Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, err)})
 			continue
 		}
-		fns = append(fns, Function{Function: fn, File: file, SourceDir: src})
+		fns = append(fns, Entry{Function: fn, File: file, SourceDir: src})
 	}
 	return fns, errs
 }
@@ -247,7 +252,7 @@ func SkipDir(name string) bool {
 // Fingerprint changes when the function's spec or any file of its source
 // changes (by name, size and modification time), so a poll can tell which
 // functions need a rebuild without reading their files.
-func Fingerprint(fn Function) (string, error) {
+func Fingerprint(fn Entry) (string, error) {
 	h := sha256.New()
 	spec, err := json.Marshal(fn.Spec)
 	if err != nil {

@@ -56,7 +56,7 @@ spec: {runtime: go, source: ./hello, concurency: 1}
 	fns, errs := Load(dir, LoadOptions{})
 	var keys []string
 	for _, fn := range fns {
-		keys = append(keys, fn.Key())
+		keys = append(keys, fn.Key().String())
 		if fn.SourceDir != filepath.Join(dir, "hello") {
 			t.Errorf("%s: source dir %q", fn.Key(), fn.SourceDir)
 		}

@@ -52,7 +52,7 @@ func startFront(t *testing.T) *front {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a.SetFunction(activator.Function{Namespace: "test", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
+	a.SetFunction(activator.RouteSpec{Namespace: "test", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
 	rec := newRecorder()
 	f.s = New(Options{Log: quiet, StopTimeout: 5 * time.Second, Changed: func(ns, name string, ready []Endpoint) {
 		rec.record(ns, name, ready)

@@ -29,7 +29,7 @@ const (
 // run starts one instance and serves until ctx ends (a stop: nil) or the
 // runtime process exits (a crash: the error says why). A quiet instance
 // holds its output back until it is ready.
-func (s *Supervisor) run(ctx context.Context, spec Function, in *instance, quiet bool) error {
+func (s *Supervisor) run(ctx context.Context, spec Workload, in *instance, quiet bool) error {
 	name := instanceName(spec.Namespace, spec.Name, in.id)
 	port, err := s.ports.take()
 	if err != nil {
@@ -81,7 +81,7 @@ const unreadyRefresh = time.Second
 // failing, saying since when, why the last check failed and its last
 // output (told again each unreadyRefresh while it stays unready), and is
 // given until StartTimeout.
-func (s *Supervisor) awaitReady(ctx context.Context, spec Function, in *instance, proc *process, qp *queueProxy, out *output, start time.Time) (bool, error) {
+func (s *Supervisor) awaitReady(ctx context.Context, spec Workload, in *instance, proc *process, qp *queueProxy, out *output, start time.Time) (bool, error) {
 	name := instanceName(spec.Namespace, spec.Name, in.id)
 	timeout := time.NewTimer(s.opts.StartTimeout)
 	defer timeout.Stop()
@@ -123,7 +123,7 @@ type process struct {
 	err    error
 }
 
-func startProcess(spec Function, port int, out *output) (*process, error) {
+func startProcess(spec Workload, port int, out *output) (*process, error) {
 	cmd := exec.Command(spec.Process.Path, spec.Process.Args...)
 	cmd.Dir = spec.Process.Dir
 	cmd.Env = append(append(append(os.Environ(), spec.Process.Env...), spec.Env...), "PORT="+strconv.Itoa(port))
@@ -170,7 +170,7 @@ type queueProxy struct {
 	stop        func()
 }
 
-func startQueueProxy(spec Function, userPort int, records invocation.Sink, log *slog.Logger) (*queueProxy, error) {
+func startQueueProxy(spec Workload, userPort int, records invocation.Sink, log *slog.Logger) (*queueProxy, error) {
 	cfg := queueproxy.Config{
 		Namespace: spec.Namespace, Function: spec.Name, UserPort: userPort,
 		Concurrency: spec.Concurrency, QueueDepth: 10 * spec.Concurrency,

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/forward"
@@ -28,8 +29,8 @@ import (
 	"sless.dev/sless/runtimes"
 )
 
-// Function is what the supervisor runs for one function.
-type Function struct {
+// Workload is what the supervisor runs for one function.
+type Workload struct {
 	Namespace, Name string
 	// Revision changes whenever what the instances run changes, even
 	// where Process does not (a script runtime reads its source anew).
@@ -118,13 +119,13 @@ type Supervisor struct {
 	ports *ports
 
 	mu     sync.Mutex
-	fns    map[string]*function
+	fns    map[types.NamespacedName]*function
 	nextID int
 	closed bool
 }
 
 type function struct {
-	spec      Function
+	spec      Workload
 	gen       int
 	desired   int
 	insts     []*instance
@@ -177,14 +178,17 @@ func New(opts Options) *Supervisor {
 	if opts.Lines == nil {
 		opts.Lines = func(string, string, string, string) {}
 	}
-	return &Supervisor{opts: opts, fns: map[string]*function{}, ports: newPorts()}
+	return &Supervisor{opts: opts, fns: map[types.NamespacedName]*function{}, ports: newPorts()}
 }
 
-func key(namespace, name string) string { return namespace + "/" + name }
+// key is a function's key in the supervisor's map.
+func key(namespace, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: namespace, Name: name}
+}
 
 // Set adds a function or changes it. A change starts a new generation of
 // instances; the old ones are drained as the new ones become ready.
-func (s *Supervisor) Set(fn Function) {
+func (s *Supervisor) Set(fn Workload) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	f := s.fns[key(fn.Namespace, fn.Name)]

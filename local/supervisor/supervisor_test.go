@@ -70,9 +70,9 @@ func (r *recorder) waitReady(t *testing.T, n int) []Endpoint {
 	}
 }
 
-func testFunction() Function {
+func testFunction() Workload {
 	path, args, env := testfn.Command()
-	return Function{Namespace: "test", Name: "fn", Process: runtimes.Process{Path: path, Args: args, Env: env},
+	return Workload{Namespace: "test", Name: "fn", Process: runtimes.Process{Path: path, Args: args, Env: env},
 		Timeout: 10 * time.Second, MaxBodyBytes: 1 << 20}
 }
 
@@ -196,7 +196,7 @@ func TestStartFailureBacksOff(t *testing.T) {
 		t.Errorf("last error %q does not name the runtime", st.LastError)
 	}
 	s.mu.Lock()
-	backoff := time.Until(s.fns["test/fn"].notBefore)
+	backoff := time.Until(s.fns[key("test", "fn")].notBefore)
 	s.mu.Unlock()
 	if backoff <= minBackoff/2 {
 		t.Errorf("next start in %s after repeated failures, want a growing backoff", backoff)

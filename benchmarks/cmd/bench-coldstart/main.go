@@ -119,10 +119,10 @@ func run(ctx context.Context, runs int, duration time.Duration, samples, cacheDi
 
 // functions are runs cold functions and one warm function per runtime,
 // each at zero instances with a window long enough to stay up.
-func functions(samples string, runs int) []devharness.Function {
-	var fns []devharness.Function
+func functions(samples string, runs int) []devharness.Manifest {
+	var fns []devharness.Manifest
 	fn := func(name string, rt v1alpha1.Runtime) {
-		fns = append(fns, devharness.Function{Name: name, Runtime: rt, Source: filepath.Join(samples, "hello-"+string(rt)),
+		fns = append(fns, devharness.Manifest{Name: name, Runtime: rt, Source: filepath.Join(samples, "hello-"+string(rt)),
 			Scale: "{initial: 0, max: 1, window: 1h}"})
 	}
 	for _, rt := range runtimeNames {

@@ -173,10 +173,10 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.0f ms", float64(d)/1e6) 
 
 // functions are n idle Python functions sharing one source, in ten
 // namespaces.
-func functions(n int) []devharness.Function {
-	fns := make([]devharness.Function, n)
+func functions(n int) []devharness.Manifest {
+	fns := make([]devharness.Manifest, n)
 	for i := range fns {
-		fns[i] = devharness.Function{Namespace: fmt.Sprintf("ns-%d", i%10), Name: fmt.Sprintf("f-%04d", i),
+		fns[i] = devharness.Manifest{Namespace: fmt.Sprintf("ns-%d", i%10), Name: fmt.Sprintf("f-%04d", i),
 			Runtime: v1alpha1.RuntimePython, Source: "./fn", Scale: "{min: 0, initial: 0}"}
 	}
 	return fns

@@ -121,7 +121,7 @@ func run(ctx context.Context, slessBin string, rt v1alpha1.Runtime, samples, cac
 
 	// sless dev with one instance of the same sample, that stays up.
 	dev, err := devharness.Start("bench-devpath", slessBin, devharness.Options{CacheDir: cacheDir, AllowExternalSources: true,
-		Drain: 2 * time.Second, Functions: []devharness.Function{{Name: "warm", Runtime: rt,
+		Drain: 2 * time.Second, Functions: []devharness.Manifest{{Name: "warm", Runtime: rt,
 			Source: filepath.Join(samples, "hello-"+string(rt)), Scale: "{min: 1, initial: 1, max: 1, window: 1h}"}}})
 	if err != nil {
 		return err

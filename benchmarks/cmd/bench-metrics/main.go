@@ -176,10 +176,10 @@ func run(ctx context.Context, c config) error {
 // functions are one Function per name, each the Python hello at zero
 // instances until its first request, with a window long enough that it
 // keeps its one instance through the run.
-func functions(source string, names []string) []devharness.Function {
-	fns := make([]devharness.Function, len(names))
+func functions(source string, names []string) []devharness.Manifest {
+	fns := make([]devharness.Manifest, len(names))
 	for i, name := range names {
-		fns[i] = devharness.Function{Name: name, Runtime: v1alpha1.RuntimePython, Source: source, Handler: "main.handle",
+		fns[i] = devharness.Manifest{Name: name, Runtime: v1alpha1.RuntimePython, Source: source, Handler: "main.handle",
 			Scale: "{min: 0, initial: 0, max: 1, window: 1h}"}
 	}
 	return fns

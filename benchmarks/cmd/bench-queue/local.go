@@ -26,7 +26,7 @@ type platform struct {
 
 // startPlatform runs sless dev on fns with the broker, and returns once
 // every function is prepared and at zero.
-func startPlatform(ctx context.Context, fns []devharness.Function, cacheDir string, noWake bool) (*platform, error) {
+func startPlatform(ctx context.Context, fns []devharness.Manifest, cacheDir string, noWake bool) (*platform, error) {
 	records := invocation.NewRing(10_000)
 	p, err := devharness.StartInProcess(ctx, "bench-queue",
 		devharness.Options{Functions: fns, CacheDir: cacheDir, AllowExternalSources: true, Drain: 5 * time.Second},
@@ -69,7 +69,7 @@ func wakeUpRuns(ctx context.Context, conn *amqp.Connection, runs int, samples, c
 		return nil, nil, err
 	}
 	defer ch.Close()
-	var fns []devharness.Function
+	var fns []devharness.Manifest
 	var queues []string
 	for i := range runs {
 		q := fmt.Sprintf("bench-wake-%d-%d", os.Getpid(), i)
@@ -155,7 +155,7 @@ func httpColdStart(ctx context.Context, url string) (time.Duration, error) {
 // scale to zero between fires.
 func cronLag(ctx context.Context, fires int, samples, cacheDir string) error {
 	const functions, every = 6, 12 * time.Second
-	var fns []devharness.Function
+	var fns []devharness.Manifest
 	for i := range functions {
 		fns = append(fns, hello(fmt.Sprintf("cron-%d", i), samples, "{initial: 0, max: 1, window: 6s, scaleToZeroGracePeriod: 0s}",
 			fmt.Sprintf(`{name: tick, cron: {schedule: "@every %s", preWarm: 3s}}`, every)))

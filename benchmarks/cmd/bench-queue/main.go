@@ -309,7 +309,7 @@ func acked(srv *queueproxy.Server) int {
 
 // hello is the Go hello sample as the function name, with scale and
 // triggers.
-func hello(name, samples, scale string, triggers ...string) devharness.Function {
-	return devharness.Function{Name: name, Runtime: v1alpha1.RuntimeGo, Source: filepath.Join(samples, "hello-go"),
+func hello(name, samples, scale string, triggers ...string) devharness.Manifest {
+	return devharness.Manifest{Name: name, Runtime: v1alpha1.RuntimeGo, Source: filepath.Join(samples, "hello-go"),
 		Handler: "Handle", Scale: scale, Triggers: triggers}
 }

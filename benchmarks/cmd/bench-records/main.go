@@ -225,7 +225,7 @@ func requestPath(ctx context.Context, url string, rate float64, duration time.Du
 	if err != nil {
 		return load.Result{}, err
 	}
-	a.SetFunction(activator.Function{Namespace: "bench", Name: "fn", HTTP: true, Timeout: time.Minute})
+	a.SetFunction(activator.RouteSpec{Namespace: "bench", Name: "fn", HTTP: true, Timeout: time.Minute})
 	a.SetEndpoints("bench", "fn", []string{hello.Addr().String()})
 	serving, _ := net.Listen("tcp", "127.0.0.1:0")
 	admin, _ := net.Listen("tcp", "127.0.0.1:0")
