@@ -139,7 +139,9 @@ func TestAutoscalerClientSplitsReports(t *testing.T) {
 		sizes <- len(rep.Functions)
 	}))
 	defer srv.Close()
-	p := &AutoscalerClient{BaseURL: srv.URL, ID: "a", Log: quiet}
+	// The client's 2 s default timeout, which a full batch may outlast
+	// under the race detector on a busy machine, would send it again.
+	p := &AutoscalerClient{BaseURL: srv.URL, ID: "a", Log: quiet, Client: &http.Client{Timeout: time.Minute}}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go p.ReportBuffered(ctx, src, 10*time.Millisecond)

@@ -129,6 +129,17 @@ func (r run) write(o Options) error {
 // start.
 func Idle(st local.FunctionStatus) bool { return st.State == adminapi.StateIdle }
 
+// Prepared is a function built and able to run, whatever its instances:
+// idle, starting or ready. A function that cron pre-warms is never idle
+// for long, and several of them may never be idle at one moment.
+func Prepared(st local.FunctionStatus) bool {
+	switch st.State {
+	case adminapi.StateIdle, adminapi.StateStarting, adminapi.StateReady:
+		return true
+	}
+	return false
+}
+
 // ReadyWith is a function ready with n instances.
 func ReadyWith(n int) func(local.FunctionStatus) bool {
 	return func(st local.FunctionStatus) bool { return st.State == adminapi.StateReady && st.Ready == n }

@@ -63,6 +63,13 @@ func TestWaitAll(t *testing.T) {
 	if err := waitAll(ctx, listOf(status("a", adminapi.StateReady, 1)), 1, time.Millisecond, time.Second, ReadyWith(1)); err != nil {
 		t.Errorf("ready with 1: %v", err)
 	}
+	prepared := listOf(status("a", adminapi.StateIdle, 0), status("b", adminapi.StateStarting, 0), status("c", adminapi.StateReady, 1))
+	if err := waitAll(ctx, prepared, 3, time.Millisecond, time.Second, Prepared); err != nil {
+		t.Errorf("idle, starting and ready are prepared: %v", err)
+	}
+	if err := waitAll(ctx, listOf(status("a", adminapi.StateBuilding, 0)), 1, time.Millisecond, 20*time.Millisecond, Prepared); err == nil {
+		t.Error("a function still building is prepared")
+	}
 	err := waitAll(ctx, listOf(status("a", adminapi.StateIdle, 0), status("b", adminapi.StateCrashing, 0)), 2, time.Millisecond, time.Minute, Idle)
 	if err == nil || !strings.Contains(err.Error(), "default/b: crashing: why") {
 		t.Errorf("a crashing function: %v, want the wait to end with its error", err)
