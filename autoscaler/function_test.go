@@ -12,7 +12,7 @@ import (
 	"sless.dev/sless/autoscaler/kpa"
 )
 
-func TestFunctionFor(t *testing.T) {
+func TestTargetFor(t *testing.T) {
 	zero := int32(0)
 	tests := []struct {
 		name     string
