@@ -44,6 +44,35 @@ type nopPoker struct{}
 
 func (nopPoker) Poke(string, string) {}
 
+// newActivator is an activator with cfg, for a feed to fill.
+func newActivator(t *testing.T, cfg activator.Config) *activator.Activator {
+	t.Helper()
+	a, err := activator.New(cfg, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// runFeed feeds a from the cluster of cfg until the test ends, once setup
+// (when set) has changed the feed, and returns the context it runs in.
+func runFeed(t *testing.T, cfg *rest.Config, a *activator.Activator, setup func(*kubewatch.ActivatorFeed)) context.Context {
+	t.Helper()
+	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if setup != nil {
+		setup(w)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := w.Run(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ctx
+}
+
 // TestEndpointSlicesRouteTraffic runs the feed against a real API server
 // with EndpointSlices pointing at real queue-proxies: the activator sends
 // to ready endpoints only, and buffers when none is left. The API server
@@ -52,21 +81,9 @@ func (nopPoker) Poke(string, string) {}
 // maps them to 127.0.0.1.
 func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	cfg := controlplane.Start(t)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := activator.New(activator.Config{Dial: loopbackDial}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newActivator(t, activator.Config{Dial: loopbackDial})
 	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "hello", HTTP: true, Timeout: 5 * time.Second})
-	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := runFeed(t, cfg, a, nil)
 	base := serve(t, a)
 
 	one, two := queueproxytest.Start(t), queueproxytest.Start(t)
@@ -78,7 +95,7 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To(int32(port(t, one.Addr)))}},
 		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{"one.sless.test"}, Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
 	}
-	slice, err = slices.Create(ctx, slice, metav1.CreateOptions{})
+	slice, err := slices.Create(ctx, slice, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,26 +200,14 @@ func get(url string) int {
 // cluster as they come, change and go.
 func TestFunctionsAreServed(t *testing.T) {
 	cfg := controlplane.Start(t)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := activator.New(activator.Config{}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	a := newActivator(t, activator.Config{})
 	c := controlplane.Client(t, cfg)
 	existing := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "early", Namespace: "default"},
 		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x"}}
-	if err := c.Create(ctx, existing); err != nil {
+	if err := c.Create(t.Context(), existing); err != nil {
 		t.Fatal(err)
 	}
-	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := runFeed(t, cfg, a, nil)
 	if fns := a.Functions(); len(fns) != 1 || fns[0].Name != "early" || !fns[0].HTTP || fns[0].Timeout != 300*time.Second {
 		t.Fatalf("after the initial sync the activator serves %+v, want early with its defaults", fns)
 	}
@@ -234,11 +239,7 @@ func TestFunctionsAreServed(t *testing.T) {
 func TestWatchFailsWhenForbidden(t *testing.T) {
 	cfg := rest.CopyConfig(controlplane.Start(t))
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "no-rbac"}
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := activator.New(activator.Config{}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newActivator(t, activator.Config{})
 	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
 	if err != nil {
 		t.Fatal(err)
@@ -334,23 +335,12 @@ func TestPeersFromTheActivatorService(t *testing.T) {
 // is not ready takes none.
 func TestStartingInstancesProbed(t *testing.T) {
 	cfg := controlplane.Start(t)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := activator.New(activator.Config{Dial: loopbackDial}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := newActivator(t, activator.Config{Dial: loopbackDial})
 	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "hello", HTTP: true, Timeout: 30 * time.Second})
 	a.SetFunction(activator.RouteSpec{Namespace: "default", Name: "unready", HTTP: true, Timeout: time.Second})
-	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.Dial = func(ctx context.Context, _, addr string) (net.Conn, error) { return loopbackDial(addr, time.Second) }
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	ctx := runFeed(t, cfg, a, func(w *kubewatch.ActivatorFeed) {
+		w.Dial = func(ctx context.Context, _, addr string) (net.Conn, error) { return loopbackDial(addr, time.Second) }
+	})
 	base := serve(t, a)
 	inst := queueproxytest.Start(t)
 	// An admin port that never says ready, beside a serving port that
@@ -383,20 +373,8 @@ func TestStartingInstancesProbed(t *testing.T) {
 // not at its timeout.
 func TestDeletedFunctionAnswersItsWaiters(t *testing.T) {
 	cfg := controlplane.Start(t)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	a, err := activator.New(activator.Config{}, nopPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	w, err := kubewatch.NewActivatorFeed(cfg, a, quiet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Run(ctx); err != nil {
-		t.Fatal(err)
-	}
+	a := newActivator(t, activator.Config{})
+	ctx := runFeed(t, cfg, a, nil)
 	c := controlplane.Client(t, cfg)
 	fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
 		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "x", TimeoutSeconds: 120}}
