@@ -3,7 +3,6 @@ package autoscaler
 import (
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -18,11 +17,8 @@ const BufferedTTL = 3 * time.Second
 // hold if they could. With several activators each holds part of the
 // demand: the load is the sum of their counts younger than BufferedTTL.
 type bufferedSignal struct {
-	// reporting counts reports, so that a function without any (most of
-	// them, each tick) is read without taking mu.
-	reporting atomic.Int32
-	mu        sync.Mutex
-	reports   []report // one per activator with requests waiting
+	mu      sync.Mutex
+	reports []report // one per activator with requests waiting
 }
 
 // report is one activator's latest count of a function's waiting
@@ -60,15 +56,11 @@ func (b *bufferedSignal) set(now time.Time, activator string, n int) {
 	default:
 		b.reports = append(b.reports, report{activator: activator, n: n, at: now})
 	}
-	b.reporting.Store(int32(len(b.reports)))
 }
 
 // at sums the activators' counts that have not expired at now, dropping
 // those that have.
 func (b *bufferedSignal) at(now time.Time) float64 {
-	if b.reporting.Load() == 0 {
-		return 0
-	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var sum int
@@ -80,6 +72,5 @@ func (b *bufferedSignal) at(now time.Time) float64 {
 		}
 		b.reports = slices.Delete(b.reports, i, i+1)
 	}
-	b.reporting.Store(int32(len(b.reports)))
 	return float64(sum)
 }
