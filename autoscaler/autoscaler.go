@@ -54,7 +54,9 @@ type Autoscaler struct {
 }
 
 // state is one function's: its signals, and what was decided and written
-// of them. The signals guard themselves; mu guards the rest.
+// of them. The signals guard themselves, but for the HTTP load's two
+// (http, buffered), which mu guards with the rest: they are read each tick
+// with it.
 type state struct {
 	key      types.NamespacedName // fixed
 	http     httpSignal

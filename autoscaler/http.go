@@ -51,9 +51,8 @@ func (a *Autoscaler) observeHTTP(ctx context.Context, now time.Time, st *state, 
 	if fn.Metric == MetricRPS {
 		load = obs.RPS
 	}
-	load += st.buffered.at(now)
 	st.mu.Lock()
-	was := st.http.observed(now, load, err)
+	was := st.http.observed(now, load+st.buffered.at(now), err)
 	st.mu.Unlock()
 	switch {
 	case err != nil && !was:
@@ -95,9 +94,8 @@ func (a *Autoscaler) Poke(ctx context.Context, now time.Time, namespace, name st
 	// activators' to report, and they report nothing (not even 0) for
 	// requests served within a second, so a stored poke would keep the
 	// function up for good.
-	load := max(st.buffered.at(now), float64(buffered))
 	st.mu.Lock()
-	st.http.decider.Record(now, load)
+	st.http.decider.Record(now, max(st.buffered.at(now), float64(buffered)))
 	st.waitingLocked(now)
 	st.mu.Unlock()
 	a.decide(ctx, now, st)

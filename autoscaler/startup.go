@@ -17,15 +17,8 @@ type startTiming struct {
 	coldSince time.Time
 }
 
-// waiting notes that requests wait at now: the start of a cold start when
-// no instance is ready.
-func (st *state) waiting(now time.Time) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.waitingLocked(now)
-}
-
-// waitingLocked is waiting with st.mu held.
+// waitingLocked notes that requests wait at now: the start of a cold start
+// when no instance is ready. Called with st.mu held.
 func (st *state) waitingLocked(now time.Time) {
 	if len(st.admins) == 0 && st.timing.coldSince.IsZero() {
 		st.timing.coldSince = now

@@ -27,8 +27,7 @@ func (a *Autoscaler) Scaling(now time.Time) []wire.Scaling {
 	states := a.all()
 	out := make([]wire.Scaling, 0, len(states))
 	for _, st := range states {
-		s := st.scaling()
-		s.Buffered = int(st.buffered.at(now))
+		s := st.scaling(now)
 		if q := st.queues(); q != nil {
 			s.QueueDepth = q.depth()
 		}
@@ -50,8 +49,9 @@ func (a *Autoscaler) all() []*state {
 	return states
 }
 
-func (st *state) scaling() wire.Scaling {
+func (st *state) scaling(now time.Time) wire.Scaling {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	return wire.Scaling{Namespace: st.fn.Namespace, Name: st.fn.Name, Desired: st.desired, Panic: st.panicked}
+	return wire.Scaling{Namespace: st.fn.Namespace, Name: st.fn.Name, Desired: st.desired, Panic: st.panicked,
+		Buffered: int(st.buffered.at(now))}
 }
