@@ -39,6 +39,7 @@ func newProxy(cfg Config, stats *Stats, m *metrics, died func()) *proxy {
 		errBody: newErrorBodies(cfg.Namespace, cfg.Function),
 		died:    died,
 	}
+	p.client.UserProcess = true
 	if cfg.Concurrency > 0 {
 		p.breaker = NewBreaker(cfg.Concurrency, cfg.QueueDepth)
 	}

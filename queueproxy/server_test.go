@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/wire"
 )
@@ -309,11 +310,22 @@ func TestTimeouts(t *testing.T) {
 	}
 }
 
+// TestUserProcessDies: a request that kills the user process is answered
+// 502 and never marked unsent, though it came on a reused connection (which
+// the proxy tries again once, for one the function closed idle): it reached
+// the function, and the activator must not send it to another instance to
+// crash that one too.
 func TestUserProcessDies(t *testing.T) {
 	h := startProxy(t, nil)
+	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
+		t.Fatalf("echo: %d, want 200", resp.StatusCode)
+	}
 	resp, body := h.get(h.url, "/exit")
 	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "function failed") {
 		t.Errorf("request that kills the process: %d %s, want 502 naming the cause", resp.StatusCode, body)
+	}
+	if resp.Header.Get(forward.UnsentHeader) != "" {
+		t.Errorf("request that killed the process marked unsent (%s): the activator would send it again", body)
 	}
 	h.fn.Wait()
 	resp, body = h.get(h.url, "/echo")

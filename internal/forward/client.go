@@ -35,6 +35,10 @@ type Client struct {
 	idleTimeout time.Duration
 	maxBody     int64 // request body limit
 	closed      atomic.Bool
+	// UserProcess says the next hop is a function's own process, which
+	// may read a request and die of it (see resend). A queue-proxy, the
+	// activator's next hop, answers whatever it read.
+	UserProcess bool
 	// Dial opens a connection; tests replace it.
 	Dial func(addr string, timeout time.Duration) (net.Conn, error)
 }
@@ -86,12 +90,27 @@ func (u *Client) Do(req *fasthttp.Request, resp *fasthttp.Response, deadline tim
 	}
 	body, err := u.roundTrip(c, req, resp, deadline, cc)
 	if reused && errors.Is(err, ErrNothingRead) && isIdempotent(req) && resendable(req) {
-		if c, err = u.dial(deadline); err != nil {
-			return nil, err
-		}
-		body, err = u.roundTrip(c, req, resp, deadline, cc)
+		return u.resend(req, resp, deadline, cc, err)
 	}
 	return body, err
+}
+
+// resend sends req again on a new connection, after its reused one closed
+// before anything was read (first): most often the next hop had closed it
+// idle. A queue-proxy answers whatever it read, so one whose port is
+// closed by then had read nothing: the request is unsent, for another
+// instance. A user process may have read it and died of it: when the
+// second try finds it gone, the failure is the first one, or the request
+// would go to another instance to kill that one too.
+func (u *Client) resend(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *Conn, first error) (*Body, error) {
+	c, err := u.dial(deadline)
+	if err != nil {
+		if u.UserProcess {
+			return nil, first
+		}
+		return nil, err
+	}
+	return u.roundTrip(c, req, resp, deadline, cc)
 }
 
 func (u *Client) roundTrip(c *conn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *Conn) (*Body, error) {
