@@ -48,3 +48,15 @@ func TestRefusedIsMarkedUnsent(t *testing.T) {
 		t.Errorf("refused by the user process: %d %v %s, want 502 with the unsent mark", resp.StatusCode, resp.Header, body)
 	}
 }
+
+// TestForgedUnsentMark: a function that answers 502 with the unsent mark
+// gets its answer to the client as it wrote it, without the mark: only
+// the queue-proxy sets it, or the activator would send the request to
+// another instance.
+func TestForgedUnsentMark(t *testing.T) {
+	h := startProxy(t, nil)
+	resp, body := h.get(h.url, "/echo?status=502&header="+forward.UnsentHeader+":1")
+	if resp.StatusCode != 502 || resp.Header.Get(forward.UnsentHeader) != "" || !strings.Contains(string(body), `"uri"`) {
+		t.Errorf("a function's 502 with the unsent mark: %d %v %s, want its own 502 without the mark", resp.StatusCode, resp.Header, body)
+	}
+}

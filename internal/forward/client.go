@@ -164,13 +164,27 @@ func (c *conn) exchange(req *fasthttp.Request, resp *fasthttp.Response, deadline
 		resp.SetConnectionClose() // the connection is spent
 	}
 	if resp.StatusCode() == fasthttp.StatusBadGateway && len(resp.Header.Peek(UnsentHeader)) > 0 {
-		// The next hop's function refused it: unless its body is
-		// gone, another instance can take it.
-		if resendable(req) {
-			return false, &unsentError{err: ErrRefused}
+		if !c.u.UserProcess {
+			return false, refused(req)
 		}
-		return false, ErrRefused
+		// Only a queue-proxy sets the mark: a function's own is forged,
+		// to have its request sent to another instance.
+		resp.Header.Del(UnsentHeader)
 	}
+	return c.readBody(req, resp)
+}
+
+// refused is the error of a request the next hop's function refused:
+// unless its body is gone, another instance can take it.
+func refused(req *fasthttp.Request) error {
+	if resendable(req) {
+		return &unsentError{err: ErrRefused}
+	}
+	return ErrRefused
+}
+
+// readBody reads the response's body, or has it streamed (streamed).
+func (c *conn) readBody(req *fasthttp.Request, resp *fasthttp.Response) (streamed bool, err error) {
 	code := resp.StatusCode()
 	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified {
 		resp.SkipBody = true

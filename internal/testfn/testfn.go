@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -152,6 +153,12 @@ func (h *handler) echo(w http.ResponseWriter, r *http.Request) {
 	w.Header().Add("X-Reply", "one")
 	w.Header().Add("X-Reply", "two")
 	w.Header().Set("Keep-Alive", "timeout=5") // hop-by-hop: must not reach the client
+	// ?header=name:value adds any header, as a function may.
+	for _, h := range r.URL.Query()["header"] {
+		if name, value, ok := strings.Cut(h, ":"); ok {
+			w.Header().Add(name, value)
+		}
+	}
 	if code, err := strconv.Atoi(r.URL.Query().Get("status")); err == nil {
 		w.WriteHeader(code)
 	}
