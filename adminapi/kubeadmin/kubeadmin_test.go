@@ -66,8 +66,12 @@ func TestBackend(t *testing.T) {
 	// that does not answer, which they leave out.
 	peerTL := timeline.New()
 	peerTL.Track("default", "web")
-	peer := httptest.NewServer(kubeadmin.Handler(&kubeadmin.Backend{Reader: fns.Reader(), Client: c, Timeline: peerTL},
-		&kubeadmin.Whole{Local: peerTL}))
+	peerB := &kubeadmin.Backend{Reader: fns.Reader(), Client: c, Timeline: peerTL,
+		Waiting: func(namespace, name string) int { return map[string]int{"default/web": 4}[namespace+"/"+name] }}
+	// It samples each second, as an activator does: the merged series'
+	// last second has both activators' samples whenever it is looked at.
+	go peerB.Sample(wctx, 50*time.Millisecond)
+	peer := httptest.NewServer(kubeadmin.Handler(peerB, &kubeadmin.Whole{Local: peerTL}))
 	t.Cleanup(peer.Close)
 	whole := &kubeadmin.Whole{Local: tl, Peers: func() []string { return []string{strings.TrimPrefix(peer.URL, "http://"), "127.0.0.1:1"} },
 		Token: func() string { return "t" }, Client: http.DefaultClient, Log: quiet}
@@ -140,12 +144,16 @@ func TestBackend(t *testing.T) {
 	for range 4 {
 		peerTL.Add(invocation.Record{Namespace: "default", Function: "web", Status: 502, Start: time.Now(), Duration: time.Millisecond, ColdStart: true})
 	}
-	peerTL.Sample(time.Now(), "default", "web", timeline.Gauges{Desired: 2, Ready: 1, Buffered: 4})
-	eventually.True(t, "the timeline samples web, with its peer's", func() bool {
+	// The merged view is kept for a moment: one built before the records
+	// were added may answer first.
+	eventually.True(t, "the timeline samples web, with its peer's, and the view holds both's invocations", func() bool {
 		var s timeline.Series
 		send(t, srv.URL, "GET", "/v1/namespaces/default/functions/web/timeline", "", &s)
 		n := len(s.Ready) - 1
-		return n > 0 && s.Ready[n] != nil && *s.Ready[n] == 1 && *s.Desired[n] == 2 && *s.Buffered[n] == 3+4
+		var one adminapi.Status
+		send(t, srv.URL, "GET", "/v1/namespaces/default/functions/web", "", &one)
+		return n > 0 && s.Ready[n] != nil && *s.Ready[n] == 1 && *s.Desired[n] == 2 && *s.Buffered[n] == 3+4 &&
+			one.Stats.Requests == 5
 	})
 	// Whichever activator answers, the invocations are all of them.
 	for _, base := range []string{srv.URL, peer.URL} {
