@@ -217,7 +217,12 @@ func TestManifestErrorsShown(t *testing.T) {
 func TestNeverReady(t *testing.T) {
 	stuck := "import time\nprint('loading the model', flush=True)\ntime.sleep(3600)\n\ndef handle(e):\n    return 'never'\n"
 	p := startPlatformCode(t, stuck, manifest("stuck", "  scale: {initial: 1}\n"), func(o *Options) { o.ReadinessGrace = time.Second })
-	p.waitFor("stuck shown failing its readiness", 30*time.Second, func() bool { return p.status("stuck").State == "crashing" })
+	// Its output may come after it is first shown crashing (Python, on a
+	// busy machine): the cause follows it.
+	p.waitFor("stuck shown failing its readiness, with its output", 30*time.Second, func() bool {
+		st := p.status("stuck")
+		return st.State == "crashing" && strings.Contains(st.Error, "loading the model")
+	})
 	st := p.status("stuck")
 	if st.Reason != v1alpha1.ReasonReadinessFailing || !strings.Contains(st.Error, "without passing its readiness check since") ||
 		!strings.Contains(st.Error, "loading the model") || st.Starting != 1 {
