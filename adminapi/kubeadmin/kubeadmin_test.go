@@ -60,14 +60,14 @@ func TestBackend(t *testing.T) {
 	}
 	tl := timeline.New()
 	b := &kubeadmin.Backend{Reader: fns.Reader(), Client: c, Timeline: tl, Invoke: "http://127.0.0.1:1",
-		Waiting: func(namespace, name string) int { return map[string]int{"default/web": 3}[namespace+"/"+name] }}
+		Waiting: waitingForWeb(3)}
 	go b.Sample(wctx, 50*time.Millisecond)
 	// A peer activator, whose own invocations the views merge; and one
 	// that does not answer, which they leave out.
 	peerTL := timeline.New()
 	peerTL.Track("default", "web")
 	peerB := &kubeadmin.Backend{Reader: fns.Reader(), Client: c, Timeline: peerTL,
-		Waiting: func(namespace, name string) int { return map[string]int{"default/web": 4}[namespace+"/"+name] }}
+		Waiting: waitingForWeb(4)}
 	// It samples each second, as an activator does: the merged series'
 	// last second has both activators' samples whenever it is looked at.
 	go peerB.Sample(wctx, 50*time.Millisecond)
@@ -175,6 +175,17 @@ func (sink) SetFunction(activator.RouteSpec)       {}
 func (sink) RemoveFunction(_, _ string)            {}
 func (sink) SetUnavailable(_, _, _ string)         {}
 func (sink) SetEndpoints(string, string, []string) {}
+
+// waitingForWeb is an activator's count of waiting requests: n for
+// default/web, none for any other function.
+func waitingForWeb(n int) func(namespace, name string) int {
+	return func(namespace, name string) int {
+		if namespace == "default" && name == "web" {
+			return n
+		}
+		return 0
+	}
+}
 
 func send(t *testing.T, base, method, path, body string, out any) int {
 	t.Helper()
