@@ -208,6 +208,7 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
+	s.proxy.client.Stopping() // the user process's own stop follows
 	consumed() // no new message; those in flight end
 	s.drain(fs)
 	return hs.Close()

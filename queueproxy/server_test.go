@@ -344,6 +344,27 @@ func TestUserProcessDies(t *testing.T) {
 	}
 }
 
+// TestUserProcessStopsWhileDraining: once the queue-proxy drains, the user
+// process is about to stop too (a pod's containers get SIGTERM together,
+// the function's after its pre-stop sleep). A request that meets the
+// process's closed idle connection and then finds the process gone is
+// marked unsent, so that the activator sends it to another instance
+// rather than fail it.
+func TestUserProcessStopsWhileDraining(t *testing.T) {
+	h := startProxy(t, nil)
+	h.srv.QuietPeriod = 5 * time.Second // read by Run only after cancel: serves on through the steps below
+	h.cancel()
+	eventually.True(h.t, "/readyz 503 while draining", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
+	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 { // a connection left idle in the pool
+		t.Fatalf("echo while draining: %d, want 200", resp.StatusCode)
+	}
+	h.fn.Kill()
+	resp, body := h.get(h.url, "/echo")
+	if resp.StatusCode != http.StatusBadGateway || resp.Header.Get(forward.UnsentHeader) == "" {
+		t.Errorf("request to a process gone while draining: %d %q %s, want 502 marked unsent", resp.StatusCode, resp.Header.Get(forward.UnsentHeader), body)
+	}
+}
+
 func TestReadiness(t *testing.T) {
 	h := startProxy(t, nil)
 	if resp, body := h.get(h.admin, "/readyz"); resp.StatusCode != 200 {

@@ -35,6 +35,7 @@ type Client struct {
 	idleTimeout time.Duration
 	maxBody     int64 // request body limit
 	closed      atomic.Bool
+	stopping    atomic.Bool // see Stopping
 	// UserProcess says the next hop is a function's own process, which
 	// may read a request and die of it (see resend). A queue-proxy, the
 	// activator's next hop, answers whatever it read.
@@ -101,17 +102,26 @@ func (u *Client) Do(req *fasthttp.Request, resp *fasthttp.Response, deadline tim
 // closed by then had read nothing: the request is unsent, for another
 // instance. A user process may have read it and died of it: when the
 // second try finds it gone, the failure is the first one, or the request
-// would go to another instance to kill that one too.
+// would go to another instance to kill that one too; unless the process
+// is being stopped, and went closing its idle connections (Stopping).
 func (u *Client) resend(req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *Conn, first error) (*Body, error) {
 	c, err := u.dial(deadline)
 	if err != nil {
-		if u.UserProcess {
+		if u.UserProcess && !u.stopping.Load() {
 			return nil, first
 		}
 		return nil, err
 	}
 	return u.roundTrip(c, req, resp, deadline, cc)
 }
+
+// Stopping tells the client that its user process is being stopped (its
+// pod deleted, its instance drained): one found gone from then on most
+// likely went of that, as a runtime stopping gracefully closes its idle
+// connections, and a request that met a closed one is unsent. A request
+// that kills the process then is sent to one more instance, rather than
+// every request the stop catches failing.
+func (u *Client) Stopping() { u.stopping.Store(true) }
 
 func (u *Client) roundTrip(c *conn, req *fasthttp.Request, resp *fasthttp.Response, deadline time.Time, cc *Conn) (*Body, error) {
 	if cc != nil {
