@@ -65,7 +65,7 @@ type state struct {
 	signals  []Signal // beside HTTP: the floor, then the sources'
 
 	mu       sync.Mutex
-	fn       Target
+	fn       *Target // replaced whole, never changed: read without a copy
 	admins   []string // ready instances' queue-proxy admin addresses
 	desired  int32    // last decision
 	panicked bool     // the last decision was in panic mode
@@ -172,10 +172,10 @@ func (a *Autoscaler) stepAll(ctx context.Context, now time.Time, states []*state
 	wg.Wait()
 }
 
-// stepFunction is one function's second: observe its signals, then its
-// HTTP load and, on a deciding step, decide.
+// stepFunction is one function's second: observe its HTTP load, then its
+// signals and, on a deciding step, decide.
 func (a *Autoscaler) stepFunction(ctx context.Context, now time.Time, st *state, decide bool) {
-	fn, admins := st.observed()
+	fn := a.observeHTTP(ctx, now, st)
 	for _, s := range st.signals {
 		// Demand for a function at zero is decided on at once, like a
 		// request waiting: not at the next decision, up to a tick later.
@@ -183,16 +183,9 @@ func (a *Autoscaler) stepFunction(ctx context.Context, now time.Time, st *state,
 			decide = true
 		}
 	}
-	a.observeHTTP(ctx, now, st, fn, admins)
 	if decide {
 		a.decide(ctx, now, st)
 	}
-}
-
-func (st *state) observed() (Target, []string) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.fn, st.admins
 }
 
 func (st *state) lastDesired() int32 {

@@ -12,7 +12,7 @@ import (
 type floorSignal struct{ n atomic.Int32 }
 
 // Observe has nothing to read: a rising floor is decided on as it is set.
-func (*floorSignal) Observe(context.Context, time.Time, Target) bool { return false }
+func (*floorSignal) Observe(context.Context, time.Time, *Target) bool { return false }
 
 func (f *floorSignal) Desired() int32 { return f.n.Load() }
 

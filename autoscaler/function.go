@@ -78,7 +78,7 @@ func (a *Autoscaler) SetFunction(now time.Time, fn Target) {
 	if !added {
 		idle = st.configure(now, fn)
 	}
-	st.tellIdle(fn, idle)
+	st.tellIdle(&fn, idle)
 }
 
 // add returns the function's state, made whole before anyone can see it
@@ -90,7 +90,7 @@ func (a *Autoscaler) add(now time.Time, fn Target) (st *state, added bool) {
 	if st := a.fns[k]; st != nil {
 		return st, false
 	}
-	st = &state{key: k, fn: fn, writes: writeState{written: -1}}
+	st = &state{key: k, fn: &fn, writes: writeState{written: -1}}
 	st.http.reset(fn.Spec, now)
 	st.signals = make([]Signal, 0, 1+len(a.sources))
 	st.signals = append(st.signals, &st.floor)
@@ -114,14 +114,14 @@ func (a *Autoscaler) waking(namespace, name string) func() {
 func (st *state) configure(now time.Time, fn Target) (idle bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	st.fn = fn
+	st.fn = &fn
 	st.http.reset(fn.Spec, now)
 	return len(st.admins) == 0
 }
 
 // tellIdle tells the signals that watch their source for a function with
 // no ready instance whether fn has none.
-func (st *state) tellIdle(fn Target, idle bool) {
+func (st *state) tellIdle(fn *Target, idle bool) {
 	for _, s := range st.signals {
 		if p, ok := s.(PushSignal); ok {
 			p.Idle(fn, idle)
@@ -175,7 +175,7 @@ func (a *Autoscaler) SetInstances(namespace, name string, admins []string) {
 // setInstances reports the time requests waited when the first instance
 // is ready after a cold start, and whether the function went to or from no
 // ready instance.
-func (st *state) setInstances(admins []string) (fn Target, coldWait time.Duration, changed bool) {
+func (st *state) setInstances(admins []string) (fn *Target, coldWait time.Duration, changed bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	coldWait = st.timing.instances(len(st.admins), len(admins))

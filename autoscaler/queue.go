@@ -88,7 +88,7 @@ type queueRead struct {
 	err     string // why it failed
 }
 
-func (q *queueSignal) Observe(ctx context.Context, _ time.Time, fn Target) bool {
+func (q *queueSignal) Observe(ctx context.Context, _ time.Time, fn *Target) bool {
 	if q.src.reader == nil {
 		return false
 	}
@@ -118,7 +118,7 @@ func (s *queueSource) read(ctx context.Context, queues []Queue) ([]int64, []erro
 }
 
 // update turns the depths read into what the queues ask for.
-func (q *queueSignal) update(fn Target, depths []int64, errs []error) int32 {
+func (q *queueSignal) update(fn *Target, depths []int64, errs []error) int32 {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var reads map[string]queueRead
@@ -152,7 +152,7 @@ func (q *queueSignal) update(fn Target, depths []int64, errs []error) int32 {
 
 // Idle parks a consumer on the queues of a function with no ready
 // instance, and unparks it once one is ready (its queue-proxies consume).
-func (q *queueSignal) Idle(fn Target, idle bool) {
+func (q *queueSignal) Idle(fn *Target, idle bool) {
 	w := q.src.waker
 	if w == nil || len(fn.Queues) == 0 {
 		return

@@ -21,8 +21,10 @@ type Signal interface {
 	// be slow bounds itself further, since it holds up one of the step's
 	// workers. It reports whether the source asks for instances (KEDA's
 	// activity): a function whose last decision was none is then decided
-	// on at once, not at the next decision.
-	Observe(ctx context.Context, now time.Time, fn Target) (active bool)
+	// on at once, not at the next decision. fn is shared and never
+	// changed (new settings come as a new Target): read it, keep it if
+	// need be, never write it.
+	Observe(ctx context.Context, now time.Time, fn *Target) (active bool)
 	// Desired is how many instances the source asks for, as of its last
 	// observation or push. It does not block: it is called while a
 	// decision is made.
@@ -46,7 +48,7 @@ type PushSignal interface {
 	Signal
 	// Idle tells whether fn has no ready instance: when the function is
 	// set, and whenever that changes.
-	Idle(fn Target, idle bool)
+	Idle(fn *Target, idle bool)
 	// Close stops watching: the function is no longer scaled.
 	Close()
 }
