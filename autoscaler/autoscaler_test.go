@@ -92,6 +92,11 @@ func TestAutoscalerLoop(t *testing.T) {
 	if got := replicas(t, c, "loop"); got != 0 {
 		t.Fatalf("replicas %d after an idle window and grace, want 0", got)
 	}
+	for name, want := range map[string]float64{"sless_autoscaler_desired_replicas": 0, "sless_autoscaler_max_replicas": 10} {
+		if got := metric(t, reg, name); got != want {
+			t.Errorf("%s = %v at zero, want %v", name, got, want)
+		}
+	}
 
 	// At zero, a poke from an activator (over HTTP, as on Kubernetes)
 	// asks for an instance at once.

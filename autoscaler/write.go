@@ -77,7 +77,7 @@ func (a *Autoscaler) write(ctx context.Context, st *state, p pendingWrite) {
 		case err != nil:
 			a.log.Error("scale", "namespace", p.namespace, "function", p.name, "desired", p.desired, "err", err)
 		default:
-			p.series.actual.Set(float64(had))
+			p.series.actual.set(float64(had)) // one write at a time
 		}
 		next, from, changed, more := st.wrote(p.desired, had, err == nil)
 		if changed {
