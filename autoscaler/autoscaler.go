@@ -65,7 +65,7 @@ type state struct {
 	signals  []Signal // beside HTTP: the floor, then the sources'
 
 	mu       sync.Mutex
-	fn       *Target // replaced whole, never changed: read without a copy
+	fn       *Target  // replaced whole, never changed: read without a copy
 	admins   []string // ready instances' queue-proxy admin addresses
 	desired  int32    // last decision
 	panicked bool     // the last decision was in panic mode

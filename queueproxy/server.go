@@ -208,7 +208,8 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
-	s.proxy.client.Stopping() // the user process's own stop follows
+	// The user process's own stop follows (after its pre-stop sleep).
+	s.proxy.client.Stopping()
 	consumed() // no new message; those in flight end
 	s.drain(fs)
 	return hs.Close()
