@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"sless.dev/sless/activator"
+	"sless.dev/sless/activator/activatortest"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
@@ -384,40 +385,13 @@ func TestDeletedFunctionAnswersItsWaiters(t *testing.T) {
 	eventually.True(t, "hello to be known", func() bool { return len(a.Functions()) == 1 })
 
 	base := serve(t, a)
-	type answer struct {
-		code int
-		body string
-		at   time.Time
-	}
-	answers := make(chan answer, 3)
-	client := &http.Client{Timeout: time.Minute} // under the function's 120 s
-	for range 3 {
-		go func() {
-			resp, err := client.Get(base)
-			if err != nil {
-				answers <- answer{code: -1, body: err.Error(), at: time.Now()}
-				return
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			answers <- answer{resp.StatusCode, string(body), time.Now()}
-		}()
-	}
+	waiters := activatortest.Wait(base, 3, time.Minute) // under the function's 120 s
 	eventually.True(t, "the requests to wait", func() bool { return a.Waiting("default", "hello") == 3 })
 	deleted := time.Now()
 	if err := c.Delete(ctx, fn); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
-		got := <-answers
-		if got.code != http.StatusNotFound || !strings.Contains(got.body, `"function":"hello"`) ||
-			!strings.Contains(got.body, "default/hello was removed") {
-			t.Errorf("a waiting request got %d %q, want a 404 naming the removed function", got.code, got.body)
-		}
-		if after := got.at.Sub(deleted); after > 30*time.Second {
-			t.Errorf("answered %v after the delete, want at once", after)
-		}
-	}
+	waiters.ExpectRemoved(t, "default", "hello", deleted)
 	if code := get(base); code != http.StatusNotFound {
 		t.Errorf("a request after the delete: %d, want 404", code)
 	}

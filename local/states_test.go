@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/activator/activatortest"
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/needs"
@@ -115,25 +116,7 @@ func TestRemovedFunctionAnswersItsWaiters(t *testing.T) {
 	const slowLoad = "import time\ntime.sleep(600)\n\ndef handle(event):\n    return 'loaded'\n"
 	p := startPlatformCode(t, slowLoad, manifest("slow", "  timeoutSeconds: 120\n  scale: {initial: 0}\n"))
 	p.waitFor("the function loaded", 30*time.Second, func() bool { return p.status("slow").State == "idle" })
-	type answer struct {
-		code int
-		body string
-		at   time.Time
-	}
-	answers := make(chan answer, 3)
-	client := &http.Client{Timeout: time.Minute} // under the function's 120 s
-	for range 3 {
-		go func() {
-			resp, err := client.Get("http://" + p.Addr() + "/fn/default/slow")
-			if err != nil {
-				answers <- answer{code: -1, body: err.Error(), at: time.Now()}
-				return
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			answers <- answer{resp.StatusCode, string(body), time.Now()}
-		}()
-	}
+	waiters := activatortest.Wait("http://"+p.Addr()+"/fn/default/slow", 3, time.Minute) // under the function's 120 s
 	p.waitFor("the requests to wait for the instance", 30*time.Second, func() bool {
 		return p.act.Waiting("default", "slow") == 3 && p.status("slow").Starting == 1
 	})
@@ -141,16 +124,7 @@ func TestRemovedFunctionAnswersItsWaiters(t *testing.T) {
 	if err := os.Remove(filepath.Join(p.dir, "functions.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	for range 3 {
-		got := <-answers
-		if got.code != http.StatusNotFound || !strings.Contains(got.body, `"function":"slow"`) ||
-			!strings.Contains(got.body, "default/slow was removed") {
-			t.Errorf("a waiting request got %d %q, want a 404 naming the removed function", got.code, got.body)
-		}
-		if after := got.at.Sub(deleted); after > 30*time.Second {
-			t.Errorf("answered %v after the manifest was deleted, want at once", after)
-		}
-	}
+	waiters.ExpectRemoved(t, "default", "slow", deleted)
 }
 
 // functionsList is the admin API's list.

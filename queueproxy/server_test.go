@@ -40,7 +40,14 @@ type harness struct {
 	done   chan error
 }
 
+// startProxy starts a harness whose drain ends once no request came for
+// 50 ms.
 func startProxy(t *testing.T, mutate func(*Config)) *harness {
+	t.Helper()
+	return startProxyQuiet(t, 50*time.Millisecond, mutate)
+}
+
+func startProxyQuiet(t *testing.T, quiet time.Duration, mutate func(*Config)) *harness {
 	t.Helper()
 	fn := testfn.Start(t)
 	cfg := Config{
@@ -57,7 +64,7 @@ func startProxy(t *testing.T, mutate func(*Config)) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.QuietPeriod = 50 * time.Millisecond
+	srv.QuietPeriod = quiet
 	serving, admin := listen(t), listen(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &harness{
@@ -351,8 +358,7 @@ func TestUserProcessDies(t *testing.T) {
 // marked unsent, so that the activator sends it to another instance
 // rather than fail it.
 func TestUserProcessStopsWhileDraining(t *testing.T) {
-	h := startProxy(t, nil)
-	h.srv.QuietPeriod = 5 * time.Second // read by Run only after cancel: serves on through the steps below
+	h := startProxyQuiet(t, 5*time.Second, nil) // the drain serves on through the steps below
 	h.cancel()
 	eventually.True(h.t, "/readyz 503 while draining", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
 	if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 { // a connection left idle in the pool
