@@ -300,7 +300,7 @@ func TestConsoleProblems(t *testing.T) {
 		// The page follows the cause each second; the output may come
 		// after the error is first shown (Python, on a busy machine).
 		var shown string
-		if !eventually.Holds(30*time.Second, func() bool {
+		if !eventually.Holds(eventually.Within, func() bool {
 			shown = value(c, "the error", chromedp.Text(chromedp.CSS(`#problems section[aria-label="Error"] pre`)))
 			return strings.HasPrefix(shown, "ReadinessFailing: instance default/stuck#") && strings.Contains(shown, "readiness check since") &&
 				strings.Contains(shown, "loading the model")

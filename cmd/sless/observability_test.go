@@ -155,7 +155,7 @@ func drive(t *testing.T, d *devProcess, ch *amqp.Channel, queue string, length t
 func expectSeries(t *testing.T, prom, what, expr string) {
 	t.Helper()
 	var err error
-	ok := eventually.Holds(30*time.Second, func() bool {
+	ok := eventually.Holds(eventually.Within, func() bool {
 		var s promtest.Series
 		s, err = promtest.Query(t.Context(), prom, expr)
 		return err == nil && len(s) > 0
