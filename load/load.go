@@ -115,10 +115,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	// would be taken twice a request by every worker.
 	clients := make([]*fasthttp.HostClient, o.Connections)
 	for i := range clients {
-		clients[i] = &fasthttp.HostClient{
-			Addr: HostPort(u), IsTLS: u.Scheme == "https", MaxConns: 1, MaxConnWaitTimeout: o.Timeout,
-			NoDefaultUserAgentHeader: true, MaxIdleConnDuration: time.Minute,
-		}
+		clients[i] = newClient(u, o.Timeout)
 	}
 	if o.Warmup > 0 {
 		warm := o
@@ -134,6 +131,24 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		}
 	}
 	return run(ctx, clients, o)
+}
+
+// newClient is one worker's client: one connection, and one attempt per
+// request. fasthttp's default sends an idempotent request again, up to
+// five times, when its connection fails, and counts the request once: a
+// request cut by a draining pod or a killed process would be an answer in
+// the count, and a run would report what no client that never resends (any
+// POST) would see. Every failure is the run's, with its cause.
+func newClient(u *url.URL, timeout time.Duration) *fasthttp.HostClient {
+	return &fasthttp.HostClient{
+		Addr: HostPort(u), IsTLS: u.Scheme == "https", MaxConns: 1, MaxConnWaitTimeout: timeout,
+		NoDefaultUserAgentHeader: true,
+		// Below the platform's servers' idle timeout (90 s): the client,
+		// not the server, closes an idle connection, so that no request
+		// meets one the server closed a moment before.
+		MaxIdleConnDuration:       time.Minute,
+		MaxIdemponentCallAttempts: 1,
+	}
 }
 
 // HostPort is the address a target URL is served on: its port, or its

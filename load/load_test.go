@@ -1,9 +1,12 @@
 package load
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -231,5 +234,117 @@ func TestProgressEndsBeforeRunReturns(t *testing.T) {
 	}
 	if late.Load() {
 		t.Error("a progress report ran after Run returned")
+	}
+}
+
+// rawServer serves HTTP/1.1 over raw connections, handing each request
+// read (its number, from 0, across connections) to answer, which writes
+// to the connection what it will and says whether to keep it.
+func rawServer(t *testing.T, answer func(n int64, c *net.TCPConn) (keep bool)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var n atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(r)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					if !answer(n.Add(1)-1, c.(*net.TCPConn)) {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+
+// A request whose connection closes before its answer is a failure, counted
+// once and never sent again: the server answers two requests in three and
+// closes the connection on the third, and the run has one error for each
+// closed connection, one answer for each answer given.
+func TestClosedConnectionsCountedOnce(t *testing.T) {
+	var answered, cut atomic.Int64
+	url := rawServer(t, func(n int64, c *net.TCPConn) bool {
+		if n%3 == 2 {
+			cut.Add(1)
+			return false
+		}
+		answered.Add(1)
+		_, err := c.Write([]byte(okAnswer))
+		return err == nil
+	})
+	r, err := Run(context.Background(), Options{URL: url, Connections: 4, Requests: 300})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != answered.Load() || r.Errors != cut.Load() || r.TransportErrors["connection closed"] != cut.Load() ||
+		answered.Load()+cut.Load() != 300 {
+		t.Errorf("run: %d answers, %d errors %v; server: %d answered, %d cut: want every request sent once and each cut one counted",
+			r.Requests, r.Errors, r.TransportErrors, answered.Load(), cut.Load())
+	}
+}
+
+// A connection reset mid-answer (half the body written, then an RST) is a
+// failure counted once, as a reset.
+func TestResetMidResponseCountedOnce(t *testing.T) {
+	var reset atomic.Int64
+	url := rawServer(t, func(n int64, c *net.TCPConn) bool {
+		if n%2 == 1 {
+			reset.Add(1)
+			_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"))
+			_ = c.SetLinger(0) // close with an RST
+			return false
+		}
+		_, err := c.Write([]byte(okAnswer))
+		return err == nil
+	})
+	r, err := Run(context.Background(), Options{URL: url, Connections: 2, Requests: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reset.Load() != 50 || r.Errors != 50 || r.Requests != 50 || r.TransportErrors["connection reset"]+r.TransportErrors["connection closed"] != 50 {
+		t.Errorf("run: %d answers, %d errors %v; server reset %d: want 50 and 50", r.Requests, r.Errors, r.TransportErrors, reset.Load())
+	}
+	if r.TransportErrors["connection reset"] == 0 {
+		t.Errorf("errors %v: want the resets named", r.TransportErrors)
+	}
+}
+
+// A server that closes idle connections sooner than the client's next
+// request makes that request fail on the connection it reused: each such
+// failure counted once, and the request is not sent again on a new one.
+func TestIdleClosedConnectionsCountedOnce(t *testing.T) {
+	var answered atomic.Int64
+	srv := &fasthttp.Server{Handler: func(*fasthttp.RequestCtx) { answered.Add(1) }, IdleTimeout: 20 * time.Millisecond}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Shutdown() })
+	r, err := Run(context.Background(), Options{URL: "http://" + ln.Addr().String(), Rate: 10, Duration: 2 * time.Second, Connections: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requests != answered.Load() || r.Requests+r.Errors != 20 || r.Errors == 0 || r.TransportErrors["connection closed"] != r.Errors {
+		t.Errorf("run: %d answers, %d errors %v; server answered %d: want 20 sent once each, those on closed connections failed",
+			r.Requests, r.Errors, r.TransportErrors, answered.Load())
 	}
 }

@@ -33,7 +33,9 @@ type sample struct {
 	err     string // why, when no answer
 }
 
-// errorKind names a transport error for the count of errors by kind.
+// errorKind names a transport error for the count of errors by kind: a
+// reset (the peer aborted the connection), a close (it ended the
+// connection before the answer was whole), a timeout, a refused dial.
 func errorKind(err error) string {
 	switch {
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, fasthttp.ErrDialTimeout), os.IsTimeout(err):
@@ -42,7 +44,10 @@ func errorKind(err error) string {
 		return "no free connection"
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "connection refused"
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, fasthttp.ErrConnectionClosed):
+	case errors.Is(err, syscall.ECONNRESET):
+		return "connection reset"
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, fasthttp.ErrConnectionClosed),
+		errors.Is(err, syscall.EPIPE):
 		return "connection closed"
 	}
 	var dns *net.DNSError

@@ -75,7 +75,7 @@ func bare(spec string) {
 	var wg sync.WaitGroup
 	end := time.Now().Add(d)
 	for range conns {
-		c := &fasthttp.HostClient{Addr: strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/"), MaxConns: 1}
+		c := &fasthttp.HostClient{Addr: strings.TrimSuffix(strings.TrimPrefix(u, "http://"), "/"), MaxConns: 1, MaxIdemponentCallAttempts: 1}
 		wg.Go(func() {
 			req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 			req.SetRequestURI(u)

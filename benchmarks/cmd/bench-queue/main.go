@@ -225,7 +225,7 @@ func bareConsume(conn *amqp.Connection, name string, n, prefetch int) (float64, 
 // directHTTP is the function's floor: n POSTs to the runtime process from
 // concurrency clients, with the library the queue-proxy uses.
 func directHTTP(port, n, concurrency int) (float64, error) {
-	c := &fasthttp.HostClient{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxConns: concurrency}
+	c := &fasthttp.HostClient{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxConns: concurrency, MaxIdemponentCallAttempts: 1}
 	var left atomic.Int64
 	left.Store(int64(n))
 	var failed atomic.Value
