@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/needs"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -58,7 +60,7 @@ var cluster struct {
 
 func TestMain(m *testing.M) {
 	if err := connect(); err != nil {
-		if os.Getenv("CI") != "" {
+		if needs.CI() {
 			fmt.Fprintf(os.Stderr, "e2e: the test cluster is needed in CI: %v\n", err)
 			os.Exit(1)
 		}

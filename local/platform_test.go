@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -78,12 +77,7 @@ type platform struct {
 
 func requirePython(t *testing.T) {
 	t.Helper()
-	if _, err := exec.LookPath("python3"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("python3 is required in CI")
-		}
-		t.Skip("python3 not found: the local platform tests run Python functions")
-	}
+	needs.Commands(t, "python3") // the local platform tests run Python functions
 }
 
 func startPlatform(t *testing.T, manifests string) *platform {

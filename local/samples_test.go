@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -37,7 +36,7 @@ var samples = []string{
 func TestSamples(t *testing.T) {
 	needs.Commands(t, "python3", "node", "npm", "go")
 	pgErr := postgresUp()
-	if pgErr != nil && os.Getenv("CI") != "" {
+	if pgErr != nil && needs.CI() {
 		t.Fatalf("PostgreSQL is required in CI: %v", pgErr)
 	}
 	p := startSamples(t)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"sless.dev/sless/internal/needs"
+
 	"sless.dev/sless/apis/v1alpha1"
 )
 
@@ -32,7 +34,7 @@ exports.handle = (event) => {
 
 func TestNodeContract(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "node")
+	needs.Commands(t, "node")
 	dir := scriptSource(t, map[string]string{"index.js": nodeContractHandler})
 	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimeNode, Dir: dir}, t.TempDir())
 	if err != nil {
@@ -49,7 +51,7 @@ func TestNodeContract(t *testing.T) {
 
 func TestNodeAsyncFunctionInSubdirectory(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "node")
+	needs.Commands(t, "node")
 	dir := scriptSource(t, map[string]string{"lib/app.js": `exports.run = async (event) => {
   await new Promise((resolve) => setImmediate(resolve));
   if (event.query.fail) throw new TypeError('later');
@@ -70,7 +72,7 @@ func TestNodeAsyncFunctionInSubdirectory(t *testing.T) {
 // process with exit code 1 and a message naming what is wrong.
 func TestNodeLoadFailures(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "node")
+	needs.Commands(t, "node")
 	dir := scriptSource(t, map[string]string{
 		"index.js":  "exports.handle = (e) => e;\n",
 		"broken.js": "require('not-a-module-anywhere');\n",
@@ -86,7 +88,7 @@ func TestNodeLoadFailures(t *testing.T) {
 // by then npm points at a closed port with an empty npm cache, so a second
 // install would fail.
 func TestNodePackagesInstalled(t *testing.T) {
-	scriptNeed(t, "node", "npm")
+	needs.Commands(t, "node", "npm")
 	dir := scriptSource(t, map[string]string{
 		"package.json": `{"name": "fn", "version": "1.0.0", "dependencies": {"is-number": "7.0.0"}}`,
 		"index.js":     "const isNumber = require('is-number');\nexports.handle = (event) => ({ isNumber: isNumber(event.query.n) });\n",
@@ -124,7 +126,7 @@ func TestNodePackagesInstalled(t *testing.T) {
 // TestNodePackagesFailure checks that a failed npm install is an error
 // naming package.json with npm's reason, and leaves nothing cached.
 func TestNodePackagesFailure(t *testing.T) {
-	scriptNeed(t, "node", "npm")
+	needs.Commands(t, "node", "npm")
 	dir := scriptSource(t, map[string]string{
 		"package.json": `{"name": "fn", "version": "1.0.0", "dependencies": {"is-number": "7.0.0"}}`,
 		"index.js":     "exports.handle = (e) => e;\n",

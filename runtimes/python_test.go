@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"sless.dev/sless/internal/needs"
+
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/wheeltest"
 )
@@ -47,7 +49,7 @@ async def later():
 
 func TestPythonContract(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "python3")
+	needs.Commands(t, "python3")
 	dir := scriptSource(t, map[string]string{"main.py": pythonContractHandler})
 	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir}, t.TempDir())
 	if err != nil {
@@ -67,7 +69,7 @@ func TestPythonContract(t *testing.T) {
 
 func TestPythonAsyncDefHandler(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "python3")
+	needs.Commands(t, "python3")
 	dir := scriptSource(t, map[string]string{"app/__init__.py": "", "app/aio.py": `import asyncio
 
 async def run(event):
@@ -90,7 +92,7 @@ async def run(event):
 // the process with exit code 1 and a message naming what is wrong.
 func TestPythonLoadFailures(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "python3")
+	needs.Commands(t, "python3")
 	dir := scriptSource(t, map[string]string{
 		"main.py":   "def handle(event):\n    return event\n",
 		"broken.py": "import not_a_module_anywhere\n",
@@ -105,7 +107,7 @@ func TestPythonLoadFailures(t *testing.T) {
 // error naming requirements.txt with pip's reason, and is not cached.
 func TestPythonRequirementsFailure(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "python3")
+	needs.Commands(t, "python3")
 	dir := scriptSource(t, map[string]string{"main.py": "def handle(e): return e\n", "requirements.txt": "not a valid requirement!!!\n"})
 	cache := t.TempDir()
 	for range 2 { // the second attempt installs again: a failure is not cached
@@ -130,7 +132,7 @@ func TestPythonRequirementsFailure(t *testing.T) {
 // would fail.
 func TestPythonRequirementsInstalled(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "python3")
+	needs.Commands(t, "python3")
 	wheel := wheeltest.Build(t, "slesstiny", map[string]string{"slesstiny/__init__.py": "VALUE = 'from the wheel'\n"})
 	dir := scriptSource(t, map[string]string{
 		"main.py":          "import slesstiny\n\ndef handle(event):\n    return slesstiny.VALUE\n",
@@ -167,7 +169,7 @@ func TestPythonRequirementsInstalled(t *testing.T) {
 // in a script, rather than only the thread serving the request.
 func TestPythonSysExit(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "python3")
+	needs.Commands(t, "python3")
 	dir := scriptSource(t, map[string]string{"main.py": "import sys\n\ndef handle(event):\n    sys.exit(4)\n"})
 	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir}, t.TempDir())
 	if err != nil {
@@ -188,7 +190,7 @@ func TestPythonSysExit(t *testing.T) {
 // the process serves on.
 func TestPythonAbortedCall(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "python3")
+	needs.Commands(t, "python3")
 	dir := scriptSource(t, map[string]string{"main.py": "import time\ndef handle(event):\n    time.sleep(0.3)\n    return 'x' * 300000\n"})
 	p, _, err := scriptPrepare(t, Source{Runtime: v1alpha1.RuntimePython, Dir: dir}, t.TempDir())
 	if err != nil {

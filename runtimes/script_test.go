@@ -24,25 +24,13 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/needs"
+
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/syncbuf"
 )
-
-// scriptNeed skips the test when a program is not on PATH, and fails it
-// in CI, where every runtime must be tested.
-func scriptNeed(t *testing.T, names ...string) {
-	t.Helper()
-	for _, name := range names {
-		if _, err := exec.LookPath(name); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is needed in CI: %v", name, err)
-			}
-			t.Skipf("%s not on PATH: %v", name, err)
-		}
-	}
-}
 
 // scriptSource writes files (path → content) into a new directory.
 func scriptSource(t *testing.T, files map[string]string) string {
@@ -392,7 +380,7 @@ func TestScriptPrepareErrors(t *testing.T) {
 // the binary into the cache once, under a path that names their content.
 func TestScriptRuntimeFiles(t *testing.T) {
 	t.Parallel()
-	scriptNeed(t, "python3", "node")
+	needs.Commands(t, "python3", "node")
 	dir := scriptSource(t, map[string]string{"main.py": "def handle(e): return e\n", "index.js": "exports.handle = (e) => e;\n"})
 	cache := t.TempDir()
 	for _, c := range []struct {
@@ -472,7 +460,7 @@ func TestScriptRuntimesStopOnSIGTERM(t *testing.T) {
 	} {
 		t.Run(string(tc.runtime), func(t *testing.T) {
 			t.Parallel()
-			scriptNeed(t, tc.interpreter)
+			needs.Commands(t, tc.interpreter)
 			dir := scriptSource(t, map[string]string{tc.file: tc.source})
 			p, _, err := scriptPrepare(t, Source{Runtime: tc.runtime, Dir: dir}, t.TempDir())
 			if err != nil {

@@ -5,10 +5,11 @@ import (
 	"net/http"
 	neturl "net/url"
 	"os"
-	"os/exec"
 	"strconv"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/needs"
 
 	"sless.dev/sless/internal/badclient"
 	"sless.dev/sless/internal/eventually"
@@ -30,12 +31,7 @@ const (
 // starts (util-linux's prlimit).
 func prlimit(t *testing.T, nofile int) []string {
 	t.Helper()
-	if _, err := exec.LookPath("prlimit"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("prlimit (util-linux) is required in CI")
-		}
-		t.Skip("prlimit not found: the slowloris tests limit a process's open files with it")
-	}
+	needs.Commands(t, "prlimit") // util-linux's: the slowloris tests limit a process's open files with it
 	return []string{"prlimit", "--nofile=" + strconv.Itoa(nofile)}
 }
 

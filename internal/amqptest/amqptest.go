@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/needs"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 )
 
@@ -31,7 +33,7 @@ func Channel(t testing.TB) *amqp.Channel {
 	t.Helper()
 	conn, err := amqp.Dial(URL())
 	if err != nil {
-		Missing(t, "RabbitMQ at %s (hack/services.sh starts it): %v", URL(), err)
+		needs.Missing(t, "RabbitMQ at %s (hack/services.sh starts it): %v", URL(), err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	ch, err := conn.Channel()
@@ -39,16 +41,6 @@ func Channel(t testing.TB) *amqp.Channel {
 		t.Fatal(err)
 	}
 	return ch
-}
-
-// Missing fails the test in CI and skips it elsewhere, naming what is
-// missing.
-func Missing(t testing.TB, format string, args ...any) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("missing "+format, args...)
-	}
-	t.Skipf("missing "+format, args...)
 }
 
 var names atomic.Int64
@@ -133,7 +125,7 @@ func Ctl(t testing.TB, args ...string) string {
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "rabbitmqctl", args...).CombinedOutput()
 	if err != nil {
-		Missing(t, "a working rabbitmqctl: rabbitmqctl %s: %v: %s", strings.Join(args, " "), err, out)
+		needs.Missing(t, "a working rabbitmqctl: rabbitmqctl %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 	return string(out)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/needs"
+
 	"github.com/chromedp/chromedp"
 )
 
@@ -33,10 +35,7 @@ func New(t *testing.T, timeout time.Duration) context.Context {
 	t.Helper()
 	bin, err := Binary()
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal("chromium is required in CI (apt-get install chromium)")
-		}
-		t.Skip("no chromium: apt-get install chromium, or set SLESS_CHROMIUM")
+		needs.Missing(t, "chromium: apt-get install chromium, or set SLESS_CHROMIUM")
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), Options(bin, t.TempDir())...)
 	ctx, cancelTab := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))

@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/needs"
+
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -47,10 +49,7 @@ func Start(t testing.TB) *rest.Config {
 	}
 	assets, err := assetsDir(root)
 	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("test control plane: %v", err)
-		}
-		t.Skipf("test control plane: %v (run `make controlplane` or `make test`)", err)
+		needs.Missing(t, "the test control plane: %v (run `make controlplane` or `make test`)", err)
 	}
 	keda, err := moduleDir(root, kedaModule)
 	if err != nil {

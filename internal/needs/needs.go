@@ -1,13 +1,39 @@
-// Package needs lets a test say which commands it runs: missing ones fail
-// the test in CI (CI set), and skip it elsewhere, naming them.
+// Package needs decides, for every test that needs a service or a command,
+// whether its absence fails the test (in CI) or skips it (elsewhere, naming
+// what is missing). One decision for all: a test that skipped in CI
+// because its helper read CI another way would pass without running.
 package needs
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 )
+
+// CI reports whether the tests run in CI: the variable CI set to anything
+// but "", "0" or "false" (CI systems set "true" or "1").
+func CI() bool { return isCI(os.Getenv("CI")) }
+
+func isCI(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false":
+		return false
+	}
+	return true
+}
+
+// Missing fails the test in CI and skips it elsewhere, saying what is
+// missing.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	what := fmt.Sprintf(format, args...)
+	if CI() {
+		t.Fatalf("needed in CI, missing: %s", what)
+	}
+	t.Skipf("skipped, missing: %s", what)
+}
 
 // Commands requires every named command on PATH.
 func Commands(t testing.TB, names ...string) {
@@ -18,11 +44,7 @@ func Commands(t testing.TB, names ...string) {
 			missing = append(missing, name)
 		}
 	}
-	if len(missing) == 0 {
-		return
+	if len(missing) > 0 {
+		Missing(t, "%s, not on PATH", strings.Join(missing, ", "))
 	}
-	if os.Getenv("CI") != "" {
-		t.Fatalf("this test needs %s, missing in CI", strings.Join(missing, ", "))
-	}
-	t.Skipf("this test needs %s, not found", strings.Join(missing, ", "))
 }

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"sless.dev/sless/internal/needs"
+
 	"github.com/jackc/pgx/v5"
 
 	"sless.dev/sless/internal/eventually"
@@ -33,10 +35,7 @@ func DB(t testing.TB) (url, name string) {
 	defer cancel()
 	admin, err := pgx.Connect(ctx, ServerURL())
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("PostgreSQL is required in CI: %v", err)
-		}
-		t.Skipf("PostgreSQL not reachable (%v): set SLESS_TEST_POSTGRES or start it", err)
+		needs.Missing(t, "PostgreSQL (%v): set SLESS_TEST_POSTGRES or start it", err)
 	}
 	defer admin.Close(ctx)
 	name = "sless_test_" + rand.Text()[:12]

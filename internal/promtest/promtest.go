@@ -10,10 +10,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
 	"testing"
 	"time"
+
+	"sless.dev/sless/internal/needs"
 )
 
 // Require returns the path of bin (prometheus or promtool), failing the
@@ -24,11 +25,7 @@ func Require(t testing.TB, bin string) string {
 	if err == nil {
 		return path
 	}
-	const why = "%s not on PATH: install the Debian package prometheus (apt-get install prometheus)"
-	if os.Getenv("CI") != "" {
-		t.Fatalf(why, bin)
-	}
-	t.Skipf(why, bin)
+	needs.Missing(t, "%s, not on PATH: install the Debian package prometheus (apt-get install prometheus)", bin)
 	return ""
 }
 
