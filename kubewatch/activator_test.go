@@ -18,7 +18,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -119,23 +118,17 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 	if _, err := slices.Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "the function to have no ready instance", func() bool {
-		done := make(chan int, 1)
-		go func() { done <- get(base) }()
-		select {
-		case <-done:
-			return false // still served
-		case <-time.After(200 * time.Millisecond):
-			return a.Buffered()[types.NamespacedName{Namespace: "default", Name: "hello"}] > 0
-		}
-	})
+	eventually.True(t, "the function to have no ready instance", func() bool { return instances(a) == 0 })
+	waited := sendWaiting(t, a, base)
 
-	// Making the second ready serves the waiting requests.
+	// Making the second ready serves the waiting request.
 	second.Endpoints[0].Conditions = discoveryv1.EndpointConditions{Ready: ptr.To(true)}
 	if _, err := slices.Update(ctx, second, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually.True(t, "waiting requests served", func() bool { return a.Buffered()[types.NamespacedName{Namespace: "default", Name: "hello"}] == 0 })
+	if code := <-waited; code != 200 {
+		t.Errorf("the request waiting when the second became ready: %d, want 200", code)
+	}
 	if code := get(base); code != 200 {
 		t.Errorf("after the second became ready: %d, want 200", code)
 	}
@@ -146,11 +139,29 @@ func TestEndpointSlicesRouteTraffic(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually.True(t, "requests to buffer after the slices are gone", func() bool {
-		go get(base)
-		time.Sleep(50 * time.Millisecond)
-		return a.Buffered()[types.NamespacedName{Namespace: "default", Name: "hello"}] > 0
-	})
+	eventually.True(t, "the function to have no instance after the slices are gone", func() bool { return instances(a) == 0 })
+	sendWaiting(t, a, base)
+}
+
+// instances counts the instances the activator routes hello to.
+func instances(a *activator.Activator) int {
+	for _, fn := range a.Functions() {
+		if fn.Name == "hello" {
+			return fn.Instances
+		}
+	}
+	return -1
+}
+
+// sendWaiting sends one request to a function with no instance and waits
+// until the activator holds it; its status arrives on the channel once
+// answered.
+func sendWaiting(t *testing.T, a *activator.Activator, url string) <-chan int {
+	t.Helper()
+	done := make(chan int, 1)
+	go func() { done <- get(url) }()
+	eventually.True(t, "the request to wait for an instance", func() bool { return a.Waiting("default", "hello") == 1 })
+	return done
 }
 
 // loopbackDial sends <anything>.sless.test:<port> to 127.0.0.1:<port> and
