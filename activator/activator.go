@@ -271,12 +271,16 @@ func (a *Activator) Waiting(namespace, name string) int {
 	return 0
 }
 
+// UnknownFunction is the error of the 404 answered for a path or host that
+// names no function served.
+const UnknownFunction = "unknown function"
+
 // ServeHTTP is the fasthttp handler of the invocation port.
 func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	rt, rest, ok := a.routes.match(ctx.Request.Header.RequestURI(), ctx.Host(), a.cfg.Domain)
 	if !ok || rt == nil || !rt.fn.HTTP {
-		msg := "unknown function"
+		msg := UnknownFunction
 		if rt != nil && rt.fn.DisabledHTTP != "" {
 			msg = "trigger " + rt.fn.DisabledHTTP + " of " + rt.fn.Namespace + "/" + rt.fn.Name + " is disabled (enabled: false)"
 		}

@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -326,6 +327,85 @@ func TestServer(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("Run after drain = %v", err)
 	}
+}
+
+// Once unready, the activator closes each kept-alive connection with its
+// next answer (Connection: close), a connection from before the signal as
+// a new one, so that its clients move to another activator during the
+// propagation delay: none is left for the drain to close under a request.
+func TestDrainClosesKeptConnections(t *testing.T) {
+	a, err := New(Config{}, &countingPoker{}, invocation.NewRing(10), prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
+	srv := &Server{Activator: a, DrainTimeout: time.Second, PropagationDelay: 10 * time.Second, Log: quiet,
+		Admin: AdminServer{Activator: a, Registry: prometheus.NewRegistry(), Log: quiet}}
+	serving, _ := net.Listen("tcp", "127.0.0.1:0")
+	admin, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx, serving, admin) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v", err)
+		}
+	}()
+	kept := dialRaw(t, serving.Addr().String())
+	if closes := kept.get(t); closes {
+		t.Fatal("an answer before the signal closes its connection")
+	}
+	cancel()
+	eventually.True(t, "the activator unready", func() bool {
+		code, _ := get(t, "http://"+admin.Addr().String()+"/readyz")
+		return code == 503
+	})
+	for _, c := range []*rawConn{kept, dialRaw(t, serving.Addr().String())} {
+		if closes := c.get(t); !closes {
+			t.Error("an answer while unready keeps its connection open: want Connection: close")
+		}
+		if _, err := c.r.ReadByte(); err != io.EOF {
+			t.Errorf("the connection after the answer that closes it: %v, want EOF", err)
+		}
+	}
+}
+
+// rawConn is one kept-alive client connection to the activator.
+type rawConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func dialRaw(t *testing.T, addr string) *rawConn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &rawConn{Conn: c, r: bufio.NewReader(c)}
+}
+
+// get sends a GET of the function on the connection and reads its 200,
+// reporting whether the answer closes the connection.
+func (c *rawConn) get(t *testing.T) (closes bool) {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(eventually.Within))
+	if _, err := io.WriteString(c, "GET /fn/ns/hello/echo HTTP/1.1\r\nHost: fn\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(c.r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("GET: %s", resp.Status)
+	}
+	return resp.Close
 }
 
 // checkFireRoute: the scheduler's fire route sends a fire with its time and

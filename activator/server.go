@@ -97,12 +97,18 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 }
 
 // serveHTTP is the invocation handler: once unready, each answer closes its
-// connection.
+// connection, so that a kept-alive client reconnects to another activator
+// before this one drains. Said after the answer is made: making it takes
+// the instance's response head in place of the client's, and drops the
+// instance's Connection field, which is no reason to close the client's.
+// (Said before, it was lost: every kept-alive connection stayed to the
+// end of the propagation delay, when the drain closed it idle, and the
+// request a client sent on it at that moment was lost.)
 func (s *Server) serveHTTP(ctx *fasthttp.RequestCtx) {
+	s.Activator.ServeHTTP(ctx)
 	if s.draining.Load() {
 		ctx.SetConnectionClose()
 	}
-	s.Activator.ServeHTTP(ctx)
 }
 
 // readError answers a request that could not be read.
