@@ -27,10 +27,12 @@ build: console
 
 ## images: the sless image and the runtime base images (runtime-python,
 ## runtime-node from Debian's packages), built without a container engine
-## into OCI layouts under bin/images; REGISTRY=host:port/path pushes them too
+## into OCI layouts under $(IMAGES_OUT)/images (bin/images); REGISTRY=host:port/path
+## pushes them too
+IMAGES_OUT ?= bin
 images: console
-	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o bin/linux/sless ./cmd/sless
-	$(GO) run ./hack/images -sless bin/linux/sless -version $(VERSION) -out bin/images $(if $(REGISTRY),-push $(REGISTRY))
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o $(IMAGES_OUT)/linux/sless ./cmd/sless
+	$(GO) run ./hack/images -sless $(IMAGES_OUT)/linux/sless -version $(VERSION) -out $(IMAGES_OUT)/images $(if $(REGISTRY),-push $(REGISTRY))
 
 ## run: the local platform (sless dev) on the samples in config/samples/functions;
 ## ARGS adds flags (ARGS=--prometheus runs Prometheus beside it)
