@@ -4,17 +4,16 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"slices"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/invocation"
 )
 
@@ -40,65 +39,43 @@ func scaleAutoscaler(t *testing.T, replicas int32) {
 	})
 }
 
-// cronRecords reads the cron invocations of a function from every
-// activator: each keeps the records of what passed through it.
-func cronRecords(t *testing.T, ns, name string) []invocation.Record {
-	t.Helper()
-	var list corev1.PodList
-	if err := cluster.c.List(context.Background(), &list, client.InNamespace("sless-system"),
-		client.MatchingLabels{"app.kubernetes.io/name": "sless-activator"}); err != nil {
-		t.Fatal(err)
-	}
-	token := adminToken(t)
-	var all []invocation.Record
-	for _, p := range list.Items {
-		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
-			continue
-		}
-		req, _ := http.NewRequest(http.MethodGet, "http://"+p.Status.PodIP+":9090/v1/namespaces/"+ns+"/functions/"+name+"/invocations?trigger=cron&limit=100", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := httpClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var page struct{ Invocations []invocation.Record }
-		err = json.NewDecoder(resp.Body).Decode(&page)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("invocations from %s: %s %v", p.Name, resp.Status, err)
-		}
-		all = append(all, page.Invocations...)
-	}
-	slices.SortFunc(all, func(a, b invocation.Record) int { return a.Start.Compare(b.Start) })
-	return all
-}
-
 // With two autoscaler replicas, a cron trigger fires once per time, and
-// pre-warm has an instance ready for the fire: no fire waits for a start.
+// pre-warm has an instance ready for the fire: no fire waits for a start,
+// though the function is at zero, without a pod, between fires.
 func TestCronOnceWarm(t *testing.T) {
 	scaleAutoscaler(t, 2)
 	t.Cleanup(func() { scaleAutoscaler(t, 1) })
 	ns := namespace(t, "e2e-cron")
+	// Idle 6 s after a fire, the function goes to zero and its pod leaves
+	// (its pre-stop wait is 5 s) well before the next pre-warm, 30 s on.
 	sless(t, "deploy", "-n", ns, "-f", manifest(t, "tick", "go", "hello-go", "Handle",
 		"  scale: {initial: 0, window: 6s, scaleToZeroGracePeriod: 0s}\n"+
-			"  triggers:\n    - {name: every, cron: {schedule: \"@every 20s\", preWarm: 10s}}\n"))
+			"  triggers:\n    - {name: every, cron: {schedule: \"@every 40s\", preWarm: 10s}}\n"))
 	var fires []invocation.Record
-	waitFor(t, "three cron fires", func() bool {
-		fires = cronRecords(t, ns, "tick")
+	var zero []time.Time // when the function was seen without a pod
+	eventually.TrueWithin(t, 2*within, "three cron fires", func() bool {
+		if len(pods(t, ns, "tick")) == 0 {
+			zero = append(zero, time.Now())
+		}
+		fires = records(t, ns, "tick", "trigger=cron")
 		return len(fires) >= 3
 	})
 	for i, f := range fires {
 		if f.Status != http.StatusOK {
 			t.Errorf("fire at %s: %d %s", f.Start, f.Status, f.Error)
 		}
-		if i > 0 && f.Start.Sub(fires[i-1].Start) < 10*time.Second {
+		if i > 0 && f.Start.Sub(fires[i-1].Start) < 20*time.Second {
 			t.Errorf("fires at %s and %s: one time fired twice", fires[i-1].Start, f.Start)
 		}
 	}
-	// The first fire may come before its pre-warm could start anything.
-	for _, f := range fires[1:] {
+	// The first fire may come before its pre-warm could start anything;
+	// each later one found the instance its pre-warm started, from zero.
+	for i, f := range fires[1:] {
 		if f.ColdStart {
 			t.Errorf("the fire at %s waited for a cold start: pre-warm did not have an instance ready", f.Start)
+		}
+		if !slices.ContainsFunc(zero, func(z time.Time) bool { return z.After(fires[i].Start) && z.Before(f.Start) }) {
+			t.Errorf("no moment at zero seen between the fires at %s and %s: the instance was warm without pre-warm", fires[i].Start, f.Start)
 		}
 	}
 }

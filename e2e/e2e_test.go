@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -25,14 +26,17 @@ import (
 
 	"sless.dev/sless/internal/needs"
 
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sless.dev/sless/activator"
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/wire"
@@ -50,9 +54,14 @@ var (
 	bases = registry + "/sless"
 )
 
+// nodeIP is this machine's address on the cluster's bridge (make cluster's
+// NODE_IP): pods reach the machine's RabbitMQ and PostgreSQL there, relayed,
+// and a test's own servers listening on it.
+const nodeIP = "10.244.0.1"
+
 // cluster is what every test reaches the cluster by.
 var cluster struct {
-	c client.Client
+	c client.WithWatch
 	// activator and admin are the activator Service's invocation and
 	// admin URLs, by its cluster IP (reachable from this machine).
 	activator, admin string
@@ -117,7 +126,10 @@ func connect() error {
 	if err := v1alpha1.AddToScheme(scheme); err != nil {
 		return err
 	}
-	if cluster.c, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+	if err := kedav1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if cluster.c, err = client.NewWithWatch(cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -170,7 +182,22 @@ func namespace(t *testing.T, prefix string) string {
 		}
 		_ = cluster.c.Delete(context.Background(), ns)
 	})
+	podSecurityEnforced(t, name)
 	return name
+}
+
+// podSecurityEnforced checks that a namespace refuses a pod that Pod
+// Security "restricted" forbids (root allowed, privilege escalation,
+// every capability, no seccomp profile): its label is enforced, not only
+// set. The pod is sent as a dry run, so nothing is created if it is not.
+func podSecurityEnforced(t *testing.T, ns string) {
+	t.Helper()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "unrestricted"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: bases + "/runtime-python"}}}}
+	err := cluster.c.Create(context.Background(), pod, client.DryRunAll)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `violates PodSecurity "restricted`) {
+		t.Fatalf("namespace %s took a pod that Pod Security restricted forbids: %v", ns, err)
+	}
 }
 
 // dumpNamespace logs what a failed test leaves in its namespace.
@@ -202,20 +229,72 @@ func sless(t *testing.T, args ...string) string {
 	return out.String()
 }
 
-// invoke calls a function through the activator.
-func invoke(ns, name, rest string) (int, string, error) {
+// answer is a function's answer through the activator.
+type answer struct {
+	code   int
+	header http.Header
+	body   string
+	// took is the call's time, from the request to the answer's end.
+	took time.Duration
+}
+
+// invoke calls a function through the activator once.
+func invoke(ns, name, rest string) (answer, error) {
+	start := time.Now()
 	resp, err := httpClient.Get(cluster.activator + "/fn/" + ns + "/" + name + rest)
 	if err != nil {
-		return 0, "", err
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body), err
+	return answer{code: resp.StatusCode, header: resp.Header, body: string(body), took: time.Since(start)}, err
+}
+
+// invokeKnown calls a function through the activator, asking again only
+// while the activators do not know it yet (their 404 "unknown function": a
+// Function just applied reaches them through their watch). Any other
+// answer is returned as the first one given, for the test to judge: a
+// retry on the function's own answers would hide its failures. A call
+// without an answer is an error at once.
+func invokeKnown(ns, name, rest string) (answer, error) {
+	var a answer
+	var err error
+	known := eventually.Holds(within, func() bool {
+		a, err = invoke(ns, name, rest)
+		return err != nil || !unknownFunction(a)
+	})
+	if err != nil {
+		return a, fmt.Errorf("invoke %s/%s%s: %w", ns, name, rest, err)
+	}
+	if !known {
+		return a, fmt.Errorf("the activators did not know %s/%s within %s", ns, name, within)
+	}
+	return a, nil
+}
+
+// mustInvokeKnown is invokeKnown failing the test on an error; from the
+// test's goroutine only.
+func mustInvokeKnown(t *testing.T, ns, name, rest string) answer {
+	t.Helper()
+	a, err := invokeKnown(ns, name, rest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// unknownFunction tells the activator's own 404 for a function it does
+// not know from any other 404, such as the function's.
+func unknownFunction(a answer) bool {
+	var e struct{ Error, Path string }
+	return a.code == http.StatusNotFound && json.Unmarshal([]byte(a.body), &e) == nil && e.Error == activator.UnknownFunction && e.Path != ""
 }
 
 // httpClient bounds every call: a function at zero starts in seconds, and
-// no test waits on a hung connection.
-var httpClient = &http.Client{Timeout: 2 * time.Minute}
+// no test waits on a hung connection. Each request has a connection of its
+// own: net/http sends a request again when a kept-alive connection closes
+// before its answer, and a test must see every failure.
+var httpClient = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 
 // pods lists a function's pods.
 func pods(t *testing.T, ns, name string) []corev1.Pod {

@@ -4,61 +4,71 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
+	kedav1alpha1 "github.com/kedacore/keda/v2/apis/keda/v1alpha1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/amqptest"
-	"sless.dev/sless/invocation"
 )
 
-// handled sums, over every activator, the invocations of a function by a
-// trigger that were answered 200: each activator keeps the records that
-// passed through it (the queue-proxies post theirs through the Service).
-func handled(t *testing.T, ns, name, trigger string) int64 {
+// handledIDs collects the ids that a test's functions report handled, by
+// POST to the URL it returns, reachable from pods: a set, so that a
+// message delivered twice cannot stand in for one never delivered.
+func handledIDs(t *testing.T) (url string, ids func() map[string]bool) {
 	t.Helper()
-	var list corev1.PodList
-	if err := cluster.c.List(context.Background(), &list, client.InNamespace("sless-system"),
-		client.MatchingLabels{"app.kubernetes.io/name": "sless-activator"}); err != nil {
+	ln, err := net.Listen("tcp", net.JoinHostPort(nodeIP, "0"))
+	if err != nil {
 		t.Fatal(err)
 	}
-	token := adminToken(t)
-	var n int64
-	for _, p := range list.Items {
-		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
-			continue
-		}
-		req, _ := http.NewRequest(http.MethodGet, "http://"+p.Status.PodIP+":9090/v1/namespaces/"+ns+"/functions/"+name+"/invocations/summary", nil)
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := httpClient.Do(req)
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		id, err := io.ReadAll(io.LimitReader(r.Body, 1<<10))
 		if err != nil {
-			t.Fatal(err)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
 		}
-		var s invocation.Summary
-		err = json.NewDecoder(resp.Body).Decode(&s)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			t.Fatalf("summary from %s: %s %v", p.Name, resp.Status, err)
-		}
-		for _, tr := range s.Triggers {
-			if tr.Trigger == trigger {
-				n += tr.Count - tr.Errors
-			}
-		}
+		mu.Lock()
+		seen[string(id)] = true
+		mu.Unlock()
+	})}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return "http://" + ln.Addr().String() + "/", func() map[string]bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(seen)
 	}
-	return n
 }
 
+// worker is a Python function that takes 50 ms a message and reports the
+// message's body, its id, to HANDLED_URL.
+const worker = `import os, time, urllib.request
+
+def handle(event):
+    time.sleep(0.05)
+    urllib.request.urlopen(urllib.request.Request(os.environ['HANDLED_URL'], data=event['body'].encode(), method='POST'), timeout=30).read()
+    return 'ok'
+`
+
 // RabbitMQ through the real KEDA and HPA: 5,000 messages to a function at
-// zero wake it, the HPA scales it past one pod, every message is handled
-// (none is dead-lettered), and it returns to zero.
+// zero wake it, KEDA's HPA wants more than one pod, every message is handled
+// (each id reported, none dead-lettered), and it returns to zero.
 func TestRabbitMQThroughKEDA(t *testing.T) {
 	ns := namespace(t, "e2e-keda")
 	ch := amqptest.Channel(t)
@@ -66,52 +76,80 @@ func TestRabbitMQThroughKEDA(t *testing.T) {
 	dlq := amqptest.Queue(t, ch, "keda-dlq")
 	// The machine's broker, relayed onto the bridge: pods reach it there.
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "amqp"},
-		StringData: map[string]string{"url": "amqp://guest:guest@10.244.0.1:5672/"}}
+		StringData: map[string]string{"url": "amqp://guest:guest@" + nodeIP + ":5672/"}}
 	if err := cluster.c.Create(context.Background(), secret); err != nil {
 		t.Fatal(err)
 	}
+	handledURL, handled := handledIDs(t)
 	src := filepath.Join(t.TempDir(), "worker")
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// 50 ms a message, 10 at a time: one instance takes 25 s for the
-	// lot, long enough for the HPA to add more.
-	if err := os.WriteFile(filepath.Join(src, "main.py"), []byte("import time\n\ndef handle(event):\n    time.sleep(0.05)\n    return 'ok'\n"), 0o644); err != nil {
+	// 10 at a time, one instance takes 25 s for the lot: long enough for
+	// the HPA to want more.
+	if err := os.WriteFile(filepath.Join(src, "main.py"), []byte(worker), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	file := filepath.Join(filepath.Dir(src), "worker.yaml")
 	manifest := fmt.Sprintf("apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: worker}\nspec:\n  runtime: python\n  source: ./worker\n"+
+		"  env: [{name: HANDLED_URL, value: %q}]\n"+
 		"  scale: {initial: 0, max: 4, window: 10s, scaleToZeroGracePeriod: 5s}\n"+
-		"  triggers:\n    - {name: jobs, rabbitmq: {queue: %s, connectionSecret: amqp, prefetch: 10, targetQueueLength: 5, deadLetterQueue: %s}}\n", queue, dlq)
+		"  triggers:\n    - {name: jobs, rabbitmq: {queue: %s, connectionSecret: amqp, prefetch: 10, targetQueueLength: 5, deadLetterQueue: %s}}\n",
+		handledURL, queue, dlq)
 	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	sless(t, "deploy", "-f", file, "-n", ns)
-	waitFor(t, "KEDA to take the ScaledObject, the function at zero", func() bool {
-		fn := function(t, ns, "worker")
-		for _, c := range fn.Status.Conditions {
-			if c.Type == "ScalingReady" && c.Status == metav1.ConditionTrue {
-				return len(pods(t, ns, "worker")) == 0
-			}
-		}
-		return false
+	waitFor(t, "KEDA to take the ScaledObject as ready, the function at zero", func() bool {
+		return scaledObjectReady(t, ns, "worker") && len(pods(t, ns, "worker")) == 0
 	})
 
 	bodies := make([][]byte, 5000)
 	for i := range bodies {
-		bodies[i] = fmt.Appendf(nil, `{"n":%d}`, i)
+		bodies[i] = fmt.Appendf(nil, "%d", i)
 	}
 	amqptest.Publish(t, ch, queue, bodies...)
-	peak := 0
+	var desired int32
 	waitFor(t, "every message handled", func() bool {
-		peak = max(peak, readyPods(t, ns, "worker"))
-		return handled(t, ns, "worker", "rabbitmq") >= 5000 && amqptest.Depth(t, ch, queue) == 0
+		desired = max(desired, hpaDesired(t, ns, "keda-hpa-worker"))
+		return len(handled()) == len(bodies) && amqptest.Depth(t, ch, queue) == 0
 	})
-	if peak < 2 {
-		t.Errorf("at most %d instance ready while 5,000 messages waited: the HPA did not scale past one", peak)
+	ids := handled()
+	for _, b := range bodies {
+		if !ids[string(b)] {
+			t.Errorf("message %s never handled", b)
+		}
+	}
+	if desired < 2 {
+		t.Errorf("KEDA's HPA wanted at most %d replicas while 5,000 messages waited, want 2 or more", desired)
 	}
 	if n := amqptest.Depth(t, ch, dlq); n != 0 {
 		t.Errorf("%d messages dead-lettered", n)
 	}
 	waitFor(t, "the function back at zero", func() bool { return len(pods(t, ns, "worker")) == 0 })
+}
+
+// scaledObjectReady reports whether KEDA took a function's ScaledObject as
+// ready (its own condition, for its own reason) and the Function says KEDA
+// writes its replicas.
+func scaledObjectReady(t *testing.T, ns, name string) bool {
+	t.Helper()
+	var so kedav1alpha1.ScaledObject
+	if err := cluster.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &so); err != nil {
+		return false
+	}
+	ready := so.Status.Conditions.GetReadyCondition()
+	fn := meta.FindStatusCondition(function(t, ns, name).Status.Conditions, v1alpha1.ConditionScalingReady)
+	return ready.IsTrue() && ready.Reason == kedav1alpha1.ScaledObjectConditionReadySuccessReason &&
+		fn != nil && fn.Status == metav1.ConditionTrue && fn.Reason == v1alpha1.ReasonScaledObjectReady
+}
+
+// hpaDesired is the desired replicas of an HPA, 0 before it has any.
+func hpaDesired(t *testing.T, ns, name string) int32 {
+	t.Helper()
+	var hpa autoscalingv2.HorizontalPodAutoscaler
+	if err := cluster.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &hpa); err != nil {
+		return 0
+	}
+	return hpa.Status.DesiredReplicas
 }

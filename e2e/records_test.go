@@ -8,17 +8,21 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/jackc/pgx/v5"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sless.dev/sless/internal/browsertest"
 	"sless.dev/sless/internal/pgtest"
+	"sless.dev/sless/invocation"
 )
 
 // useDatabase points the activators at dbURL (the Secret sless-database,
@@ -74,16 +78,18 @@ func TestRecordsAndAdmin(t *testing.T) {
 		t.Fatal(err)
 	}
 	local := u.String()
-	u.Host = "10.244.0.1:5432" // the machine's PostgreSQL, relayed onto the bridge
+	u.Host = nodeIP + ":5432" // the machine's PostgreSQL, relayed onto the bridge
 	useDatabase(t, u.String())
 
 	ns := namespace(t, "e2e-records")
 	sless(t, "deploy", "-n", ns, "-f", manifest(t, "rec", "go", "hello-go", "Handle", "  scale: {initial: 1}\n"))
-	for range 5 {
-		waitFor(t, "an answer", func() bool {
-			code, _, err := invoke(ns, "rec", "?name=records")
-			return err == nil && code == 200
-		})
+	if a := mustInvokeKnown(t, ns, "rec", "?name=records"); a.code != 200 {
+		t.Fatalf("rec: %d %s", a.code, a.body)
+	}
+	for range 4 {
+		if a, err := invoke(ns, "rec", "?name=records"); err != nil || a.code != 200 {
+			t.Fatalf("rec: %d %s %v", a.code, a.body, err)
+		}
 	}
 	conn, err := pgx.Connect(context.Background(), local)
 	if err != nil {
@@ -98,7 +104,7 @@ func TestRecordsAndAdmin(t *testing.T) {
 	})
 
 	token := adminToken(t)
-	for _, path := range []string{"/v1/functions", "/v1/namespaces/" + ns + "/functions/rec/invocations", "/"} {
+	for _, path := range []string{"/v1/functions", "/v1/namespaces/" + ns + "/functions/rec/invocations"} {
 		req, _ := http.NewRequest(http.MethodGet, cluster.admin+path, nil)
 		req.Header.Set("Authorization", "Bearer "+token)
 		resp, err := httpClient.Do(req)
@@ -107,9 +113,29 @@ func TestRecordsAndAdmin(t *testing.T) {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || (path != "/" && !strings.Contains(string(body), "rec")) {
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "rec") {
 			t.Errorf("GET %s through the admin Service: %s %.300s", path, resp.Status, body)
 		}
+	}
+
+	// The console, in a browser, through the same Service: logged in with
+	// the token, its list shows the function.
+	ctx := browsertest.New(t, 2*time.Minute)
+	row := `#functions tbody tr[data-function="` + ns + `/rec"]`
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(cluster.admin+"/"),
+		chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), token),
+		chromedp.Submit(chromedp.CSS("#token")),
+		chromedp.WaitVisible(chromedp.CSS(row))); err != nil {
+		t.Fatalf("the console's list with %s/rec: %v", ns, err)
+	}
+	state, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(row+" .state")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if state == "" {
+		t.Errorf("the console shows %s/rec without a state", ns)
 	}
 }
 
@@ -133,6 +159,40 @@ func adminGet(t *testing.T, path string, out any) {
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
+}
+
+// records reads a function's invocations, those query selects, from every
+// activator (each keeps the records of what passed through it), oldest
+// first.
+func records(t *testing.T, ns, name, query string) []invocation.Record {
+	t.Helper()
+	var list corev1.PodList
+	if err := cluster.c.List(context.Background(), &list, client.InNamespace("sless-system"),
+		client.MatchingLabels{"app.kubernetes.io/name": "sless-activator"}); err != nil {
+		t.Fatal(err)
+	}
+	token := adminToken(t)
+	var all []invocation.Record
+	for _, p := range list.Items {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		req, _ := http.NewRequest(http.MethodGet, "http://"+p.Status.PodIP+":9090/v1/namespaces/"+ns+"/functions/"+name+"/invocations?limit=100&"+query, nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := httpClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var page struct{ Invocations []invocation.Record }
+		err = json.NewDecoder(resp.Body).Decode(&page)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("invocations from %s: %s %v", p.Name, resp.Status, err)
+		}
+		all = append(all, page.Invocations...)
+	}
+	slices.SortFunc(all, func(a, b invocation.Record) int { return a.Start.Compare(b.Start) })
+	return all
 }
 
 // adminToken is the admin API's token, from the Secret the activators

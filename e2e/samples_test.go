@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,8 +14,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"sless.dev/sless/internal/eventually"
 )
 
 // sampleCalls is a call of each sample and stress function and what its
@@ -55,34 +54,37 @@ func TestSamples(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, c := range sampleCalls {
 		wg.Go(func() {
-			var code int
-			var body string
-			var err error
-			if !eventually.Holds(within, func() bool {
-				code, body, err = invoke(ns, c.name, c.rest)
-				return err == nil && code == c.code && strings.Contains(body, c.want)
-			}) {
-				t.Errorf("%s%s: %d %q %v, want %d with %q", c.name, c.rest, code, body, err, c.code, c.want)
+			a, err := invokeKnown(ns, c.name, c.rest)
+			if err != nil || a.code != c.code || !strings.Contains(a.body, c.want) {
+				t.Errorf("%s%s: %d %q %v, want %d with %q", c.name, c.rest, a.code, a.body, err, c.code, c.want)
 			}
 		})
 	}
 	wg.Wait()
 }
 
-// kubectl shows a Function's real counts, and deleting it leaves nothing:
-// the garbage collector removes its Deployment, Service and pods.
+// kubectl shows a Function's real counts, the Deployment's own, at one
+// instance and at zero; deleting it leaves nothing: the garbage collector
+// removes its Deployment, Service and pods.
 func TestKubectl(t *testing.T) {
 	ns := namespace(t, "e2e-kubectl")
-	sless(t, "deploy", "-f", filepath.Join(root, "config/samples/functions/hello.yaml"), "-n", ns)
-	waitFor(t, "hello-go answering", func() bool {
-		code, _, err := invoke(ns, "hello-go", "")
-		return err == nil && code == 200
-	})
-	waitFor(t, "kubectl get fn to show hello-go ready, 1 of 1", func() bool {
-		out, err := kubectl(t, "-n", ns, "get", "fn", "hello-go", "--no-headers")
-		f := strings.Fields(out)
-		return err == nil && len(f) >= 4 && f[0] == "hello-go" && f[1] == "True" && f[2] == "1" && f[3] == "1"
-	})
+	sless(t, "deploy", "-n", ns, "-f", manifest(t, "hello-go", "go", "hello-go", "Handle",
+		"  scale: {initial: 1, window: 6s, scaleToZeroGracePeriod: 0s}\n"))
+	if a := mustInvokeKnown(t, ns, "hello-go", ""); a.code != 200 {
+		t.Fatalf("hello-go: %d %s", a.code, a.body)
+	}
+	for _, replicas := range []int32{1, 0} { // idle, it scales to zero
+		waitFor(t, fmt.Sprintf("kubectl get fn to show hello-go ready with the Deployment's %d replicas", replicas), func() bool {
+			var d appsv1.Deployment
+			if err := cluster.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "hello-go"}, &d); err != nil ||
+				d.Spec.Replicas == nil || *d.Spec.Replicas != replicas || d.Status.Replicas != replicas || d.Status.ReadyReplicas != replicas {
+				return false
+			}
+			out, err := kubectl(t, "-n", ns, "get", "fn", "hello-go", "--no-headers")
+			row, want := strings.Join(strings.Fields(out), " "), fmt.Sprintf("hello-go True %d %d ", d.Status.Replicas, *d.Spec.Replicas)
+			return err == nil && strings.HasPrefix(row+" ", want)
+		})
+	}
 	if out, err := kubectl(t, "-n", ns, "delete", "fn", "hello-go", "--wait=true", "--timeout=2m"); err != nil {
 		t.Fatalf("kubectl delete fn: %v\n%s", err, out)
 	}

@@ -5,14 +5,21 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"sless.dev/sless/controller"
 )
 
 // manifest writes a manifest of one Function whose source is a sample's,
@@ -57,13 +64,13 @@ func TestFromZero(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 300 {
 		wg.Go(func() {
-			code, body, err := invoke(ns, "slow", "?seconds=0")
-			if err == nil && code == 200 {
+			a, err := invoke(ns, "slow", "?seconds=0")
+			if err == nil && a.code == 200 {
 				ok.Add(1)
 				return
 			}
 			failed.Add(1)
-			first.Do(func() { t.Errorf("a request at zero: %d %q %v", code, body, err) })
+			first.Do(func() { t.Errorf("a request at zero: %d %q %v", a.code, a.body, err) })
 		})
 	}
 	wg.Wait()
@@ -94,7 +101,7 @@ func TestFromZero(t *testing.T) {
 	for range 30 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				if code, _, err := invoke(ns, "slow", "?seconds=1"); err != nil || code != 200 {
+				if a, err := invoke(ns, "slow", "?seconds=1"); err != nil || a.code != 200 {
 					loadErrors.Add(1)
 				}
 			}
@@ -109,43 +116,68 @@ func TestFromZero(t *testing.T) {
 	waitFor(t, "the function back at zero, its pods gone", func() bool { return len(pods(t, ns, "slow")) == 0 })
 }
 
-// Every runtime's pod leaves within seconds of a scale-down: the runtime
-// honours SIGTERM (it used to wait out the pod's whole grace period, the
-// function's timeout plus 10 s).
+// Every runtime's process ends of its own on SIGTERM when its pod goes at
+// a scale-down: the function container exits 0, or 143 (the signal's
+// default action), and is never killed by the kubelet at the end of the
+// grace period (137). Before it honoured SIGTERM, a runtime waited out the
+// pod's whole grace period, the function's timeout plus 10 s.
 func TestPodsLeaveOnScaleDown(t *testing.T) {
 	ns := namespace(t, "e2e-leave")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The watch sees each pod's last status, its containers' ends, before
+	// the pod is gone.
+	w, err := cluster.c.Watch(ctx, &corev1.PodList{}, client.InNamespace(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	sless(t, "deploy", "-f", filepath.Join(root, "config/samples/functions/hello.yaml"), "-n", ns)
 	names := []string{"hello-go", "hello-python", "hello-node"}
 	for _, name := range names {
-		waitFor(t, name+" answering", func() bool {
-			code, _, err := invoke(ns, name, "")
-			return err == nil && code == 200
-		})
+		if a := mustInvokeKnown(t, ns, name, ""); a.code != 200 {
+			t.Fatalf("%s: %d %s", name, a.code, a.body)
+		}
 	}
 	// Idle, each scales to zero after its window (30 s) and grace (10 s).
-	// A pod's time from its deletion to its end is what the runtime adds.
-	deleting := map[string]time.Time{}
-	var slowest time.Duration
-	waitFor(t, "every runtime's pods gone", func() bool {
-		listed := map[string]bool{}
-		for _, name := range names {
-			for _, p := range pods(t, ns, name) {
-				listed[p.Name] = true
-				if _, seen := deleting[p.Name]; !seen && p.DeletionTimestamp != nil {
-					deleting[p.Name] = time.Now()
-				}
+	ended := map[string]*corev1.ContainerStateTerminated{} // by pod
+	live := map[string]bool{}
+	deadline := time.After(within)
+	for seen := false; !seen || len(live) > 0; {
+		var ev watch.Event
+		select {
+		case ev = <-w.ResultChan():
+		case <-deadline:
+			t.Fatalf("pods still there after %s: %v", within, slices.Collect(maps.Keys(live)))
+		}
+		pod, ok := ev.Object.(*corev1.Pod)
+		if !ok {
+			t.Fatalf("pod watch: %v", ev.Object)
+		}
+		seen, live[pod.Name] = true, ev.Type != watch.Deleted
+		if !live[pod.Name] {
+			delete(live, pod.Name)
+		}
+		for _, c := range pod.Status.ContainerStatuses {
+			if c.Name == controller.FunctionContainer && c.State.Terminated != nil {
+				ended[pod.Name] = c.State.Terminated
 			}
 		}
-		for pod, since := range deleting {
-			if !listed[pod] {
-				slowest = max(slowest, time.Since(since))
-				delete(deleting, pod)
+	}
+	for _, name := range names {
+		found := false
+		for pod, end := range ended {
+			if !strings.HasPrefix(pod, name+"-") {
+				continue
+			}
+			found = true
+			if own := (end.ExitCode == 0 && end.Reason == "Completed") || (end.ExitCode == 143 && end.Reason == "Error"); !own {
+				t.Errorf("%s's container in pod %s ended with %d (%s): want 0 (Completed) or 143 (Error), its own exit on SIGTERM",
+					name, pod, end.ExitCode, end.Reason)
 			}
 		}
-		return len(listed) == 0
-	})
-	// The grace period is 310 s; preStop waits 5 s, the drain about 1 s.
-	if slowest > 60*time.Second {
-		t.Errorf("a pod took %s to leave after its deletion: its runtime ignores SIGTERM", slowest)
+		if !found {
+			t.Errorf("no pod of %s seen ending", name)
+		}
 	}
 }
