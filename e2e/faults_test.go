@@ -100,8 +100,8 @@ func TestFaultsUnderLoad(t *testing.T) {
 }
 
 // underLoad does a fault while 200 POSTs a second go to url, each sent
-// once (no hop may send a POST twice), and checks that every request was answered 200 but for at most
-// lost 502s.
+// once (no hop may send a POST twice), and checks that every request was
+// answered 200 but for at most lost 502s.
 func underLoad(t *testing.T, url, fault string, lost int64, do func()) {
 	t.Helper()
 	t.Logf("under load: %s", fault)
@@ -109,7 +109,8 @@ func underLoad(t *testing.T, url, fault string, lost int64, do func()) {
 	defer stop()
 	ran := make(chan load.Result, 1)
 	go func() {
-		r, err := load.Run(ctx, load.Options{URL: url, Method: "POST", Body: []byte(`{"n":1}`), Rate: 200, Duration: time.Hour, Connections: 64, Timeout: time.Minute, AllowRemote: true})
+		r, err := load.Run(ctx, load.Options{URL: url, Method: "POST", Body: []byte(`{"n":1}`), Rate: 200, Duration: time.Hour,
+			Connections: 64, Timeout: time.Minute, AllowRemote: true})
 		if err != nil {
 			t.Errorf("load: %v", err)
 		}

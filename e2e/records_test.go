@@ -166,14 +166,9 @@ func adminGet(t *testing.T, path string, out any) {
 // first.
 func records(t *testing.T, ns, name, query string) []invocation.Record {
 	t.Helper()
-	var list corev1.PodList
-	if err := cluster.c.List(context.Background(), &list, client.InNamespace("sless-system"),
-		client.MatchingLabels{"app.kubernetes.io/name": "sless-activator"}); err != nil {
-		t.Fatal(err)
-	}
 	token := adminToken(t)
 	var all []invocation.Record
-	for _, p := range list.Items {
+	for _, p := range activatorPods(t) {
 		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
 			continue
 		}

@@ -143,7 +143,7 @@ func TestPodsLeaveOnScaleDown(t *testing.T) {
 	ended := map[string]*corev1.ContainerStateTerminated{} // by pod
 	live := map[string]bool{}
 	deadline := time.After(within)
-	for seen := false; !seen || len(live) > 0; {
+	for first := true; first || len(live) > 0; first = false {
 		var ev watch.Event
 		select {
 		case ev = <-w.ResultChan():
@@ -154,9 +154,10 @@ func TestPodsLeaveOnScaleDown(t *testing.T) {
 		if !ok {
 			t.Fatalf("pod watch: %v", ev.Object)
 		}
-		seen, live[pod.Name] = true, ev.Type != watch.Deleted
-		if !live[pod.Name] {
+		if ev.Type == watch.Deleted {
 			delete(live, pod.Name)
+		} else {
+			live[pod.Name] = true
 		}
 		for _, c := range pod.Status.ContainerStatuses {
 			if c.Name == controller.FunctionContainer && c.State.Terminated != nil {

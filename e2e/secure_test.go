@@ -187,12 +187,7 @@ func TestAdminGuarded(t *testing.T) {
 // slessImage is the image the activators run: sless, every subcommand.
 func slessImage(t *testing.T) string {
 	t.Helper()
-	var list corev1.PodList
-	if err := cluster.c.List(context.Background(), &list, client.InNamespace("sless-system"),
-		client.MatchingLabels{"app.kubernetes.io/name": "sless-activator"}); err != nil || len(list.Items) == 0 {
-		t.Fatalf("activator pods: %v", err)
-	}
-	return list.Items[0].Spec.Containers[0].Image
+	return activatorPods(t)[0].Spec.Containers[0].Image
 }
 
 // loadCodes reads the status codes of a sless load -o json run from its
