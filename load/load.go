@@ -117,6 +117,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	for i := range clients {
 		clients[i] = newClient(u, o.Timeout)
 	}
+	defer func() { // the run's connections end with it
+		for _, c := range clients {
+			c.CloseIdleConnections()
+		}
+	}()
 	if o.Warmup > 0 {
 		warm := o
 		warm.Duration, warm.Requests, warm.Progress = o.Warmup, 0, nil

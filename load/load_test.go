@@ -239,8 +239,9 @@ func TestProgressEndsBeforeRunReturns(t *testing.T) {
 
 // rawServer serves HTTP/1.1 over raw connections, handing each request
 // read (its number, from 0, across connections) to answer, which writes
-// to the connection what it will and says whether to keep it.
-func rawServer(t *testing.T, answer func(n int64, c *net.TCPConn) (keep bool)) string {
+// to the connection what it will and says whether to keep it. open counts
+// the connections the client has not closed.
+func rawServer(t *testing.T, answer func(n int64, c *net.TCPConn) (keep bool)) (url string, open *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -248,13 +249,16 @@ func rawServer(t *testing.T, answer func(n int64, c *net.TCPConn) (keep bool)) s
 	}
 	t.Cleanup(func() { ln.Close() })
 	var n atomic.Int64
+	open = new(atomic.Int64)
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			open.Add(1)
 			go func() {
+				defer open.Add(-1)
 				defer c.Close()
 				r := bufio.NewReader(c)
 				for {
@@ -270,7 +274,7 @@ func rawServer(t *testing.T, answer func(n int64, c *net.TCPConn) (keep bool)) s
 			}()
 		}
 	}()
-	return "http://" + ln.Addr().String()
+	return "http://" + ln.Addr().String(), open
 }
 
 const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -281,7 +285,7 @@ const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 // closed connection, one answer for each answer given.
 func TestClosedConnectionsCountedOnce(t *testing.T) {
 	var answered, cut atomic.Int64
-	url := rawServer(t, func(n int64, c *net.TCPConn) bool {
+	url, open := rawServer(t, func(n int64, c *net.TCPConn) bool {
 		if n%3 == 2 {
 			cut.Add(1)
 			return false
@@ -299,13 +303,15 @@ func TestClosedConnectionsCountedOnce(t *testing.T) {
 		t.Errorf("run: %d answers, %d errors %v; server: %d answered, %d cut: want every request sent once and each cut one counted",
 			r.Requests, r.Errors, r.TransportErrors, answered.Load(), cut.Load())
 	}
+	// Its connections end with the run, not a minute later when idle.
+	eventually.True(t, "the run's connections closed", func() bool { return open.Load() == 0 })
 }
 
 // A connection reset mid-answer (half the body written, then an RST) is a
 // failure counted once, as a reset.
 func TestResetMidResponseCountedOnce(t *testing.T) {
 	var reset atomic.Int64
-	url := rawServer(t, func(n int64, c *net.TCPConn) bool {
+	url, _ := rawServer(t, func(n int64, c *net.TCPConn) bool {
 		if n%2 == 1 {
 			reset.Add(1)
 			_, _ = c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf"))
