@@ -162,7 +162,8 @@ func goBuildKey(src Source, goTool string, env []string) (string, error) {
 	for _, name := range goBuildEnv {
 		fmt.Fprintf(h, "%s=%s\x00", name, goGetenv(env, name))
 	}
-	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00", src.Name, src.Handler, goMainTemplate, goModTemplate)
+	fmt.Fprintf(h, "%s\x00%s\x00%s\x00%s\x00%v\x00%v\x00%v\x00", src.Name, src.Handler, goMainTemplate, goModTemplate,
+		goSlessForm, goHTTPFuncForm, goHTTPValueForm)
 	if err := goHashSDK(h); err != nil {
 		return "", err
 	}

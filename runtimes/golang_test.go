@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -280,6 +281,69 @@ func TestGoFunction(t *testing.T) {
 	})
 }
 
+// A Go function may be written as net/http serves: a
+// func(http.ResponseWriter, *http.Request) or an http.Handler value. It
+// chooses its status and headers, streams with http.Flusher, and the
+// runtime still answers /healthz.
+func TestGoHTTPHandlerFunction(t *testing.T) {
+	t.Setenv("GOPROXY", "off")
+	const handlers = `package web
+
+import (
+	"io"
+	"net/http"
+)
+
+func Handle(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	w.Header().Add("Set-Cookie", "a=1")
+	w.Header().Add("Set-Cookie", "b=2")
+	w.Header().Set("Content-Type", "text/csv")
+	w.WriteHeader(http.StatusCreated)
+	io.WriteString(w, "got,"+string(body)+"\n")
+	w.(http.Flusher).Flush()
+	io.WriteString(w, "done\n")
+}
+
+var Mux = func() *http.ServeMux {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /missing", func(w http.ResponseWriter, r *http.Request) { http.NotFound(w, r) })
+	return m
+}()
+`
+	dir := goSource(t, map[string]string{"web.go": handlers})
+	cacheDir := t.TempDir()
+	for _, tt := range []struct {
+		handler, method, target string
+		wantStatus              int
+		wantType, wantBody      string
+		wantCookies             []string
+	}{
+		{"Handle", "POST", "/orders", 201, "text/csv", "got,order\ndone\n", []string{"a=1", "b=2"}},
+		{"Mux", "GET", "/missing", 404, "text/plain; charset=utf-8", "404 page not found\n", nil},
+	} {
+		t.Run(tt.handler, func(t *testing.T) {
+			p, _, err := goPrepare(t, dir, tt.handler, strings.ToLower(tt.handler), cacheDir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			inst := goStart(t, p) // its /healthz answered
+			req, _ := http.NewRequest(tt.method, inst.url+tt.target, strings.NewReader("order"))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tt.wantStatus || resp.Header.Get("Content-Type") != tt.wantType || string(body) != tt.wantBody ||
+				!slices.Equal(resp.Header.Values("Set-Cookie"), tt.wantCookies) {
+				t.Errorf("%s %s = %d %q %q, cookies %q; want %d %q %q, %q", tt.method, tt.target, resp.StatusCode,
+					resp.Header.Get("Content-Type"), body, resp.Header.Values("Set-Cookie"), tt.wantStatus, tt.wantType, tt.wantBody, tt.wantCookies)
+			}
+		})
+	}
+}
+
 // TestGoBuildErrors checks that a failed build names what the user must
 // fix.
 func TestGoBuildErrors(t *testing.T) {
@@ -307,7 +371,17 @@ func TestGoBuildErrors(t *testing.T) {
 			files:   map[string]string{"fn.go": "package fn\n\nimport \"context\"\n\nfunc Run(ctx context.Context) error { return nil }\n"},
 			handler: "Run",
 			want: func(dir string) string {
-				return "handler Run in " + dir + " must be func(context.Context, sless.Event) (any, error), not func(ctx context.Context) error"
+				return "handler Run in " + dir + " must be func(context.Context, sless.Event) (any, error), " +
+					"func(http.ResponseWriter, *http.Request) or an http.Handler, not func(ctx context.Context) error"
+			},
+		},
+		{
+			name:    "not a handler",
+			files:   map[string]string{"fn.go": "package fn\n\nvar Handle = 42\n"},
+			handler: "Handle",
+			want: func(dir string) string {
+				return "handler Handle in " + dir + " must be func(context.Context, sless.Event) (any, error), " +
+					"func(http.ResponseWriter, *http.Request) or an http.Handler, not int"
 			},
 		},
 		{

@@ -31,14 +31,23 @@ const (
 // Serve answers invocations with h on 127.0.0.1:$PORT until SIGTERM or
 // SIGINT, then finishes the requests in flight and returns. It exits the
 // process with status 1 and a message on stderr when it cannot listen.
-func Serve(h Handler) {
+func Serve(h Handler) { serveOrExit(server{h: h, maxBody: maxBodyBytes}) }
+
+// ServeHTTP is Serve for a function written as an http.Handler (or a
+// func(http.ResponseWriter, *http.Request), as http.HandlerFunc): it gets
+// each request as net/http gives it, its body a stream, and answers as it
+// will: any status and headers, a body streamed with http.Flusher, a
+// connection taken over with http.ResponseController's Hijack.
+func ServeHTTP(h http.Handler) { serveOrExit(h) }
+
+func serveOrExit(h http.Handler) {
 	if err := run(h); err != nil {
 		fmt.Fprintln(os.Stderr, "sless:", err)
 		os.Exit(1)
 	}
 }
 
-func run(h Handler) error {
+func run(h http.Handler) error {
 	port := os.Getenv("PORT")
 	if port == "" {
 		return errors.New("PORT is not set: the platform sets it to the port to listen on")
@@ -53,8 +62,8 @@ func run(h Handler) error {
 }
 
 // serve answers on ln until ctx ends, then shuts down gracefully.
-func serve(ctx context.Context, ln net.Listener, h Handler) error {
-	srv := &http.Server{Handler: server{h: h, maxBody: maxBodyBytes}, ReadHeaderTimeout: readHeaderTimeout}
+func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
+	srv := &http.Server{Handler: healthz{h}, ReadHeaderTimeout: readHeaderTimeout}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -70,17 +79,26 @@ func serve(ctx context.Context, ln net.Listener, h Handler) error {
 	return nil
 }
 
-// server turns each request but GET /healthz into one handler call.
+// healthz answers the platform's GET /healthz, whatever the function's
+// form: the process is ready once it answers. Every other request is the
+// function's.
+type healthz struct{ next http.Handler }
+
+func (h healthz) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
+		_, _ = io.WriteString(w, "ok")
+		return
+	}
+	h.next.ServeHTTP(w, r)
+}
+
+// server turns each request into one call of a Handler.
 type server struct {
 	h       Handler
 	maxBody int64
 }
 
 func (s server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method == http.MethodGet && r.URL.Path == "/healthz" {
-		_, _ = io.WriteString(w, "ok")
-		return
-	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.maxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
@@ -96,7 +114,7 @@ func (s server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
-	writeResult(w, result)
+	writeResult(w, r, result)
 }
 
 // call runs h, turning a panic into an error so that one bad request
@@ -122,43 +140,6 @@ func newEvent(r *http.Request, body []byte) Event {
 	}
 	headers["host"] = r.Host
 	return Event{Method: r.Method, Path: r.URL.Path, Query: query, Headers: headers, Body: body}
-}
-
-// writeResult answers with a handler's result: nil as 204, anything
-// else as encode makes it.
-func writeResult(w http.ResponseWriter, result any) {
-	if result == nil {
-		w.WriteHeader(http.StatusNoContent)
-		return
-	}
-	contentType, data, err := encode(result)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
-	}
-	w.Header().Set("Content-Type", contentType)
-	w.Header().Set("Content-Length", strconv.Itoa(len(data)))
-	_, _ = w.Write(data)
-}
-
-// encode chooses a body's bytes and Content-Type by its Go type: text
-// for a string (HTML when it starts with "<"), raw bytes for []byte, and
-// JSON for anything else.
-func encode(body any) (contentType string, data []byte, err error) {
-	switch v := body.(type) {
-	case string:
-		if strings.HasPrefix(v, "<") {
-			return "text/html; charset=utf-8", []byte(v), nil
-		}
-		return "text/plain; charset=utf-8", []byte(v), nil
-	case []byte:
-		return "application/octet-stream", v, nil
-	}
-	data, err = json.Marshal(body)
-	if err != nil {
-		return "", nil, fmt.Errorf("encode result as JSON: %w", err)
-	}
-	return "application/json", data, nil
 }
 
 // writeError answers {"error": "..."}, the shape every runtime uses.

@@ -59,6 +59,19 @@ func TestResults(t *testing.T) {
 		{name: "error wins over result", result: "ignored", err: errors.New("boom"), wantStatus: 500, wantType: "application/json", wantBody: `{"error":"boom"}`},
 		{name: "panic", panicWith: "nil map", wantStatus: 500, wantType: "application/json", wantBody: `{"error":"panic: nil map"}`},
 		{name: "not JSON", result: make(chan int), wantStatus: 500, wantType: "application/json", wantBody: `{"error":"encode result as JSON: json: unsupported type: chan int"}`},
+		{name: "reader", result: strings.NewReader("streamed"), wantStatus: 200, wantType: "application/octet-stream", wantBody: "streamed"},
+		{name: "response", result: &Response{Status: 404, Body: map[string]string{"error": "no such order"}},
+			wantStatus: 404, wantType: "application/json", wantBody: `{"error":"no such order"}`},
+		{name: "response value", result: Response{Status: 201, Body: "created"}, wantStatus: 201, wantType: "text/plain; charset=utf-8", wantBody: "created"},
+		{name: "response's own type", result: &Response{Header: http.Header{"Content-Type": {"image/png"}}, Body: []byte{0x89, 'P', 'N', 'G'}},
+			wantStatus: 200, wantType: "image/png", wantBody: "\x89PNG"},
+		{name: "response streamed", result: &Response{Status: 202, Header: http.Header{"Content-Type": {"text/csv"}}, Body: strings.NewReader("a,b\n")},
+			wantStatus: 202, wantType: "text/csv", wantBody: "a,b\n"},
+		{name: "response without a body", result: &Response{Status: 201}, wantStatus: 201, wantBody: ""},
+		{name: "empty response", result: &Response{}, wantStatus: 204, wantBody: ""},
+		{name: "nil response", result: (*Response)(nil), wantStatus: 204, wantBody: ""},
+		{name: "response status out of range", result: &Response{Status: 42, Body: "x"}, wantStatus: 500, wantType: "application/json",
+			wantBody: `{"error":"response status 42: want 200 to 599"}`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -170,10 +183,10 @@ func TestEventJSON(t *testing.T) {
 
 func TestHealthz(t *testing.T) {
 	var calls atomic.Int32
-	srv := httptest.NewServer(server{maxBody: maxBodyBytes, h: func(context.Context, Event) (any, error) {
+	srv := httptest.NewServer(healthz{server{maxBody: maxBodyBytes, h: func(context.Context, Event) (any, error) {
 		calls.Add(1)
 		return "handler", nil
-	}})
+	}}})
 	defer srv.Close()
 	if status, _, body := send(t, http.MethodGet, srv.URL+"/healthz", nil); status != 200 || body != "ok" || calls.Load() != 0 {
 		t.Errorf("GET /healthz = %d %q after %d handler calls, want 200 ok without a call", status, body, calls.Load())
@@ -236,11 +249,11 @@ func TestShutdownFinishesInFlight(t *testing.T) {
 	defer stop()
 	served := make(chan error, 1)
 	go func() {
-		served <- serve(ctx, ln, func(context.Context, Event) (any, error) {
+		served <- serve(ctx, ln, server{maxBody: maxBodyBytes, h: func(context.Context, Event) (any, error) {
 			close(started)
 			<-release
 			return "done", nil
-		})
+		}})
 	}()
 	answered := make(chan string, 1)
 	go func() {

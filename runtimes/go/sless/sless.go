@@ -1,8 +1,11 @@
 // Package sless hosts a Go function behind HTTP by the sless runtime
 // contract (docs/runtimes.md). The platform builds every Go function into
-// a small program whose main calls Serve with the function's handler:
+// a small program whose main serves the function's handler, in one of
+// three forms:
 //
-//	func Handle(ctx context.Context, e sless.Event) (any, error)
+//	func Handle(ctx context.Context, e sless.Event) (any, error) // Serve
+//	func Handle(w http.ResponseWriter, r *http.Request)          // ServeHTTP
+//	var Handle http.Handler = ...                                 // ServeHTTP
 //
 // This package imports the standard library only: it is compiled into
 // every user function, which must not inherit sless's own dependencies.
@@ -35,11 +38,13 @@ type Event struct {
 	Body []byte
 }
 
-// Handler is the signature of a Go function. Its result becomes the
-// response: a string is text (HTML when it starts with "<"), []byte is
-// application/octet-stream, nil is 204, anything else is JSON. An error,
-// or a panic, is a 500 with {"error": "..."}. The context ends when the
-// caller goes away.
+// Handler is the signature of a Go function that takes an Event. Its
+// result becomes the response: a string is text (HTML when it starts with
+// "<"), []byte is application/octet-stream, an io.Reader is streamed as
+// application/octet-stream, nil is 204, a Response is what it says (its
+// status, headers and body), anything else is JSON. An error, or a panic,
+// is a 500 with {"error": "..."}. The context ends when the caller goes
+// away.
 type Handler func(ctx context.Context, e Event) (any, error)
 
 // eventJSON is the event as every runtime writes it: the body as text,
