@@ -12,12 +12,44 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 )
 
-// nodeContractHandler answers scriptContractCases.
+// nodeContractHandler answers scriptContractCases and scriptResponseCases.
 const nodeContractHandler = `'use strict';
+const { Readable } = require('node:stream');
+
+let release;
+const released = new Promise((resolve) => { release = resolve; });
+
+async function* events() {
+  yield 'data: one\n\n';
+  const late = new Promise((resolve) => setTimeout(() => resolve(false), 30000).unref());
+  yield (await Promise.race([released.then(() => true), late])) ? 'data: two\n\n' : 'data: late\n\n';
+}
+
+async function* failing() {
+  yield 'half';
+  throw new Error('disk on fire');
+}
+
 exports.handle = (event) => {
   const path = event.path;
   if (path.startsWith('/echo')) return event;
   switch (path) {
+    case '/respond/404': {
+      const headers = new Headers({ 'content-type': 'application/json', 'x-trace': 't1' });
+      for (const c of ['a=1; Path=/', 'b=2; Path=/', 'c=3; Path=/']) headers.append('set-cookie', c);
+      return new Response(JSON.stringify({ error: 'no such order' }), { status: 404, headers });
+    }
+    case '/respond/png': return new Response(Buffer.from('\x89PNG\r\n', 'latin1'), { headers: { 'content-type': 'image/png' } });
+    case '/respond/created': return new Response(null, { status: 201, headers: { location: '/orders/7' } });
+    case '/stream': return Readable.from(['a', 'b', 'c']);
+    case '/respond/stream':
+      return new Response(Readable.toWeb(Readable.from([Buffer.from('a,b\n'), Buffer.from('1,2\n')])),
+        { status: 202, headers: { 'content-type': 'text/csv' } });
+    case '/respond/42': return new Response('x', { status: 42 });
+    case '/events': return new Response(Readable.toWeb(Readable.from(events())), { headers: { 'content-type': 'text/event-stream' } });
+    case '/release': release(); return undefined;
+    case '/stream/fail': return failing();
+    case '/map': return new Map([[1, 2]]);
     case '/text': return 'hello';
     case '/html': return '<html><body>hi</body></html>';
     case '/bytes': return Buffer.from([0, 1, 255]);
@@ -42,6 +74,11 @@ func TestNodeContract(t *testing.T) {
 	}
 	inst := scriptLaunchReady(t, p)
 	scriptInvoke(t, inst, scriptContractCases("Error"))
+	scriptInvoke(t, inst, scriptResponseCases())
+	scriptInvoke(t, inst, []scriptCase{{name: "a Map, which JSON would write as {}", method: "GET", target: "/map",
+		status: 500, contentType: "application/json", check: scriptErrorNames("a Map cannot be encoded as JSON")}})
+	scriptStreamsAsWritten(t, inst)
+	scriptStreamFailureCuts(t, inst)
 	scriptKeepAlive(t, inst)
 	if out := inst.output.String(); !strings.Contains(out, "Error: boom\n    at ") {
 		t.Errorf("the error's stack is not on stderr:\n%s", out)

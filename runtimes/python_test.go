@@ -15,13 +15,37 @@ import (
 	"sless.dev/sless/internal/wheeltest"
 )
 
-// pythonContractHandler answers scriptContractCases.
-const pythonContractHandler = `import asyncio, os
+// pythonContractHandler answers scriptContractCases and
+// scriptResponseCases.
+const pythonContractHandler = `import asyncio, os, threading
+from sless import Response
+
+released = threading.Event()
 
 def handle(event):
     path = event["path"]
     if path.startswith("/echo"):
         return event
+    if path == "/respond/404":
+        return Response({"error": "no such order"}, status=404,
+                        headers={"Set-Cookie": ["a=1; Path=/", "b=2; Path=/", "c=3; Path=/"], "X-Trace": "t1"})
+    if path == "/respond/png":
+        return Response(b"\x89PNG\r\n", headers=[("Content-Type", "image/png")])
+    if path == "/respond/created":
+        return Response(status=201, headers={"Location": "/orders/7"})
+    if path == "/stream":
+        return (s for s in ["a", "b", "c"])
+    if path == "/respond/stream":
+        return Response(iter([b"a,b\n", b"1,2\n"]), status=202, headers={"Content-Type": "text/csv"})
+    if path == "/respond/42":
+        return Response("x", status=42)
+    if path == "/events":
+        return Response(events(), headers={"Content-Type": "text/event-stream"})
+    if path == "/release":
+        released.set()
+        return None
+    if path == "/stream/fail":
+        return failing()
     if path == "/text":
         return "hello"
     if path == "/html":
@@ -45,6 +69,14 @@ def handle(event):
 async def later():
     await asyncio.sleep(0)
     return {"async": True}
+
+def events():
+    yield "data: one\n\n"
+    yield "data: two\n\n" if released.wait(30) else "data: late\n\n"
+
+def failing():
+    yield "half"
+    raise RuntimeError("disk on fire")
 `
 
 func TestPythonContract(t *testing.T) {
@@ -57,6 +89,9 @@ func TestPythonContract(t *testing.T) {
 	}
 	inst := scriptLaunchReady(t, p)
 	scriptInvoke(t, inst, scriptContractCases("ValueError"))
+	scriptInvoke(t, inst, scriptResponseCases())
+	scriptStreamsAsWritten(t, inst)
+	scriptStreamFailureCuts(t, inst)
 	scriptKeepAlive(t, inst)
 	if out := inst.output.String(); !strings.Contains(out, "Traceback") || !strings.Contains(out, "ValueError: boom") {
 		t.Errorf("the exception's traceback is not on stderr:\n%s", out)

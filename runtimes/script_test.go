@@ -5,6 +5,7 @@ package runtimes
 // against the runtime contract.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -169,6 +171,8 @@ type scriptCase struct {
 	status      int
 	contentType string                          // media type, parameters ignored
 	check       func(t *testing.T, body []byte) // nil: no check of the body
+	// fields are response fields whose values must be these, in order.
+	fields http.Header
 }
 
 func scriptEcho(want scriptEvent) func(*testing.T, []byte) {
@@ -252,6 +256,65 @@ func scriptContractCases(errorType string) []scriptCase {
 	}
 }
 
+// scriptResponseCases are the answers a handler chooses, every script
+// runtime alike, each in its idiom (the Python and Node test handlers
+// route by path the same way).
+func scriptResponseCases() []scriptCase {
+	return []scriptCase{
+		{name: "status, cookies in order and JSON", method: "GET", target: "/respond/404", status: 404, contentType: "application/json",
+			check:  scriptBodyIs(`{"error":"no such order"}`),
+			fields: http.Header{"Set-Cookie": {"a=1; Path=/", "b=2; Path=/", "c=3; Path=/"}, "X-Trace": {"t1"}}},
+		{name: "bytes of a type of its own", method: "GET", target: "/respond/png", status: 200, contentType: "image/png",
+			check: scriptBodyIs("\x89PNG\r\n")},
+		{name: "status without a body", method: "POST", target: "/respond/created", status: 201, check: scriptBodyIs(""),
+			fields: http.Header{"Location": {"/orders/7"}}},
+		{name: "streamed", method: "GET", target: "/stream", status: 200, contentType: "text/plain", check: scriptBodyIs("abc")},
+		{name: "streamed with a status and a type", method: "GET", target: "/respond/stream", status: 202, contentType: "text/csv",
+			check: scriptBodyIs("a,b\n1,2\n")},
+		{name: "status out of range", method: "GET", target: "/respond/42", status: 500, contentType: "application/json",
+			check: scriptErrorNames("599")},
+	}
+}
+
+// scriptStreamsAsWritten checks that a streamed answer's first event
+// reaches the caller while the handler still runs: the handler holds its
+// second event until the test, having read the first, asks /release.
+func scriptStreamsAsWritten(t *testing.T, inst *scriptInstance) {
+	t.Helper()
+	resp, err := http.Get(inst.url + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	if line, err := r.ReadString('\n'); err != nil || line != "data: one\n" {
+		t.Fatalf("first event: %q %v", line, err)
+	}
+	released, err := http.Get(inst.url + "/release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	released.Body.Close()
+	rest, err := io.ReadAll(r)
+	if err != nil || string(rest) != "\ndata: two\n\n" || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Errorf("after the first event: %q %v, Content-Type %q: want the second, released, event", rest, err, resp.Header.Get("Content-Type"))
+	}
+}
+
+// scriptStreamFailureCuts checks that a streamed body that fails cuts the
+// answer: the caller sees it end early, never a whole answer.
+func scriptStreamFailureCuts(t *testing.T, inst *scriptInstance) {
+	t.Helper()
+	resp, err := http.Get(inst.url + "/stream/fail")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if body, err := io.ReadAll(resp.Body); err == nil {
+		t.Errorf("a stream that failed read whole: %q", body)
+	}
+}
+
 // platformHead are more fields, and more bytes, than the activator lets
 // through (forward.MaxHeaderFields, MaxHeadBytes), as many as the
 // queue-proxy in front of a runtime takes (InnerHeadBytes): the fields the
@@ -302,6 +365,14 @@ func scriptInvoke(t *testing.T, inst *scriptInstance, cases []scriptCase) {
 			}
 			if c.check != nil {
 				c.check(t, got)
+			}
+			for name, want := range c.fields {
+				if got := resp.Header.Values(name); !slices.Equal(got, want) {
+					t.Errorf("%s = %q, want %q", name, got, want)
+				}
+			}
+			if server := resp.Header.Get("Server"); server != "" {
+				t.Errorf("Server = %q: an answer says nothing of the runtime", server)
 			}
 		})
 	}

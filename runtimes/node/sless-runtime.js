@@ -9,8 +9,10 @@
 // The handler is loaded with require before the port is opened, so GET
 // /healthz answers only once it is. Every other request is one call
 // handler(event), awaited when it returns a Promise; the value becomes the
-// response. A handler that cannot be loaded is a crash: the error and a line
-// naming it go to stderr, and the exit code is 1. Node's http module only.
+// response: a WHATWG Response chooses its status and headers, and a stream
+// or async iterable is streamed. A handler that cannot be loaded is a
+// crash: the error and a line naming it go to stderr, and the exit code is
+// 1. Node's http module only.
 
 const http = require('node:http');
 const path = require('node:path');
@@ -69,19 +71,72 @@ function makeEvent(req, body) {
   };
 }
 
-// encodeResult returns [status, content type, payload] for a handler's value.
-function encodeResult(result) {
-  if (result === undefined || result === null) return [204, null, null];
-  if (typeof result === 'string') {
-    const kind = result.startsWith('<') ? 'text/html' : 'text/plain';
-    return [200, `${kind}; charset=utf-8`, Buffer.from(result, 'utf8')];
+// encodeBody returns [content type, payload] for a body that is not streamed.
+function encodeBody(body) {
+  if (typeof body === 'string') {
+    const kind = body.startsWith('<') ? 'text/html' : 'text/plain';
+    return [`${kind}; charset=utf-8`, Buffer.from(body, 'utf8')];
   }
-  if (result instanceof Uint8Array) {
-    return [200, 'application/octet-stream', Buffer.from(result.buffer, result.byteOffset, result.byteLength)];
+  if (body instanceof Uint8Array) {
+    return ['application/octet-stream', Buffer.from(body.buffer, body.byteOffset, body.byteLength)];
   }
-  const json = JSON.stringify(result);
-  if (json === undefined) throw new TypeError(`a ${typeof result} cannot be encoded as JSON`);
-  return [200, 'application/json', Buffer.from(json, 'utf8')];
+  if (body instanceof ArrayBuffer) return ['application/octet-stream', Buffer.from(body)];
+  // Values JSON would write as {} though they hold something: an answer
+  // that loses them is wrong, so it is an error naming the type.
+  for (const type of [Map, Set, WeakMap, WeakSet, Promise, Blob, URLSearchParams, FormData]) {
+    if (body instanceof type) throw new TypeError(`a ${type.name} cannot be encoded as JSON`);
+  }
+  const json = JSON.stringify(body);
+  if (json === undefined) throw new TypeError(`a ${typeof body} cannot be encoded as JSON`);
+  return ['application/json', Buffer.from(json, 'utf8')];
+}
+
+// isStream tells a body to stream: a Node stream, a web ReadableStream, an
+// async iterable or a generator. Strings, arrays and buffers are values.
+function isStream(body) {
+  if (body === null || typeof body !== 'object' || Array.isArray(body) || body instanceof Uint8Array) return false;
+  if (typeof body[Symbol.asyncIterator] === 'function') return true;
+  return typeof body.next === 'function' && typeof body[Symbol.iterator] === 'function';
+}
+
+// reply returns {status, headers, body} for a handler's value: body is a
+// Buffer, null, or an iterable of chunks to stream. headers is a list of
+// [name, value] pairs, in order.
+function reply(result) {
+  if (typeof Response === 'function' && result instanceof Response) {
+    return { status: result.status, headers: responseHeaders(result.headers), body: result.body };
+  }
+  if (result === undefined || result === null) return { status: 204, headers: [], body: null };
+  if (isStream(result)) return { status: 200, headers: [], body: result };
+  const [type, payload] = encodeBody(result);
+  return { status: 200, headers: [['content-type', type]], body: payload };
+}
+
+// responseHeaders lists a WHATWG Headers' fields in order, one per
+// Set-Cookie (iterating joins the others' values as the Fetch standard
+// says, which is what they mean).
+function responseHeaders(headers) {
+  const out = [];
+  for (const [name, value] of headers) {
+    if (name !== 'set-cookie') out.push([name, value]);
+  }
+  for (const cookie of headers.getSetCookie()) out.push(['set-cookie', cookie]);
+  return out;
+}
+
+// FRAMING are the fields the runtime writes itself: how the body is framed,
+// and the connection's own, which no hop passes on.
+const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive']);
+
+function setHeaders(res, headers) {
+  const byName = new Map();
+  for (const [name, value] of headers) {
+    if (FRAMING.has(name.toLowerCase())) continue;
+    const values = byName.get(name.toLowerCase()) || [];
+    values.push(value);
+    byName.set(name.toLowerCase(), values);
+  }
+  for (const [name, values] of byName) res.setHeader(name, values.length === 1 ? values[0] : values);
 }
 
 function describe(err) {
@@ -92,31 +147,106 @@ function describe(err) {
 // the server's close does not wait for idle keep-alive ones.
 let stopping = false;
 
-function send(res, status, contentType, payload) {
+function send(res, { status, headers, body }) {
   if (stopping) res.shouldKeepAlive = false;
-  if (status === 204) {
-    res.writeHead(204).end();
+  setHeaders(res, headers);
+  if (status === 204 || status === 304) {
+    res.writeHead(status).end();
     return;
   }
-  res.writeHead(status, { 'content-type': contentType, 'content-length': payload.length });
-  res.end(payload);
+  body ??= Buffer.alloc(0);
+  res.setHeader('content-length', body.length);
+  res.writeHead(status);
+  res.end(body);
+}
+
+function failure(err) {
+  console.error(err);
+  const body = Buffer.from(JSON.stringify({ error: describe(err) }), 'utf8');
+  return { status: 500, headers: [['content-type', 'application/json']], body };
+}
+
+// stream sends a body as it yields, a chunk each, waiting for the caller
+// to take them (back-pressure). The head goes with the first chunk, whose
+// type gives the Content-Type; a body that fails cuts the answer (the
+// connection destroyed, no last chunk), so the caller never takes a part
+// for the whole.
+async function stream(res, { status, headers }, body) {
+  const chunks = body[Symbol.asyncIterator] ? body[Symbol.asyncIterator]() : body[Symbol.iterator]();
+  let first;
+  try {
+    first = await chunks.next();
+  } catch (err) {
+    send(res, failure(err));
+    return;
+  }
+  if (stopping) res.shouldKeepAlive = false;
+  setHeaders(res, headers);
+  if (!res.hasHeader('content-type')) {
+    res.setHeader('content-type', typeof first.value === 'string' ? 'text/plain; charset=utf-8' : 'application/octet-stream');
+  }
+  res.writeHead(status);
+  res.flushHeaders();
+  try {
+    for (let next = first; !next.done; next = await chunks.next()) {
+      const chunk = next.value;
+      if (typeof chunk !== 'string' && !(chunk instanceof Uint8Array)) {
+        throw new TypeError(`a streamed body yielded a ${chunk === null ? 'null' : typeof chunk}: want a string or bytes`);
+      }
+      if (!res.write(chunk) && !(await drained(res))) {
+        await chunks.return?.(); // the caller left
+        return;
+      }
+    }
+  } catch (err) {
+    console.error(err);
+    await chunks.return?.();
+    res.destroy(err);
+    return;
+  }
+  res.end();
+}
+
+// drained waits until the caller took what was written (true), or left.
+function drained(res) {
+  return new Promise((resolve) => {
+    const done = (ok) => {
+      res.off('drain', onDrain);
+      res.off('close', onClose);
+      resolve(ok);
+    };
+    const onDrain = () => done(true);
+    const onClose = () => done(false);
+    res.on('drain', onDrain);
+    res.on('close', onClose);
+  });
 }
 
 async function serve(handler, req, res) {
   if (req.method === 'GET' && req.url.split('?', 1)[0] === '/healthz') {
-    send(res, 200, 'text/plain; charset=utf-8', Buffer.from('ok'));
+    send(res, { status: 200, headers: [['content-type', 'text/plain; charset=utf-8']], body: Buffer.from('ok') });
     return;
   }
   const chunks = [];
   for await (const chunk of req) chunks.push(chunk);
   let response;
   try {
-    response = encodeResult(await handler(makeEvent(req, Buffer.concat(chunks))));
+    response = reply(await handler(makeEvent(req, Buffer.concat(chunks))));
+    checkStatus(response.status);
+    if (response.body !== null && isStream(response.body)) {
+      await stream(res, response, response.body);
+      return;
+    }
   } catch (err) {
-    console.error(err);
-    response = [500, 'application/json', Buffer.from(JSON.stringify({ error: describe(err) }), 'utf8')];
+    response = failure(err);
   }
-  send(res, ...response);
+  send(res, response);
+}
+
+function checkStatus(status) {
+  if (!Number.isInteger(status) || status < 200 || status > 599) {
+    throw new RangeError(`response status ${status}: want an integer from 200 to 599`);
+  }
 }
 
 function main() {
