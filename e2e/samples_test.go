@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,20 +25,27 @@ var sampleCalls = []struct {
 	name, rest string
 	code       int
 	want       string
+	cookies    []string // the Set-Cookie fields, in order
 }{
-	{"hello-go", "?name=e2e", 200, "e2e"},
-	{"hello-python", "?name=e2e", 200, "e2e"},
-	{"hello-node", "?name=e2e", 200, "e2e"},
-	{"stress-slow", "?seconds=0", 200, "slept"},
-	{"stress-bigloop", "?n=1000", 200, "1000"},
-	{"stress-divzero", "?n=6&d=3", 200, `"result"`},
-	{"stress-go-fast", "?n=10", 200, `"fibonacci":"55"`},
-	{"stress-go-nil", "", 200, "greeting"},
-	{"stress-js-badenv", "", 200, "hello from the manifest"},
-	{"stress-crash", "", 200, "ok"},
-	{"stress-writer", "?rows=1", 500, "127.0.0.1"},
-	{"stress-js-async", "", 500, "127.0.0.1"},
-	{"stress-go-pgstorm", "?workers=1&seconds=1", 500, "127.0.0.1"},
+	{"hello-go", "?name=e2e", 200, "e2e", nil},
+	{"hello-python", "?name=e2e", 200, "e2e", nil},
+	{"hello-node", "?name=e2e", 200, "e2e", nil},
+	{"http-go", "/orders/8", 404, "no order 8", []string{"a=1; Path=/", "b=2; Path=/"}},
+	{"http-python", "/orders/8", 404, "no order 8", []string{"a=1; Path=/", "b=2; Path=/"}},
+	{"http-node", "/orders/8", 404, "no order 8", []string{"a=1; Path=/", "b=2; Path=/"}},
+	{"http-go", "/events?n=2&every=10ms", 200, "data: 0\n\ndata: 1\n\n", nil},
+	{"http-python", "/events?n=2&every=10ms", 200, "data: 0\n\ndata: 1\n\n", nil},
+	{"http-node", "/events?n=2&every=10ms", 200, "data: 0\n\ndata: 1\n\n", nil},
+	{"stress-slow", "?seconds=0", 200, "slept", nil},
+	{"stress-bigloop", "?n=1000", 200, "1000", nil},
+	{"stress-divzero", "?n=6&d=3", 200, `"result"`, nil},
+	{"stress-go-fast", "?n=10", 200, `"fibonacci":"55"`, nil},
+	{"stress-go-nil", "", 200, "greeting", nil},
+	{"stress-js-badenv", "", 200, "hello from the manifest", nil},
+	{"stress-crash", "", 200, "ok", nil},
+	{"stress-writer", "?rows=1", 500, "127.0.0.1", nil},
+	{"stress-js-async", "", 500, "127.0.0.1", nil},
+	{"stress-go-pgstorm", "?workers=1&seconds=1", 500, "127.0.0.1", nil},
 }
 
 // Every sample and stress function, deployed from its manifest unchanged
@@ -55,8 +63,9 @@ func TestSamples(t *testing.T) {
 	for _, c := range sampleCalls {
 		wg.Go(func() {
 			a, err := invokeKnown(ns, c.name, c.rest)
-			if err != nil || a.code != c.code || !strings.Contains(a.body, c.want) {
-				t.Errorf("%s%s: %d %q %v, want %d with %q", c.name, c.rest, a.code, a.body, err, c.code, c.want)
+			if err != nil || a.code != c.code || !strings.Contains(a.body, c.want) || !slices.Equal(a.header.Values("Set-Cookie"), c.cookies) {
+				t.Errorf("%s%s: %d %q %v, cookies %q; want %d with %q, cookies %q", c.name, c.rest, a.code, a.body, err,
+					a.header.Values("Set-Cookie"), c.code, c.want, c.cookies)
 			}
 		})
 	}

@@ -98,11 +98,13 @@ func TestFromZero(t *testing.T) {
 	// instances, the max of 4. Load goes on until it has scaled out.
 	ctx, stop := context.WithCancel(context.Background())
 	var loadErrors atomic.Int64
+	var firstLoadError sync.Once
 	for range 30 {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				if a, err := invoke(ns, "slow", "?seconds=1"); err != nil || a.code != 200 {
 					loadErrors.Add(1)
+					firstLoadError.Do(func() { t.Errorf("a request under load: %d %q %v", a.code, a.body, err) })
 				}
 			}
 		})

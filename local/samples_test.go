@@ -1,10 +1,12 @@
 package local
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net"
 	"reflect"
 	"slices"
@@ -25,7 +27,7 @@ const postgresAddr = "127.0.0.1:5432"
 // samples are the functions of samplesDir; the test fails when the
 // directory holds others, so a new sample comes with its case.
 var samples = []string{
-	"hello-go", "hello-node", "hello-python",
+	"hello-go", "hello-node", "hello-python", "http-go", "http-node", "http-python",
 	"stress-bigloop", "stress-crash", "stress-divzero", "stress-go-fast", "stress-go-nil",
 	"stress-go-pgstorm", "stress-js-async", "stress-js-badenv", "stress-slow", "stress-writer",
 }
@@ -43,6 +45,7 @@ func TestSamples(t *testing.T) {
 	p.waitForSamples()
 
 	t.Run("answers", func(t *testing.T) { p.with(t).checkAnswers(pgErr) })
+	t.Run("answers of their own", func(t *testing.T) { p.with(t).checkOwnAnswers() })
 	t.Run("failures the instance survives", func(t *testing.T) { p.with(t).checkSurvivors() })
 	t.Run("crash and restart", func(t *testing.T) { p.with(t).checkCrash() })
 }
@@ -124,6 +127,57 @@ func (p *platform) checkAnswers(pgErr error) {
 			}
 		})
 	}
+}
+
+// checkOwnAnswers calls the http samples, which choose their answers in
+// each runtime's idiom: the status, the cookies in order, the type and the
+// stream pass the platform as the function gave them.
+func (p *platform) checkOwnAnswers() {
+	pixel, _ := base64.StdEncoding.DecodeString("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
+	for _, fn := range []string{"http-go", "http-python", "http-node"} {
+		for _, tt := range []struct {
+			path        string
+			code        int
+			contentType string
+			body        string // the exact body, or a JSON value
+			cookies     []string
+		}{
+			{"/orders/7", 200, "application/json", `{"id":"7","item":"tea"}`, nil},
+			{"/orders/8", 404, "application/json", `{"error":"no order 8"}`, []string{"a=1; Path=/", "b=2; Path=/"}},
+			{"/pixel.png", 200, "image/png", string(pixel), nil},
+			{"/events?n=3&every=10ms", 200, "text/event-stream", "data: 0\n\ndata: 1\n\ndata: 2\n\n", nil},
+			{"/events?n=x", 400, "application/json", "", nil},
+		} {
+			p.t.Run(fn+tt.path, func(t *testing.T) {
+				resp, err := p.client.Get("http://" + p.Addr() + "/fn/default/" + fn + tt.path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				body, err := io.ReadAll(resp.Body)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); resp.StatusCode != tt.code || mt != tt.contentType ||
+					!slices.Equal(resp.Header.Values("Set-Cookie"), tt.cookies) {
+					t.Errorf("%d %q, cookies %q: want %d %s, cookies %q", resp.StatusCode, resp.Header.Get("Content-Type"),
+						resp.Header.Values("Set-Cookie"), tt.code, tt.contentType, tt.cookies)
+				}
+				if tt.body != "" && !sameBody(body, tt.body, tt.contentType) {
+					t.Errorf("body %q, want %q", body, tt.body)
+				}
+			})
+		}
+	}
+}
+
+// sameBody compares a body with want, as JSON values when it is JSON.
+func sameBody(body []byte, want, contentType string) bool {
+	if contentType != "application/json" {
+		return string(body) == want
+	}
+	var got, w any
+	return json.Unmarshal(body, &got) == nil && json.Unmarshal([]byte(want), &w) == nil && reflect.DeepEqual(got, w)
 }
 
 // checkSurvivors makes each function fail and checks that the same

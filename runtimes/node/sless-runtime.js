@@ -120,8 +120,18 @@ function responseHeaders(headers) {
   for (const [name, value] of headers) {
     if (name !== 'set-cookie') out.push([name, value]);
   }
-  for (const cookie of headers.getSetCookie()) out.push(['set-cookie', cookie]);
+  for (const cookie of setCookies(headers)) out.push(['set-cookie', cookie]);
   return out;
+}
+
+// setCookies is a Headers' Set-Cookie values. Fetch implementations older
+// than getSetCookie (Node 18 with Debian's undici 5.15, the runtime image's)
+// join them with ", " instead: split there where a new cookie's name=
+// follows, which an Expires date's comma never has.
+function setCookies(headers) {
+  if (typeof headers.getSetCookie === 'function') return headers.getSetCookie();
+  const joined = headers.get('set-cookie');
+  return joined === null ? [] : joined.split(/,\s*(?=[^;,=\s]+=)/);
 }
 
 // FRAMING are the fields the runtime writes itself: how the body is framed,
