@@ -11,12 +11,19 @@ import (
 )
 
 // hopByHop are the headers that describe one connection and must not be
-// forwarded (RFC 9110 7.6.1). fasthttp itself owns Connection and
-// Transfer-Encoding; the rest are removed here.
+// forwarded (RFC 9110 7.6.1), with those a Connection field names.
+// fasthttp itself owns Transfer-Encoding, and Connection: close, which it
+// keeps as a flag; Connection's other values it keeps as a field, which
+// goes here.
 var hopByHop = []string{
-	"Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
+	"Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization", "Proxy-Connection",
 	"Te", "Trailer", "Upgrade",
 }
+
+// unlistable are the fields a Connection field may not remove: the ones
+// that frame and route the message, which a client naming them would
+// otherwise strip from the next hop's request.
+var unlistable = []string{"Host", "Content-Length", "Transfer-Encoding", "Close", "Keep-Alive"}
 
 // ownFields are the headers fasthttp keeps outside its field list; they
 // are single-valued and never reordered, so a rebuild leaves them alone.
@@ -28,19 +35,43 @@ var ownFields = []string{
 // headers is what fasthttp's request and response headers share.
 type headers interface {
 	Peek(key string) []byte
+	PeekAll(key string) [][]byte
 	Del(key string)
 	All() iter.Seq2[[]byte, []byte]
 	AddBytesKV(key, value []byte)
 }
 
-// StripHopByHop removes the hop-by-hop headers from h, keeping the order
-// of repeated fields (removeFields). Requests and responses without
-// hop-by-hop headers, the usual case, cost a few lookups and no
-// allocation.
+// StripHopByHop removes the hop-by-hop headers from h, and the fields its
+// Connection field names, keeping the order of repeated fields
+// (removeFields). Requests and responses without hop-by-hop headers, the
+// usual case, cost a few lookups and no allocation; one whose Connection
+// names no field, one allocation at most.
 func StripHopByHop(h headers) {
-	if hasHopByHop(h) {
-		removeFields(h, hopByHop)
+	if !hasHopByHop(h) {
+		return
 	}
+	names := hopByHop
+	if listed := connectionListed(h); len(listed) > 0 {
+		names = append(listed, hopByHop...)
+	}
+	removeFields(h, names)
+}
+
+// connectionListed are the fields h's Connection fields name, but for
+// connection options (close, keep-alive) and the fields that frame and
+// route the message; nil when there are none.
+func connectionListed(h headers) []string {
+	var listed []string
+	for _, v := range h.PeekAll("Connection") {
+		for len(v) > 0 {
+			var name []byte
+			name, v, _ = bytes.Cut(v, []byte(","))
+			if name = bytes.TrimSpace(name); len(name) > 0 && !isOneOf(name, unlistable) && !isOneOf(name, hopByHop) {
+				listed = append(listed, string(name))
+			}
+		}
+	}
+	return listed
 }
 
 // StripReserved removes from a client's request every header whose name
@@ -145,7 +176,7 @@ func rawHasHopByHop(raw []byte) bool {
 
 func isHopByHop(key []byte) bool {
 	switch len(key) {
-	case len("Te"), len("Trailer"), len("Keep-Alive"), len("Proxy-Connection"),
+	case len("Te"), len("Trailer"), len("Keep-Alive") /* and Connection */, len("Proxy-Connection"),
 		len("Proxy-Authenticate"), len("Proxy-Authorization"):
 		return isOneOf(key, hopByHop)
 	}

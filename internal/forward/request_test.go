@@ -29,6 +29,13 @@ func TestPrepareRequest(t *testing.T) {
 			"Host: x\r\nCookie: a=1;b=2\r\nX-A: 1\r\n"},
 		{"cookies pass as they came, hop-by-hop gone", "Host: x\r\nCookie: a=1;b=2\r\nTe: trailers\r\n", nil,
 			"Host: x\r\nCookie: a=1;b=2\r\n"},
+		{"Connection's options and the fields it names go", "Host: x\r\nConnection: keep-alive, X-Secret\r\nX-Secret: a\r\nX-A: 1\r\n", nil,
+			"Host: x\r\nX-A: 1\r\n"},
+		{"every Connection field's names go", "Host: x\r\nConnection: X-One\r\nX-One: 1\r\nConnection: close, X-Two\r\nX-Two: 2\r\nX-A: 1\r\n", nil,
+			"Host: x\r\nX-A: 1\r\n"},
+		{"Connection cannot remove what frames and routes the request",
+			"Host: x\r\nContent-Length: 0\r\nConnection: Host, content-length, Transfer-Encoding\r\nX-A: 1\r\n", nil,
+			"Host: x\r\nContent-Length: 0\r\nX-A: 1\r\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -51,6 +58,33 @@ func TestPrepareRequest(t *testing.T) {
 				t.Errorf("X-M values in order %q, want one,two,three", values)
 			}
 		})
+	}
+}
+
+// A function's response loses its Connection and Keep-Alive fields, and
+// those Connection names: they describe its connection to the proxy, not
+// the caller's.
+func TestPrepareResponse(t *testing.T) {
+	var resp fasthttp.Response
+	raw := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive, X-Hop\r\nKeep-Alive: timeout=5\r\nX-Hop: 1\r\n" +
+		"Set-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-A: 1\r\n\r\nok"
+	if err := resp.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatal(err)
+	}
+	PrepareResponse(&resp)
+	for _, hop := range []string{"Connection", "Keep-Alive", "X-Hop"} {
+		if v := resp.Header.Peek(hop); v != nil {
+			t.Errorf("%s: %q stayed", hop, v)
+		}
+	}
+	var cookies []string
+	for k, v := range resp.Header.All() {
+		if string(k) == "Set-Cookie" {
+			cookies = append(cookies, string(v))
+		}
+	}
+	if string(resp.Header.Peek("X-A")) != "1" || !slices.Equal(cookies, []string{"a=1", "b=2"}) || resp.ConnectionClose() {
+		t.Errorf("after PrepareResponse: %q, cookies %q", resp.Header.String(), cookies)
 	}
 }
 
