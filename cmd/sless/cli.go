@@ -385,20 +385,26 @@ func newInvokeCommand() *cobra.Command {
 			return fmt.Errorf("invoke %s/%s: %w", st.Namespace, st.Name, err)
 		}
 		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		took := time.Since(start)
-		if err != nil {
-			return fmt.Errorf("invoke %s/%s: reading the answer: %w", st.Namespace, st.Name, err)
-		}
 		out := cmd.OutOrStdout()
 		if c.output == "json" {
-			j, _ := json.Marshal(map[string]any{"status": resp.StatusCode, "durationMs": float64(took.Microseconds()) / 1000,
+			body, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return fmt.Errorf("invoke %s/%s: reading the answer: %w", st.Namespace, st.Name, err)
+			}
+			j, _ := json.Marshal(map[string]any{"status": resp.StatusCode, "durationMs": float64(time.Since(start).Microseconds()) / 1000,
 				"headers": resp.Header, "body": string(body)})
 			fmt.Fprintln(out, string(j))
 		} else {
-			fmt.Fprintf(out, "%s in %s\n%s", resp.Status, took.Round(10*time.Microsecond), body)
-			if len(body) > 0 && body[len(body)-1] != '\n' {
+			// The status and the time to the head at once, then the body as
+			// it arrives: a stream's events show as the function sends them.
+			fmt.Fprintf(out, "%s in %s\n", resp.Status, time.Since(start).Round(10*time.Microsecond))
+			w := &lastByte{w: out}
+			_, err := io.Copy(w, resp.Body)
+			if w.last != 0 && w.last != '\n' {
 				fmt.Fprintln(out)
+			}
+			if err != nil {
+				return fmt.Errorf("invoke %s/%s: the answer was cut: %w", st.Namespace, st.Name, err)
 			}
 		}
 		if resp.StatusCode >= 300 {
@@ -407,6 +413,19 @@ func newInvokeCommand() *cobra.Command {
 		return nil
 	}
 	return cmd
+}
+
+// lastByte is a writer that remembers the last byte written through it.
+type lastByte struct {
+	w    io.Writer
+	last byte
+}
+
+func (l *lastByte) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		l.last = p[len(p)-1]
+	}
+	return l.w.Write(p)
 }
 
 func invokeRequest(ctx context.Context, fnURL string, rest []string, method, data string, headers []string) (*http.Request, error) {

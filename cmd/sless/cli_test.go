@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -137,6 +140,36 @@ func TestCLI(t *testing.T) {
 				out, _ := cli(t, "logs", "default/hi")
 				return strings.Contains(out, want)
 			})
+		}
+	})
+	t.Run("InvokeStreams", func(t *testing.T) {
+		// The function streams a line, then holds the next until the flag
+		// file exists: the CLI must print the first before.
+		flag := filepath.Join(t.TempDir(), "release")
+		pr, pw := io.Pipe()
+		root := newRootCommand()
+		root.SetOut(pw)
+		root.SetErr(pw)
+		root.SetArgs([]string{"invoke", "default/hi", "?until=" + url.QueryEscape(flag), "--admin", d.admin})
+		done := make(chan error, 1)
+		go func() {
+			done <- root.ExecuteContext(context.Background())
+			pw.Close()
+		}()
+		r := bufio.NewReader(pr)
+		for _, want := range []*regexp.Regexp{regexp.MustCompile(`^200 OK in \S+s\n$`), regexp.MustCompile(`^first\n$`)} {
+			if line, err := r.ReadString('\n'); err != nil || !want.MatchString(line) {
+				t.Fatalf("invoke printed %q (%v) while the function streams, want %s", line, err, want)
+			}
+		}
+		if err := os.WriteFile(flag, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if rest, err := io.ReadAll(r); err != nil || string(rest) != "second\n" {
+			t.Errorf("then %q %v, want the second line", rest, err)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("invoke: %v", err)
 		}
 	})
 	t.Run("InvokeJSON", func(t *testing.T) {

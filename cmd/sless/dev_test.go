@@ -28,13 +28,24 @@ spec:
 
 // devHandler is hi: it prints a line per request (its method, path,
 // body and X-Test header), holds it ?sleep=seconds, and fails it with ?fail.
-const devHandler = `import time
+const devHandler = `import os, time
 def handle(e):
     print('serving', e['method'], e['path'], 'body=' + e['body'], 'x-test=' + e['headers'].get('x-test', ''), flush=True)
     time.sleep(float(e['query'].get('sleep', '0')))
     if 'fail' in e['query']:
         raise ValueError('asked to fail')
+    if 'until' in e['query']:
+        return stream(e['query']['until'])
     return 'hi'
+
+def stream(flag):
+    yield 'first\n'
+    for _ in range(600):
+        if os.path.exists(flag):
+            yield 'second\n'
+            return
+        time.sleep(0.05)
+    yield 'late\n'
 `
 
 // devProcess is a real `sless dev` process.
@@ -42,7 +53,7 @@ type devProcess struct {
 	cmd      *exec.Cmd
 	exited   <-chan error
 	cacheDir string
-	url      string // of its function, hi (?sleep=seconds holds a request)
+	url      string // of its function, hi (?sleep=seconds holds a request; ?until=file streams a line, then another once file exists, or "late" 30 s on)
 	invoke   string // the invocation port's base URL
 	admin    string // the admin API's base URL
 	out      *syncbuf.Buffer
