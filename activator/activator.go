@@ -330,6 +330,9 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	forward.StreamUntil(ctx, deadline)
 	res.body.OnClose = func() {
 		res.lease.Release()
+		if f, cut := res.body.Cut(); cut {
+			res.code, res.err = f.Code, "answer cut: "+f.Cause
+		}
 		a.finish(ctx, rt, start, res)
 	}
 }

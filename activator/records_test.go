@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -105,5 +106,56 @@ func TestQueueProxyRecords(t *testing.T) {
 	page, _ = ring.List(context.Background(), invocation.Query{Namespace: "test", Function: "fn"})
 	if len(page.Invocations) != 1 {
 		t.Errorf("%d records after the refused batches, want the 1 kept", len(page.Invocations))
+	}
+}
+
+// An answer cut mid-body is recorded as the failure that cut it, not as
+// the 200 its head said: by the function's timeout a 504, by the client
+// leaving a 499, each with its cause.
+func TestCutAnswersRecorded(t *testing.T) {
+	ring := invocation.NewRing(100)
+	a, err := New(Config{}, &countingPoker{}, ring, prometheus.NewRegistry(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := queueproxytest.Start(t)
+	a.SetFunction(RouteSpec{Namespace: "test", Name: "short", HTTP: true, Timeout: 2 * time.Second})
+	a.SetFunction(RouteSpec{Namespace: "test", Name: "long", HTTP: true, Timeout: time.Minute})
+	a.SetEndpoints("test", "short", []string{in.Addr})
+	a.SetEndpoints("test", "long", []string{in.Addr})
+	base := serveActivator(t, a)
+	record := func(fn string) invocation.Record {
+		var page invocation.Page
+		eventually.True(t, "the record of "+fn, func() bool {
+			page, _ = ring.List(context.Background(), invocation.Query{Namespace: "test", Function: fn})
+			return len(page.Invocations) == 1
+		})
+		return page.Invocations[0]
+	}
+
+	// /drip sends 100 KiB, then holds the rest past the 2 s timeout.
+	resp, err := client.Get(base + "/fn/test/short/drip?id=cut-short")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || err == nil || len(body) != 100<<10 {
+		t.Errorf("the timed-out stream: %d, %d bytes, %v: want the head's 200, then the answer cut", resp.StatusCode, len(body), err)
+	}
+	if r := record("short"); r.Status != 504 || r.Error != "answer cut: timeout" {
+		t.Errorf("record of the timed-out stream: %d %q, want 504 answer cut: timeout", r.Status, r.Error)
+	}
+
+	resp, err = client.Get(base + "/fn/test/long/drip?id=cut-long")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 100<<10)); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close() // the client leaves mid-body
+	if r := record("long"); r.Status != 499 || r.Error != "answer cut: client closed the connection" {
+		t.Errorf("record of the stream its client left: %d %q, want 499 answer cut: client closed the connection", r.Status, r.Error)
 	}
 }

@@ -74,6 +74,9 @@ func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	forward.StreamUntil(ctx, start.Add(p.timeout))
 	body.OnClose = func() {
 		slot.Release()
+		if f, cut := body.Cut(); cut {
+			code = f.Code // counted as the failure that cut the answer, not the head's status
+		}
 		p.end(start, code)
 	}
 }

@@ -572,8 +572,13 @@ func TestStreaming(t *testing.T) {
 		if _, err := io.ReadFull(conn, make([]byte, 50<<10)); err != nil {
 			t.Fatal(err)
 		}
+		before := h.counter("sless_queueproxy_requests_total", "code", "499")
 		conn.Close()
 		eventually.True(h.t, "slot released after the hang-up", func() bool { return h.srv.inFlight() == 0 })
+		// Its head said 200; the answer was cut, and counts as the client's leaving.
+		if n := h.counter("sless_queueproxy_requests_total", "code", "499"); n != before+1 {
+			t.Errorf("requests_total{code=499} = %v after a hang-up mid-body, want %v", n, before+1)
+		}
 		if resp, _ := h.get(h.url, "/echo"); resp.StatusCode != 200 {
 			t.Errorf("next request: %d, want 200", resp.StatusCode)
 		}

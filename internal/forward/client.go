@@ -346,7 +346,8 @@ type Body struct {
 	r        io.Reader
 	chunked  bool
 	reusable bool // the connection can carry another request after the body
-	finished bool // the whole body was read
+	finished bool  // the whole body was read
+	err      error // why a read failed
 	cc       *Conn
 	// OnClose, when set, runs once the body is closed: the request has
 	// ended and its resources (a concurrency slot) can be released.
@@ -379,7 +380,25 @@ func (b *Body) Read(p []byte) (int, error) {
 			b.finished, err = true, io.EOF
 		}
 	}
+	if err != nil && !b.finished {
+		b.err = err
+	}
 	return n, err
+}
+
+// Cut reports how a body closed before its end went (ok), for the
+// request's record: its client left (the call aborted, or the body closed
+// unread), or the next hop failed mid-body (a timeout at the request's
+// deadline, a reset, a close), mapped as Classify maps a failed call. The
+// client had the head already; its answer was cut.
+func (b *Body) Cut() (f Failure, ok bool) {
+	switch {
+	case b.finished:
+		return Failure{}, false
+	case b.c.aborted.Load() || b.err == nil:
+		return Failure{Code: StatusClientClosedRequest, Cause: ErrClientGone.Error()}, true
+	}
+	return Classify(b.err), true
 }
 
 // skipTrailers reads the trailer fields after a chunked body, up to the
