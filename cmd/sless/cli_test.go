@@ -408,7 +408,14 @@ func TestCLIManifestErrors(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"bad.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: bad\n"})
 	admin, _ := runDev(t, dir, "")
 	t.Setenv("SLESS_ADMIN_TOKEN", "")
-	out, err := sless(t, admin, "functions")
+	// The admin API answers before the platform's first load of the
+	// manifests: an empty table until then.
+	var out string
+	var err error
+	eventually.True(t, "the manifests loaded", func() bool {
+		out, err = sless(t, admin, "functions")
+		return err != nil || strings.Contains(out, "manifest error")
+	})
 	if rows := lines(out); err != nil || len(rows) != 2 || !strings.HasPrefix(rows[0], "manifest error: "+filepath.Join(dir, "bad.yaml")+": ") ||
 		!strings.HasPrefix(rows[1], "NAME") {
 		t.Errorf("functions: %v\n%s\nwant the manifest error, then the table", err, out)
