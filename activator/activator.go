@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -115,14 +116,14 @@ func (a *Activator) SetFunction(fn RouteSpec) {
 		if old := t.byPath[key]; old != nil {
 			// A new route, so that requests reading the old one see a
 			// consistent RouteSpec.
-			rt = &route{fn: fn, throttler: old.throttler, metrics: old.metrics}
+			rt = &route{fn: fn, throttler: old.throttler, metrics: old.metrics, prefix: old.prefix}
 			if old.fn.Concurrency != fn.Concurrency {
 				rt.throttler.SetCapacity(fn.Concurrency)
 			}
 		} else {
 			poke := func() { a.poker.Poke(fn.Namespace, fn.Name) }
 			rt = &route{fn: fn, throttler: NewThrottler(fn.Concurrency, a.cfg.QueueDepth, a.buffer, poke),
-				metrics: a.metrics.forFunction(fn.Namespace, fn.Name)}
+				metrics: a.metrics.forFunction(fn.Namespace, fn.Name), prefix: "/fn/" + fn.Namespace + "/" + fn.Name}
 			a.peersMu.Lock()
 			rt.throttler.SetPeers(a.peers)
 			a.peersMu.Unlock()
@@ -301,12 +302,17 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	req := &ctx.Request
+	prefix := ""
+	if bytes.HasPrefix(req.Header.RequestURI(), []byte("/fn/")) {
+		prefix = rt.prefix // routed by path, not by host
+	}
 	if rest != nil {
 		req.SetRequestURIBytes(rest)
 	}
-	// Only the platform sets its headers (a trigger's, a message's id):
-	// a client's could pass for them.
+	// Only the platform sets its headers (a trigger's, a message's id,
+	// where the request came in): a client's could pass for them.
 	forward.StripReserved(&req.Header)
+	forward.SetForwarded(&req.Header, prefix)
 	a.ensureRequestID(req)
 	forward.PrepareRequest(req, ctx.RemoteAddr())
 	deadline := start.Add(rt.fn.Timeout)

@@ -2,6 +2,7 @@ package activator
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,22 +111,25 @@ func TestRouting(t *testing.T) {
 		name, path, host string
 		wantCode         int
 		wantURI          string // as the function sees it, or the 404's error
+		wantPrefix       string // X-Forwarded-Prefix as the function sees it
 	}{
-		{"path", "/fn/ns/hello/echo?x=1&y=%2F", "", 200, "/echo?x=1&y=%2F"},
-		{"path without rest", "/fn/ns/hello", "", 200, "/"},
-		{"path with query only", "/fn/ns/hello?q=1", "", 200, "/?q=1"},
-		{"host", "/echo?h=1", "hello.ns.fn.example.test", 200, "/echo?h=1"},
-		{"host with port", "/echo", "hello.ns.fn.example.test:8080", 200, "/echo"},
-		{"unknown function", "/fn/ns/nobody/echo", "", 404, "unknown function"},
-		{"unknown namespace", "/fn/other/hello", "", 404, "unknown function"},
-		{"no http trigger", "/fn/ns/cron-only/echo", "", 404, "unknown function"},
-		{"http trigger disabled", "/fn/ns/off/echo", "", 404, "trigger web of ns/off is disabled (enabled: false)"},
-		{"not a function route", "/echo", "", 404, "unknown function"},
-		{"other domain", "/echo", "hello.ns.elsewhere.test", 404, "unknown function"},
+		{"path", "/fn/ns/hello/echo?x=1&y=%2F", "", 200, "/echo?x=1&y=%2F", "/fn/ns/hello"},
+		{"path without rest", "/fn/ns/hello", "", 200, "/", "/fn/ns/hello"},
+		{"path with query only", "/fn/ns/hello?q=1", "", 200, "/?q=1", "/fn/ns/hello"},
+		{"host", "/echo?h=1", "hello.ns.fn.example.test", 200, "/echo?h=1", ""},
+		{"host with port", "/echo", "hello.ns.fn.example.test:8080", 200, "/echo", ""},
+		{"unknown function", "/fn/ns/nobody/echo", "", 404, "unknown function", ""},
+		{"unknown namespace", "/fn/other/hello", "", 404, "unknown function", ""},
+		{"no http trigger", "/fn/ns/cron-only/echo", "", 404, "unknown function", ""},
+		{"http trigger disabled", "/fn/ns/off/echo", "", 404, "trigger web of ns/off is disabled (enabled: false)", ""},
+		{"not a function route", "/echo", "", 404, "unknown function", ""},
+		{"other domain", "/echo", "hello.ns.elsewhere.test", 404, "unknown function", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			code, body := get(t, base+tt.path, "Host", tt.host)
+			// A client's forwarding fields are replaced by the platform's.
+			code, body := get(t, base+tt.path, "Host", tt.host, "X-Forwarded-Prefix", "/forged", "X-Forwarded-Host", "forged.test",
+				"X-Forwarded-Proto", "https")
 			if code != tt.wantCode {
 				t.Fatalf("%s: %d %s, want %d", tt.path, code, body, tt.wantCode)
 			}
@@ -140,6 +145,12 @@ func TestRouting(t *testing.T) {
 			}
 			if e.URI != tt.wantURI {
 				t.Errorf("function saw %q, want %q", e.URI, tt.wantURI)
+			}
+			host := cmp.Or(tt.host, strings.TrimPrefix(base, "http://"))
+			if prefix := e.Headers["X-Forwarded-Prefix"]; (tt.wantPrefix == "" && prefix != nil) || (tt.wantPrefix != "" && !slices.Equal(prefix, []string{tt.wantPrefix})) ||
+				e.Headers["X-Forwarded-Host"] != nil || e.Host != host || e.Headers["X-Forwarded-Proto"] != nil {
+				t.Errorf("function saw X-Forwarded-Prefix %q, -Host %q, -Proto %q, Host %q: want %q, none, none, %q", prefix,
+					e.Headers["X-Forwarded-Host"], e.Headers["X-Forwarded-Proto"], e.Host, tt.wantPrefix, host)
 			}
 			if len(e.Headers["X-Request-Id"]) != 1 || e.Headers["X-Request-Id"][0] == "" {
 				t.Errorf("function got no X-Request-Id: %v", e.Headers)

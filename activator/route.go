@@ -38,6 +38,10 @@ type route struct {
 	fn        RouteSpec
 	throttler *Throttler
 	metrics   *routeMetrics
+	// prefix is the path prefix requests routed by path come in under,
+	// /fn/<namespace>/<name>, kept to tell the function without building
+	// it for each request.
+	prefix string
 }
 
 // routes maps requests to functions. Lookups take the read lock: a few

@@ -6,6 +6,7 @@
 package forward
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
 
@@ -25,6 +26,59 @@ func PrepareRequest(req *fasthttp.Request, remote net.Addr) {
 	if tcp, ok := remote.(*net.TCPAddr); ok {
 		appendForwardedFor(req, tcp.AddrPort().Addr())
 	}
+}
+
+// The fields that tell a function where its caller's request came in, as
+// the first hop saw it. X-Forwarded-Prefix is the path prefix the request
+// was routed by, so that a relative redirect or a link keeps it. The host
+// is the request's Host, which passes every hop unchanged, and the scheme
+// is http, the activator's: a client's X-Forwarded-Host and
+// X-Forwarded-Proto go, lest a framework that trusts proxies take them for
+// the truth (adding the same values would only cost every request more
+// bytes).
+const (
+	ForwardedPrefixHeader = "X-Forwarded-Prefix"
+	ForwardedHostHeader   = "X-Forwarded-Host"
+	ForwardedProtoHeader  = "X-Forwarded-Proto"
+)
+
+// SetForwarded removes a client's forwarding fields and sets
+// X-Forwarded-Prefix to the path prefix the request was routed by (none
+// when empty).
+func SetForwarded(h *fasthttp.RequestHeader, prefix string) {
+	if hasForwarded(h) { // rare: each Del is a pass over the fields
+		h.Del(ForwardedHostHeader)
+		h.Del(ForwardedProtoHeader)
+		h.Del(ForwardedPrefixHeader)
+	}
+	if prefix != "" {
+		h.Add(ForwardedPrefixHeader, prefix)
+	}
+}
+
+// hasForwarded reports whether a client sent one of the fields
+// SetForwarded sets: a request read from a client is scanned in its raw
+// head, once, as hasHopByHop does.
+func hasForwarded(h *fasthttp.RequestHeader) bool {
+	raw := h.RawHeaders()
+	if len(raw) == 0 {
+		return h.Peek(ForwardedHostHeader) != nil || h.Peek(ForwardedProtoHeader) != nil || h.Peek(ForwardedPrefixHeader) != nil
+	}
+	for len(raw) > 0 {
+		line, rest, _ := bytes.Cut(raw, []byte("\n"))
+		// Most fields are not even the length of X-Forwarded-Host.
+		if len(line) > len(ForwardedHostHeader) && bytes.EqualFold(line[:len("X-Forwarded-")], []byte("X-Forwarded-")) {
+			if name, _, ok := bytes.Cut(line, []byte(":")); ok {
+				name = bytes.TrimSpace(name)
+				if bytes.EqualFold(name, []byte(ForwardedHostHeader)) || bytes.EqualFold(name, []byte(ForwardedProtoHeader)) ||
+					bytes.EqualFold(name, []byte(ForwardedPrefixHeader)) {
+					return true
+				}
+			}
+		}
+		raw = rest
+	}
+	return false
 }
 
 // PrepareResponse turns the next hop's response into the client's, in

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"bufio"
+	"bytes"
 	"net"
 	"slices"
 	"strings"
@@ -154,5 +155,54 @@ func TestStripReservedAllocatesNothing(t *testing.T) {
 	}
 	if allocs := testing.AllocsPerRun(100, func() { StripReserved(&req.Header) }); allocs != 0 {
 		t.Errorf("StripReserved allocates %.0f times without reserved headers, want 0", allocs)
+	}
+}
+
+// The forwarding fields are the platform's alone: a client's, in any
+// case and however many, are replaced.
+func TestSetForwarded(t *testing.T) {
+	for _, head := range []string{
+		"Host: fn.test\r\nX-A: 1\r\n",
+		"Host: fn.test\r\nx-forwarded-host: evil.test\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: ftp\r\nX-FORWARDED-PREFIX: /x\r\nX-A: 1\r\n",
+	} {
+		var req fasthttp.Request
+		if err := req.Read(bufio.NewReader(strings.NewReader("GET /p HTTP/1.1\r\n" + head + "\r\n"))); err != nil {
+			t.Fatal(err)
+		}
+		SetForwarded(&req.Header, "/fn/ns/hello")
+		for name, want := range map[string]string{ForwardedPrefixHeader: "/fn/ns/hello", "X-A": "1", "Host": "fn.test"} {
+			if got := req.Header.PeekAll(name); len(got) != 1 || string(got[0]) != want {
+				t.Errorf("%q: %s = %q, want %q alone", head, name, got, want)
+			}
+		}
+		for _, name := range []string{ForwardedHostHeader, ForwardedProtoHeader} {
+			if got := req.Header.Peek(name); got != nil {
+				t.Errorf("%q: a client's %s %q stayed", head, name, got)
+			}
+		}
+	}
+}
+
+// BenchmarkSetForwarded is a client's request without forwarding fields,
+// read and given the platform's: the read is the floor to compare with.
+func BenchmarkSetForwarded(b *testing.B) {
+	head := []byte("GET /p HTTP/1.1\r\nHost: fn.test\r\nUser-Agent: bench\r\nAccept: */*\r\nX-Request-Id: 1\r\nContent-Type: text/plain\r\n\r\n")
+	for _, set := range []bool{false, true} {
+		b.Run(map[bool]string{false: "read only", true: "read and set"}[set], func(b *testing.B) {
+			var req fasthttp.Request
+			r := bytes.NewReader(head)
+			br := bufio.NewReader(r)
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Reset(head)
+				br.Reset(r)
+				if err := req.Header.Read(br); err != nil {
+					b.Fatal(err)
+				}
+				if set {
+					SetForwarded(&req.Header, "/fn/ns/hello")
+				}
+			}
+		})
 	}
 }
