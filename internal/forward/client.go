@@ -345,7 +345,7 @@ type Body struct {
 	c        *conn
 	r        io.Reader
 	chunked  bool
-	reusable bool // the connection can carry another request after the body
+	reusable bool  // the connection can carry another request after the body
 	finished bool  // the whole body was read
 	err      error // why a read failed
 	cc       *Conn
