@@ -71,6 +71,11 @@ function makeEvent(req, body) {
   };
 }
 
+// OPAQUE are the types JSON would write as {} though their values hold
+// something: an answer that loses it is wrong, so it is an error naming the
+// type. (Blob and FormData are globals of fetch, which a Node may lack.)
+const OPAQUE = [Map, Set, WeakMap, WeakSet, Promise, URLSearchParams, globalThis.Blob, globalThis.FormData].filter(Boolean);
+
 // encodeBody returns [content type, payload] for a body that is not streamed.
 function encodeBody(body) {
   if (typeof body === 'string') {
@@ -81,9 +86,7 @@ function encodeBody(body) {
     return ['application/octet-stream', Buffer.from(body.buffer, body.byteOffset, body.byteLength)];
   }
   if (body instanceof ArrayBuffer) return ['application/octet-stream', Buffer.from(body)];
-  // Values JSON would write as {} though they hold something: an answer
-  // that loses them is wrong, so it is an error naming the type.
-  for (const type of [Map, Set, WeakMap, WeakSet, Promise, Blob, URLSearchParams, FormData]) {
+  for (const type of OPAQUE) {
     if (body instanceof type) throw new TypeError(`a ${type.name} cannot be encoded as JSON`);
   }
   const json = JSON.stringify(body);
