@@ -77,7 +77,16 @@ type Activator struct {
 
 	peersMu sync.Mutex
 	peers   Peers
+
+	// stop closes when the drain runs out (CloseSwitched): the switched
+	// connections still open are closed.
+	stop     chan struct{}
+	stopOnce sync.Once
 }
+
+// CloseSwitched closes the switched connections (WebSockets) still open,
+// and those switched from now on: the activator's drain has run out.
+func (a *Activator) CloseSwitched() { a.stopOnce.Do(func() { close(a.stop) }) }
 
 // New returns an activator with no functions, recording invocations in
 // sink and registering its metrics with reg.
@@ -96,7 +105,7 @@ func New(cfg Config, poker Poker, sink invocation.Sink, reg prometheus.Registere
 	}
 	a := &Activator{
 		cfg: cfg, log: log, poker: poker, sink: sink, buffer: NewBuffer(cfg.MaxBuffered),
-		idBase: strconv.FormatInt(time.Now().UnixNano(), 36) + "-",
+		idBase: strconv.FormatInt(time.Now().UnixNano(), 36) + "-", stop: make(chan struct{}),
 	}
 	m, err := newMetrics(reg, a)
 	if err != nil {
@@ -314,7 +323,12 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	forward.StripReserved(&req.Header)
 	forward.SetForwarded(&req.Header, prefix)
 	a.ensureRequestID(req)
-	forward.PrepareRequest(req, ctx.RemoteAddr())
+	if forward.PrepareRequest(req, ctx.RemoteAddr()) == forward.UpgradeUnsupported {
+		var res result
+		a.failed(ctx, rt, &res, forward.StatusUpgradeUnsupported, forward.UpgradeRefusal(&req.Header))
+		a.finish(ctx, rt, start, res)
+		return
+	}
 	deadline := start.Add(rt.fn.Timeout)
 	cc, _ := ctx.Conn().(*forward.Conn)
 	held, err := forward.HoldBody(req, cc, deadline)
@@ -328,6 +342,16 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	res := a.serve(ctx, rt, deadline, cc)
 	forward.ReleaseBody(req, held)
 	if res.body == nil {
+		a.finish(ctx, rt, start, res)
+		return
+	}
+	if res.body.Switched() {
+		// A WebSocket holds its instance's slot until it closes; its
+		// record is the 101 and the connection's life.
+		if err := forward.Switch(ctx, res.body, a.stop); err != nil {
+			a.log.Debug("switched connection ended", "err", err)
+		}
+		res.lease.Release()
 		a.finish(ctx, rt, start, res)
 		return
 	}

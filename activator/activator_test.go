@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -586,5 +587,48 @@ func checkInvocationRoutes(t *testing.T, url, auth string) {
 		if code != tt.code || !strings.Contains(string(body), tt.want) {
 			t.Errorf("%s: %d %s, want %d with %s", tt.query, code, body, tt.code, tt.want)
 		}
+	}
+}
+
+// A WebSocket passes the activator, also from zero (buffered as any
+// request until an instance is ready), with the request id the activator
+// gave it; it holds its instance's slot while open, and its record is the
+// 101 of a connection.
+func TestWebSocket(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "ws", HTTP: true, Timeout: 30 * time.Second, Concurrency: 1})
+	base := serveActivator(t, a)
+	url := "ws" + strings.TrimPrefix(base, "http") + "/fn/ns/ws/ws"
+	type dialed struct {
+		conn *websocket.Conn
+		resp *http.Response
+		err  error
+	}
+	opened := make(chan dialed, 1)
+	go func() {
+		conn, resp, err := websocket.DefaultDialer.Dial(url, nil)
+		opened <- dialed{conn, resp, err}
+	}()
+	eventually.True(t, "the handshake waiting", func() bool { return a.Waiting("ns", "ws") == 1 })
+	a.SetEndpoints("ns", "ws", []string{startInstance(t)})
+	d := <-opened
+	if d.err != nil {
+		t.Fatalf("dial from zero: %v", d.err)
+	}
+	defer d.conn.Close()
+	if d.resp.Header.Get("Request-Id") == "" {
+		t.Errorf("101 head %v: the function saw no X-Request-Id", d.resp.Header)
+	}
+	testfn.CheckEcho(t, d.conn)
+	if _, inFlight := a.routes.get("ns", "ws").throttler.Load(); inFlight != 1 {
+		t.Errorf("in flight with a WebSocket open = %d, want 1", inFlight)
+	}
+	testfn.CloseWebSocket(t, d.conn)
+	eventually.True(t, "the record of the connection", func() bool {
+		records, _ := a.sink.(*invocation.Ring).Recent(10)
+		return len(records) == 1 && records[0].Status == 101 && records[0].ColdStart && records[0].Error == ""
+	})
+	if code, body := get(t, base+"/fn/ns/ws/echo", "Connection", "upgrade", "Upgrade", "foo"); code != forward.StatusUpgradeUnsupported {
+		t.Errorf("Upgrade: foo: %d %s, want %d", code, body, forward.StatusUpgradeUnsupported)
 	}
 }

@@ -90,6 +90,8 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	}
 	drainCtx, cancel := context.WithTimeout(context.Background(), s.DrainTimeout)
 	defer cancel()
+	// WebSockets still open when the drain runs out are closed cleanly.
+	context.AfterFunc(drainCtx, s.Activator.CloseSwitched)
 	if err := fs.ShutdownWithContext(drainCtx); err != nil {
 		s.Log.Warn("drain timed out with requests in flight", "err", err)
 	}

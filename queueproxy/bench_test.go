@@ -1,6 +1,7 @@
 package queueproxy
 
 import (
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -89,7 +90,7 @@ func benchProxy(b *testing.B, concurrency int) *proxy {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := newProxy(cfg, NewStats(time.Now()), m, func() {})
+	p := newProxy(cfg, NewStats(time.Now()), m, func() {}, slog.New(slog.DiscardHandler))
 	p.client.Dial = func(string, time.Duration) (net.Conn, error) { return ln.Dial() }
 	return p
 }

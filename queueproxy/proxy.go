@@ -1,8 +1,10 @@
 package queueproxy
 
 import (
+	"log/slog"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -24,13 +26,24 @@ type proxy struct {
 	// connections or breaking one, so that readiness drops at once
 	// rather than at the next probe.
 	died func()
+	// stop closes when the drain runs out: the switched connections
+	// (WebSockets) still open are closed.
+	stop     chan struct{}
+	stopOnce sync.Once
+	log      *slog.Logger
 }
+
+// closeSwitched closes the switched connections still open, and those
+// switched from now on.
+func (p *proxy) closeSwitched() { p.stopOnce.Do(func() { close(p.stop) }) }
 
 // newProxy returns a proxy to the user process on 127.0.0.1:cfg.UserPort.
 // died is called whenever the user process refuses a connection or breaks
 // one.
-func newProxy(cfg Config, stats *Stats, m *metrics, died func()) *proxy {
+func newProxy(cfg Config, stats *Stats, m *metrics, died func(), log *slog.Logger) *proxy {
 	p := &proxy{
+		stop:    make(chan struct{}),
+		log:     log,
 		client:  forward.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), userIdleTimeout, cfg.MaxBodyBytes),
 		stats:   stats,
 		metrics: m,
@@ -68,6 +81,16 @@ func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		p.end(start, code)
 		return
 	}
+	if body.Switched() {
+		// A WebSocket holds its slot, and counts in flight, until it
+		// closes: the instance is not scaled away from under it.
+		if err := forward.Switch(ctx, body, p.stop); err != nil {
+			p.log.Debug("switched connection ended", "err", err)
+		}
+		slot.Release()
+		p.end(start, code)
+		return
+	}
 	// The request ends when fasthttp has written the streamed body and
 	// closed it. The closure is the one allocation of a streamed (over
 	// 64 KiB) response.
@@ -95,6 +118,9 @@ func (p *proxy) end(start time.Time, code int) {
 func (p *proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *forward.Body, Slot) {
 	if int64(ctx.Request.Header.ContentLength()) > p.maxBody {
 		return p.fail(ctx, fasthttp.StatusRequestEntityTooLarge, p.errBody.tooLarge), nil, Slot{}
+	}
+	if forward.PrepareRequest(&ctx.Request, ctx.RemoteAddr()) == forward.UpgradeUnsupported {
+		return p.fail(ctx, forward.StatusUpgradeUnsupported, p.errBody.body(forward.UpgradeRefusal(&ctx.Request.Header))), nil, Slot{}
 	}
 	deadline := start.Add(p.timeout)
 	cc, _ := ctx.Conn().(*forward.Conn) // nil when hang-ups are not watched
@@ -125,10 +151,8 @@ func (p *proxy) serve(ctx *fasthttp.RequestCtx, start time.Time) (int, *forward.
 
 // pass sends the request on to the user process.
 func (p *proxy) pass(ctx *fasthttp.RequestCtx, deadline time.Time, cc *forward.Conn) (int, *forward.Body) {
-	req := &ctx.Request
-	forward.PrepareRequest(req, ctx.RemoteAddr())
 	resp := &ctx.Response
-	body, err := p.client.Do(req, resp, deadline, cc)
+	body, err := p.client.Do(&ctx.Request, resp, deadline, cc)
 	if err == nil {
 		forward.PrepareResponse(resp)
 		return resp.StatusCode(), body

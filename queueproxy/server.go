@@ -96,7 +96,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
 	s.prober = newProber(cfg.UserPort, log)
-	s.proxy = newProxy(cfg, s.stats, m, s.prober.failed)
+	s.proxy = newProxy(cfg, s.stats, m, s.prober.failed, s.log)
 	s.prober.down = s.proxy.client.CloseIdle // its connections died with it
 	if len(cfg.RabbitMQ) > 0 {
 		if s.consumerMetrics, err = consumer.NewMetrics(s.registry, cfg.Namespace, cfg.Function); err != nil {
@@ -280,6 +280,9 @@ func (s *Server) drain(fs *fasthttp.Server) {
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
+	// The WebSockets still open when the drain runs out are closed: a
+	// clean close, not the process's end under them.
+	context.AfterFunc(ctx, s.proxy.closeSwitched)
 	if err := fs.ShutdownWithContext(ctx); err != nil {
 		s.log.Warn("drain timed out with requests in flight", "inFlight", s.inFlight(), "err", err)
 		return

@@ -196,6 +196,14 @@ func refused(req *fasthttp.Request) error {
 // readBody reads the response's body, or has it streamed (streamed).
 func (c *conn) readBody(req *fasthttp.Request, resp *fasthttp.Response) (streamed bool, err error) {
 	code := resp.StatusCode()
+	if code == fasthttp.StatusSwitchingProtocols {
+		if !asksUpgrade(req) {
+			return false, errUnaskedSwitch
+		}
+		resp.SkipBody = true
+		c.body = Body{c: c, switched: true}
+		return true, nil
+	}
 	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified {
 		resp.SkipBody = true
 		return false, nil
@@ -347,6 +355,7 @@ type Body struct {
 	chunked  bool
 	reusable bool  // the connection can carry another request after the body
 	finished bool  // the whole body was read
+	switched bool  // the connection of a 101 answer (Tunnel)
 	err      error // why a read failed
 	cc       *Conn
 	// OnClose, when set, runs once the body is closed: the request has

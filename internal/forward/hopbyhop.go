@@ -47,9 +47,13 @@ type headers interface {
 // usual case, cost a few lookups and no allocation; one whose Connection
 // names no field, one allocation at most.
 func StripHopByHop(h headers) {
-	if !hasHopByHop(h) {
-		return
+	if hasHopByHop(h) {
+		stripHopByHop(h)
 	}
+}
+
+// stripHopByHop removes the hop-by-hop headers of a head that has some.
+func stripHopByHop(h headers) {
 	names := hopByHop
 	if listed := connectionListed(h); len(listed) > 0 {
 		names = append(listed, hopByHop...)

@@ -14,18 +14,28 @@ import (
 )
 
 // PrepareRequest turns the client's request into the one for the next hop,
-// in place: no copy, no allocation.
-func PrepareRequest(req *fasthttp.Request, remote net.Addr) {
+// in place: no copy, no allocation. It returns what the request asks its
+// connection to switch to: a WebSocket upgrade is kept for the next hop,
+// which may answer 101 (Tunnel); any other, the caller refuses.
+func PrepareRequest(req *fasthttp.Request, remote net.Addr) Upgrade {
 	if !req.Header.IsHTTP11() {
 		// A proxy sends its own version (RFC 9110 6.2); the client's
 		// answer keeps the client's.
 		req.Header.SetProtocol("HTTP/1.1")
 	}
-	StripHopByHop(&req.Header)
+	up := NoUpgrade
+	if hasHopByHop(&req.Header) {
+		up = upgradeOf(&req.Header)
+		stripHopByHop(&req.Header)
+		if up == UpgradeWebSocket {
+			setUpgrade(&req.Header)
+		}
+	}
 	req.Header.ResetConnectionClose()
 	if tcp, ok := remote.(*net.TCPAddr); ok {
 		appendForwardedFor(req, tcp.AddrPort().Addr())
 	}
+	return up
 }
 
 // The fields that tell a function where its caller's request came in, as
@@ -83,10 +93,18 @@ func hasForwarded(h *fasthttp.RequestHeader) bool {
 
 // PrepareResponse turns the next hop's response into the client's, in
 // place: hop-by-hop headers go, and the next hop closing its connection is
-// no reason to close the client's.
+// no reason to close the client's. A 101 keeps the protocol it switches
+// to (only a request that asked gets one).
 func PrepareResponse(resp *fasthttp.Response) {
 	resp.Header.ResetConnectionClose()
+	if resp.StatusCode() != fasthttp.StatusSwitchingProtocols {
+		StripHopByHop(&resp.Header)
+		return
+	}
+	protocol := string(resp.Header.Peek("Upgrade"))
 	StripHopByHop(&resp.Header)
+	resp.Header.Set("Connection", "Upgrade")
+	resp.Header.Set("Upgrade", protocol)
 }
 
 // appendForwardedFor adds the client's address to X-Forwarded-For.

@@ -16,27 +16,36 @@ func TestPrepareRequest(t *testing.T) {
 		name, head string
 		remote     net.Addr
 		want       string // the headers after the request line
+		upgrade    Upgrade
 	}{
 		{"plain", "Host: x\r\nX-A: 1\r\n", &net.TCPAddr{IP: net.IPv4(10, 0, 0, 1)},
-			"Host: x\r\nX-A: 1\r\nX-Forwarded-For: 10.0.0.1\r\n"},
+			"Host: x\r\nX-A: 1\r\nX-Forwarded-For: 10.0.0.1\r\n", NoUpgrade},
 		{"appends to a prior hop", "Host: x\r\nX-Forwarded-For: 203.0.113.7\r\n", &net.TCPAddr{IP: net.ParseIP("::ffff:127.0.0.1")},
-			"Host: x\r\nX-Forwarded-For: 203.0.113.7, 127.0.0.1\r\n"},
+			"Host: x\r\nX-Forwarded-For: 203.0.113.7, 127.0.0.1\r\n", NoUpgrade},
 		{"hop-by-hop go, repeated fields keep their order",
 			"Host: x\r\nKeep-Alive: 5\r\nX-M: one\r\nTe: trailers\r\nX-M: two\r\nConnection: close\r\nX-M: three\r\nUpgrade: h2c\r\n", nil,
-			"Host: x\r\nX-M: one\r\nX-M: two\r\nX-M: three\r\n"},
+			"Host: x\r\nX-M: one\r\nX-M: two\r\nX-M: three\r\n", NoUpgrade},
 		{"hop-by-hop without repeats", "Host: x\r\nProxy-Authorization: secret\r\nX-A: 1\r\nX-B: 2\r\n", nil,
-			"Host: x\r\nX-A: 1\r\nX-B: 2\r\n"},
+			"Host: x\r\nX-A: 1\r\nX-B: 2\r\n", NoUpgrade},
 		{"cookies pass as they came", "Host: x\r\nCookie: a=1;b=2\r\nX-A: 1\r\n", nil,
-			"Host: x\r\nCookie: a=1;b=2\r\nX-A: 1\r\n"},
+			"Host: x\r\nCookie: a=1;b=2\r\nX-A: 1\r\n", NoUpgrade},
 		{"cookies pass as they came, hop-by-hop gone", "Host: x\r\nCookie: a=1;b=2\r\nTe: trailers\r\n", nil,
-			"Host: x\r\nCookie: a=1;b=2\r\n"},
+			"Host: x\r\nCookie: a=1;b=2\r\n", NoUpgrade},
 		{"Connection's options and the fields it names go", "Host: x\r\nConnection: keep-alive, X-Secret\r\nX-Secret: a\r\nX-A: 1\r\n", nil,
-			"Host: x\r\nX-A: 1\r\n"},
+			"Host: x\r\nX-A: 1\r\n", NoUpgrade},
 		{"every Connection field's names go", "Host: x\r\nConnection: X-One\r\nX-One: 1\r\nConnection: close, X-Two\r\nX-Two: 2\r\nX-A: 1\r\n", nil,
-			"Host: x\r\nX-A: 1\r\n"},
+			"Host: x\r\nX-A: 1\r\n", NoUpgrade},
 		{"Connection cannot remove what frames and routes the request",
 			"Host: x\r\nContent-Length: 0\r\nConnection: Host, content-length, Transfer-Encoding\r\nX-A: 1\r\n", nil,
-			"Host: x\r\nContent-Length: 0\r\nX-A: 1\r\n"},
+			"Host: x\r\nContent-Length: 0\r\nX-A: 1\r\n", NoUpgrade},
+		{"a WebSocket upgrade passes, alone", "Host: x\r\nConnection: keep-alive, Upgrade, X-Hop\r\nX-Hop: 1\r\nUpgrade: WebSocket\r\nSec-WebSocket-Key: k\r\n", nil,
+			"Host: x\r\nSec-Websocket-Key: k\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n", UpgradeWebSocket},
+		{"an Upgrade not named by Connection is no upgrade", "Host: x\r\nUpgrade: websocket\r\n", nil,
+			"Host: x\r\n", NoUpgrade},
+		{"h2c is served as HTTP/1.1", "Host: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AA\r\n", nil,
+			"Host: x\r\n", NoUpgrade},
+		{"any other upgrade is refused", "Host: x\r\nConnection: upgrade\r\nUpgrade: h2c, IRC/6.9\r\n", nil,
+			"Host: x\r\n", UpgradeUnsupported},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -44,7 +53,9 @@ func TestPrepareRequest(t *testing.T) {
 			if err := req.Read(bufio.NewReader(strings.NewReader("GET /p?q=1 HTTP/1.1\r\n" + tt.head + "\r\n"))); err != nil {
 				t.Fatal(err)
 			}
-			PrepareRequest(&req, tt.remote)
+			if up := PrepareRequest(&req, tt.remote); up != tt.upgrade {
+				t.Errorf("PrepareRequest = %d, want %d", up, tt.upgrade)
+			}
 			// The order of different fields is free (RFC 9110 5.3); that
 			// of a repeated field's values is not.
 			got := strings.TrimPrefix(req.Header.String(), "GET /p?q=1 HTTP/1.1\r\n")

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"sless.dev/sless/internal/wire"
 )
 
@@ -128,7 +130,42 @@ func newHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("/exit", func(http.ResponseWriter, *http.Request) { os.Exit(3) })
+	mux.HandleFunc("/ws", h.track(webSocketEcho))
+	mux.HandleFunc("/switch", func(w http.ResponseWriter, _ *http.Request) {
+		// A 101 whatever was asked: a function breaking the protocol.
+		if conn, brw, err := http.NewResponseController(w).Hijack(); err == nil {
+			_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: nonsense\r\nConnection: Upgrade\r\n\r\n")
+			_ = brw.Flush()
+			_ = conn.Close()
+		}
+	})
 	return mux
+}
+
+// webSocketEcho is a WebSocket server (gorilla/websocket, as a function
+// would use) that sends each message back, and closes with a close frame
+// (1000, "bye") when it gets "close". It answers its handshake with the
+// request's X-Request-Id in the 101's Request-Id field.
+func webSocketEcho(w http.ResponseWriter, r *http.Request) {
+	upgrader := websocket.Upgrader{CheckOrigin: func(*http.Request) bool { return true }}
+	conn, err := upgrader.Upgrade(w, r, http.Header{"Request-Id": {r.Header.Get("X-Request-Id")}})
+	if err != nil {
+		return // the upgrader answered 400
+	}
+	defer conn.Close()
+	for {
+		kind, msg, err := conn.ReadMessage()
+		if err != nil {
+			return
+		}
+		if string(msg) == "close" {
+			_ = conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "bye"))
+			return
+		}
+		if err := conn.WriteMessage(kind, msg); err != nil {
+			return
+		}
+	}
 }
 
 func (h *handler) track(next http.HandlerFunc) http.HandlerFunc {

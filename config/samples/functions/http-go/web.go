@@ -1,6 +1,7 @@
 // Package web is a Go function written as net/http serves, the Go idiom:
-// it chooses its status and headers, and streams events with
-// http.Flusher. Its twins http-python and http-node answer the same.
+// it chooses its status and headers, streams events with http.Flusher,
+// and takes over a connection for a WebSocket. Its twins http-python and
+// http-node answer the same, but for the WebSocket.
 package web
 
 import (
@@ -17,8 +18,9 @@ import (
 var pixel, _ = base64.StdEncoding.DecodeString("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==")
 
 // Handle answers GET /orders/7 with the order, any other order with a 404
-// and two cookies, /pixel.png with an image, and /events?n=&every= with n
-// events (1 to 100), one every `every` (up to 60s).
+// and two cookies, /pixel.png with an image, /events?n=&every= with n
+// events (1 to 100), one every `every` (up to 60s), and /chat with a
+// WebSocket that echoes each message.
 func Handle(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case r.URL.Path == "/orders/7":
@@ -32,6 +34,8 @@ func Handle(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(pixel)
 	case r.URL.Path == "/events":
 		events(w, r)
+	case r.URL.Path == "/chat":
+		chat(w, r)
 	default:
 		writeJSON(w, http.StatusNotFound, map[string]string{"error": "no route " + r.URL.Path})
 	}

@@ -1,0 +1,116 @@
+package queueproxy
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/internal/testfn"
+)
+
+// A WebSocket passes the queue-proxy both ways, and holds a slot of the
+// function's concurrency, counted in flight, until it closes.
+func TestWebSocket(t *testing.T) {
+	h := startProxy(t, func(c *Config) { c.Concurrency = 1 })
+	ws := "ws" + strings.TrimPrefix(h.url, "http") + "/ws"
+	conn, resp := testfn.DialWebSocket(t, ws)
+	if resp.Header.Get("Connection") != "Upgrade" || resp.Header.Get("Upgrade") != "websocket" {
+		t.Errorf("101 head %v, want Connection: Upgrade, Upgrade: websocket", resp.Header)
+	}
+	testfn.CheckEcho(t, conn)
+	if n := h.srv.inFlight(); n != 1 {
+		t.Errorf("in flight with a WebSocket open = %d, want 1", n)
+	}
+	waiting := h.getAsync("/echo")
+	eventually.True(t, "a request queued behind the WebSocket", func() bool { return h.srv.queued() == 1 })
+	testfn.CloseWebSocket(t, conn)
+	if code := <-waiting; code != 200 {
+		t.Errorf("request queued behind the WebSocket: %d, want 200", code)
+	}
+	eventually.True(t, "the slot released", func() bool { return h.srv.inFlight() == 0 })
+	if n := h.counter("sless_queueproxy_requests_total", "code", "101"); n != 1 {
+		t.Errorf("requests_total{code=101} = %v, want 1", n)
+	}
+}
+
+// Upgrades other than WebSocket are refused, but for h2c, which a client
+// asks for beside an HTTP/1.1 request that is served as such; a function
+// that answers 101 unasked is a bad gateway.
+func TestUpgradesRefused(t *testing.T) {
+	h := startProxy(t, nil)
+	for _, tt := range []struct {
+		upgrade string
+		want    int
+	}{
+		{"h2c", 200},
+		{"foo/2", forward.StatusUpgradeUnsupported},
+		{"h2c, foo", forward.StatusUpgradeUnsupported},
+	} {
+		req, _ := http.NewRequest(http.MethodGet, h.url+"/echo", nil)
+		req.Header.Set("Connection", "Upgrade, HTTP2-Settings")
+		req.Header.Set("Upgrade", tt.upgrade)
+		req.Header.Set("HTTP2-Settings", "AAMAAABkAARAAAAAAAIAAAAA")
+		resp, body := h.do(req)
+		if resp.StatusCode != tt.want {
+			t.Errorf("Upgrade: %s: %d %s, want %d", tt.upgrade, resp.StatusCode, body, tt.want)
+			continue
+		}
+		if tt.want != 200 {
+			if !strings.Contains(string(body), "WebSocket") {
+				t.Errorf("Upgrade: %s: %s, want an error naming what passes", tt.upgrade, body)
+			}
+			continue
+		}
+		var echo testfn.Echo
+		if err := json.Unmarshal(body, &echo); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"Upgrade", "Connection", "Http2-Settings"} {
+			if v, ok := echo.Headers[k]; ok {
+				t.Errorf("Upgrade: %s: the function got %s: %v", tt.upgrade, k, v)
+			}
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, h.url+"/switch", nil)
+	if resp, body := h.do(req); resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "unasked") {
+		t.Errorf("101 to a plain request: %d %s, want 502 naming it", resp.StatusCode, body)
+	}
+}
+
+// A draining queue-proxy keeps an open WebSocket until it closes, and
+// closes it cleanly when the drain bound passes.
+func TestDrainWebSocket(t *testing.T) {
+	t.Run("until it closes", func(t *testing.T) {
+		h := startProxy(t, nil)
+		conn, _ := testfn.DialWebSocket(t, "ws"+strings.TrimPrefix(h.url, "http")+"/ws")
+		h.cancel()
+		eventually.True(t, "/readyz 503 while draining", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
+		testfn.CheckEcho(t, conn)
+		select {
+		case err := <-h.done:
+			t.Fatalf("Run returned %v with a WebSocket open", err)
+		case <-time.After(200 * time.Millisecond): // 4 quiet periods
+		}
+		testfn.CloseWebSocket(t, conn)
+		if err := <-h.done; err != nil {
+			t.Errorf("Run after the WebSocket closed = %v, want nil", err)
+		}
+		h.done <- nil
+	})
+	t.Run("bound passes", func(t *testing.T) {
+		h := startProxy(t, func(c *Config) { c.DrainTimeout = time.Second })
+		conn, _ := testfn.DialWebSocket(t, "ws"+strings.TrimPrefix(h.url, "http")+"/ws")
+		h.cancel()
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		_, _, err := conn.ReadMessage()
+		if err == nil || strings.Contains(err.Error(), "timeout") {
+			t.Fatalf("read after the drain bound: %v, want the connection closed", err)
+		}
+		<-h.done
+		h.done <- nil
+	})
+}
