@@ -110,8 +110,9 @@ func testCreate(t *testing.T, e *env) {
 	if q := fc.Resources.Requests[corev1.ResourceCPU]; q.Cmp(resource.MustParse("100m")) != 0 {
 		t.Errorf("function cpu request = %v, want 100m", q.String())
 	}
-	if fc.Lifecycle == nil || fc.Lifecycle.PreStop == nil || fc.Lifecycle.PreStop.Sleep == nil {
-		t.Error("function container has no preStop sleep")
+	if h := fc.Lifecycle; h == nil || h.PreStop == nil || h.PreStop.HTTPGet == nil || h.PreStop.HTTPGet.Path != "/wait-for-drain" ||
+		h.PreStop.HTTPGet.Port != intstr.FromInt32(9091) {
+		t.Errorf("function container's lifecycle %+v, want a preStop GET of the queue-proxy's /wait-for-drain", fc.Lifecycle)
 	}
 
 	qp := container(t, d, controller.QueueProxyContainer)

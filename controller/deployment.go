@@ -22,10 +22,6 @@ const (
 )
 
 const (
-	// preStopSleep keeps the user process up after its pod is deleted,
-	// while the activator learns that the instance is going (endpoint
-	// updates take a moment) and the queue-proxy serves what still arrives.
-	preStopSleep = 5
 	// graceMargin is added to the drain time (the Function's timeout) for
 	// the queue-proxy's quiet period and exit.
 	graceMargin = 10
@@ -113,7 +109,13 @@ func functionContainer(fn *v1alpha1.Function) corev1.Container {
 		Env:       append(env, fn.Spec.Env...),
 		Resources: fn.Spec.Resources,
 		Lifecycle: &corev1.Lifecycle{
-			PreStop: &corev1.LifecycleHandler{Sleep: &corev1.SleepAction{Seconds: preStopSleep}},
+			// The user process serves on until the queue-proxy has
+			// drained (its open WebSockets too), and at least
+			// wire.MinStopDelay, while the activator learns that the
+			// instance is going.
+			PreStop: &corev1.LifecycleHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: wire.WaitForDrainPath, Port: intstr.FromInt32(wire.AdminPort),
+			}},
 		},
 		SecurityContext: fn.Spec.EffectiveSecurityContext(),
 		// A crash's last lines of output become its termination

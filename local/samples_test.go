@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorilla/websocket"
-
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/needs"
 	"sless.dev/sless/internal/testfn"
@@ -175,13 +173,7 @@ func (p *platform) checkOwnAnswers() {
 	p.t.Run("http-go/chat", func(t *testing.T) {
 		conn, _ := testfn.DialWebSocket(t, "ws://"+p.Addr()+"/fn/default/http-go/chat")
 		testfn.CheckEcho(t, conn)
-		// The sample answers a close with the client's own code.
-		if err := conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "done")); err != nil {
-			t.Fatal(err)
-		}
-		if _, _, err := conn.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
-			t.Errorf("after a close: %v, want the function's close frame 1000", err)
-		}
+		testfn.CloseHandshake(t, conn)
 	})
 }
 

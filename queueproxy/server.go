@@ -48,6 +48,7 @@ type Server struct {
 	runtime  *prometheus.Registry // the Go runtime's and the process's
 	prober   *prober
 	draining atomic.Bool
+	drained  chan struct{} // closed when the drain has ended
 
 	// QuietPeriod overrides DefaultQuietPeriod when set before Run.
 	QuietPeriod time.Duration
@@ -81,6 +82,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 		stats:       NewStats(time.Now()),
 		registry:    prometheus.NewRegistry(),
 		runtime:     prometheus.NewRegistry(),
+		drained:     make(chan struct{}),
 		QuietPeriod: DefaultQuietPeriod,
 	}
 	if err := s.runtime.Register(collectors.NewGoCollector()); err != nil {
@@ -208,11 +210,20 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
-	// The user process's own stop follows (after its pre-stop sleep).
+	// The user process's own stop follows: its preStop hook waits for
+	// the drain (WaitForDrainPath).
 	s.proxy.client.Stopping()
 	consumed() // no new message; those in flight end
 	s.drain(fs)
-	return hs.Close()
+	close(s.drained)
+	// The preStop hook waiting is answered before the port closes: it
+	// was called as the drain began, so that its floor has mostly passed.
+	stopCtx, cancel := context.WithTimeout(context.Background(), wire.MinStopDelay+time.Second)
+	defer cancel()
+	if err := hs.Shutdown(stopCtx); err != nil {
+		return hs.Close()
+	}
+	return nil
 }
 
 // startConsumers starts consuming the function's queues once the user
@@ -305,6 +316,21 @@ func (s *Server) adminHandler() http.Handler {
 		default:
 			httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
 		}
+	})
+	mux.HandleFunc("GET "+wire.WaitForDrainPath, func(w http.ResponseWriter, r *http.Request) {
+		floor := time.NewTimer(wire.MinStopDelay)
+		defer floor.Stop()
+		select {
+		case <-s.drained:
+		case <-r.Context().Done():
+			return
+		}
+		select {
+		case <-floor.C:
+		case <-r.Context().Done():
+			return
+		}
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "drained"})
 	})
 	mux.HandleFunc("GET "+wire.StatsPath, func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, s.stats.Report(time.Now(), s.inFlight(), s.queued()))

@@ -120,10 +120,13 @@ func (h *harness) get(base, path string) (*http.Response, []byte) {
 
 // getAsync sends a GET in the background; the result arrives on the
 // returned channel.
-func (h *harness) getAsync(path string) <-chan int {
+func (h *harness) getAsync(path string) <-chan int { return h.getAsyncFrom(h.url + path) }
+
+// getAsyncFrom sends a GET to url in the background.
+func (h *harness) getAsyncFrom(url string) <-chan int {
 	out := make(chan int, 1)
 	go func() {
-		resp, err := h.client.Get(h.url + path)
+		resp, err := h.client.Get(url)
 		if err != nil {
 			out <- -1
 			return

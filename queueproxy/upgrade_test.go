@@ -10,6 +10,7 @@ import (
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/internal/wire"
 )
 
 // A WebSocket passes the queue-proxy both ways, and holds a slot of the
@@ -87,15 +88,22 @@ func TestDrainWebSocket(t *testing.T) {
 	t.Run("until it closes", func(t *testing.T) {
 		h := startProxy(t, nil)
 		conn, _ := testfn.DialWebSocket(t, "ws"+strings.TrimPrefix(h.url, "http")+"/ws")
+		preStop := h.getAsyncFrom(h.admin + wire.WaitForDrainPath) // the function container's hook
+		called := time.Now()
 		h.cancel()
 		eventually.True(t, "/readyz 503 while draining", func() bool { r, _ := h.get(h.admin, "/readyz"); return r.StatusCode == 503 })
 		testfn.CheckEcho(t, conn)
 		select {
 		case err := <-h.done:
 			t.Fatalf("Run returned %v with a WebSocket open", err)
+		case code := <-preStop:
+			t.Fatalf("the preStop hook answered %d with a WebSocket open", code)
 		case <-time.After(200 * time.Millisecond): // 4 quiet periods
 		}
 		testfn.CloseWebSocket(t, conn)
+		if code := <-preStop; code != 200 || time.Since(called) < wire.MinStopDelay {
+			t.Errorf("the preStop hook answered %d after %v, want 200 after the drain, and %v at least", code, time.Since(called), wire.MinStopDelay)
+		}
 		if err := <-h.done; err != nil {
 			t.Errorf("Run after the WebSocket closed = %v, want nil", err)
 		}

@@ -64,3 +64,17 @@ func CloseWebSocket(t testing.TB, conn *websocket.Conn) {
 		t.Fatalf("after asking to close: %v, want the server's close frame 1000", err)
 	}
 }
+
+// CloseHandshake closes a WebSocket as a client does (a close frame 1000)
+// and checks the server answers with its own close frame 1000, as RFC
+// 6455 asks of any server.
+func CloseHandshake(t testing.TB, conn *websocket.Conn) {
+	t.Helper()
+	if err := conn.WriteMessage(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, "done")); err != nil {
+		t.Fatalf("write close: %v", err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, _, err := conn.ReadMessage(); !websocket.IsCloseError(err, websocket.CloseNormalClosure) {
+		t.Fatalf("after a close: %v, want the server's close frame 1000", err)
+	}
+}

@@ -10,6 +10,7 @@ package wire
 
 import (
 	"strings"
+	"time"
 
 	"k8s.io/utils/ptr"
 
@@ -36,6 +37,19 @@ const (
 	ServingPortName = "http"
 	AdminPortName   = "admin"
 )
+
+// WaitForDrainPath is the queue-proxy's admin route (GET) that the
+// function container's preStop hook calls: it answers once the
+// queue-proxy has drained, and not before MinStopDelay, so that the user
+// process is stopped only when nothing can reach it any more: an open
+// WebSocket keeps it up until the WebSocket closes or the drain bound
+// passes.
+const WaitForDrainPath = "/wait-for-drain"
+
+// MinStopDelay is the least time the user process serves on after its pod
+// is deleted, while the activator learns that the instance is going and
+// still sends it requests.
+const MinStopDelay = 5 * time.Second
 
 // The queue-proxy's environment (docs/queue-proxy.md): what the
 // controller and the local platform set, and the queue-proxy reads.
