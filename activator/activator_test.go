@@ -45,7 +45,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // newActivator returns an activator recording into a ring, with metrics in
 // a registry of its own; both are reachable through the test helpers.
-func newActivator(t *testing.T, cfg Config, poker Poker) *Activator {
+func newActivator(t testing.TB, cfg Config, poker Poker) *Activator {
 	t.Helper()
 	a, err := New(cfg, poker, invocation.NewRing(1000), prometheus.NewRegistry(), quiet)
 	if err != nil {
@@ -56,7 +56,7 @@ func newActivator(t *testing.T, cfg Config, poker Poker) *Activator {
 
 // serveActivator runs a on a loopback port, watching hang-ups, and returns
 // its base URL.
-func serveActivator(t *testing.T, a *Activator) string {
+func serveActivator(t testing.TB, a *Activator) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

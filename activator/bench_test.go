@@ -2,14 +2,18 @@ package activator
 
 import (
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
 
+	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/queueproxy/queueproxytest"
 )
 
 // BenchmarkHandler runs the whole handler (route, request id, throttler,
@@ -56,4 +60,34 @@ func benchActivator(b *testing.B) *Activator {
 	a.SetFunction(RouteSpec{Namespace: "ns", Name: "fn", HTTP: true, Timeout: time.Minute})
 	a.SetEndpoints("ns", "fn", []string{"instance.test:8012"})
 	return a
+}
+
+// BenchmarkWebSocketEcho is the round trip of a small message over an
+// open WebSocket to a function process (internal/testfn's /ws, real
+// processes on loopback): direct, through its queue-proxy, and through the
+// activator and the queue-proxy. Its ratios are in benchmarks/RESULTS.md.
+func BenchmarkWebSocketEcho(b *testing.B) {
+	instance := queueproxytest.Start(b)
+	a := newActivator(b, Config{}, &countingPoker{})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "ws", HTTP: true, Timeout: time.Minute})
+	a.SetEndpoints("ns", "ws", []string{instance.Addr})
+	via := serveActivator(b, a)
+	for _, path := range []struct{ name, url string }{
+		{"direct", "ws://" + instance.Function.Addr() + "/ws"},
+		{"queue-proxy", "ws://" + instance.Addr + "/ws"},
+		{"activator+queue-proxy", "ws" + strings.TrimPrefix(via, "http") + "/fn/ns/ws/ws"},
+	} {
+		b.Run(path.name, func(b *testing.B) {
+			conn, _ := testfn.DialWebSocket(b, path.url)
+			msg := []byte("0123456789abcdef0123456789abcdef")
+			for b.Loop() {
+				if err := conn.WriteMessage(websocket.BinaryMessage, msg); err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := conn.ReadMessage(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -19,6 +19,23 @@ type Conn struct {
 	unwatch  func()               // set by the watcher; runs before Close
 	// readTimeout is the most a read of the client's body may wait.
 	readTimeout time.Duration
+	read        bool // something was read: the preface check is done
+}
+
+// Read reads what the client sends. The first read recognises an HTTP/2
+// client, which is answered in HTTP/2 (refuseHTTP2) and read as having
+// ended: fasthttp, which speaks HTTP/1.1 only, would answer it a 400 and
+// log its bytes.
+func (c *Conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if !c.read && n > 0 {
+		c.read = true
+		if isHTTP2Preface(p[:n]) {
+			c.refuseHTTP2()
+			return 0, io.EOF
+		}
+	}
+	return n, err
 }
 
 // Gone is closed when the client hangs up.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -64,7 +66,7 @@ func NewServer(handler fasthttp.RequestHandler, onReadError func(*fasthttp.Reque
 		NoDefaultDate:                true,
 		DisablePreParseMultipartForm: true,
 		CloseOnShutdown:              true,
-		Logger:                       slogPrinter{log},
+		Logger:                       &slogPrinter{log: log},
 	}
 }
 
@@ -126,9 +128,39 @@ func MaxConns(fdsPerConn int) int {
 	return max(int(lim.Cur)-reservedFDs, 16) / max(fdsPerConn, 1)
 }
 
-// slogPrinter routes fasthttp's log lines to slog.
-type slogPrinter struct{ log *slog.Logger }
+// slogPrinter routes fasthttp's log lines to slog, bounded: fasthttp
+// quotes what a client sent that it could not read, and any client can
+// send anything, as often as it likes. A line keeps its first
+// maxLogLine bytes, and at most one a second is written; the next one
+// written says how many were left out.
+type slogPrinter struct {
+	log     *slog.Logger
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
 
-func (p slogPrinter) Printf(format string, args ...any) {
-	p.log.Warn(fmt.Sprintf(format, args...), "component", "fasthttp")
+// maxLogLine bounds a line of fasthttp's in the log.
+const maxLogLine = 256
+
+func (p *slogPrinter) Printf(format string, args ...any) {
+	p.mu.Lock()
+	now := time.Now()
+	if now.Sub(p.last) < time.Second {
+		p.skipped++
+		p.mu.Unlock()
+		return
+	}
+	skipped := p.skipped
+	p.last, p.skipped = now, 0
+	p.mu.Unlock()
+	line := fmt.Sprintf(format, args...)
+	if len(line) > maxLogLine {
+		line = fmt.Sprintf("%s… (%d bytes more)", strings.ToValidUTF8(line[:maxLogLine], ""), len(line)-maxLogLine)
+	}
+	if skipped > 0 {
+		p.log.Warn(line, "component", "fasthttp", "linesLeftOut", skipped)
+		return
+	}
+	p.log.Warn(line, "component", "fasthttp")
 }
