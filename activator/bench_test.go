@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -64,16 +65,21 @@ func benchActivator(b *testing.B) *Activator {
 
 // BenchmarkWebSocketEcho is the round trip of a small message over an
 // open WebSocket to a function process (internal/testfn's /ws, real
-// processes on loopback): direct, through its queue-proxy, and through the
-// activator and the queue-proxy. Its ratios are in benchmarks/RESULTS.md.
+// processes on loopback): direct; through a bare TCP relay (a goroutine
+// copying each way, the floor of any hop that relays), one and two of
+// them; through its queue-proxy; and through the activator and the
+// queue-proxy. Its ratios are in benchmarks/RESULTS.md.
 func BenchmarkWebSocketEcho(b *testing.B) {
 	instance := queueproxytest.Start(b)
 	a := newActivator(b, Config{}, &countingPoker{})
 	a.SetFunction(RouteSpec{Namespace: "ns", Name: "ws", HTTP: true, Timeout: time.Minute})
 	a.SetEndpoints("ns", "ws", []string{instance.Addr})
 	via := serveActivator(b, a)
+	relay := tcpRelay(b, instance.Function.Addr())
 	for _, path := range []struct{ name, url string }{
 		{"direct", "ws://" + instance.Function.Addr() + "/ws"},
+		{"tcp relay", "ws://" + relay + "/ws"},
+		{"tcp relay x2", "ws://" + tcpRelay(b, relay) + "/ws"},
 		{"queue-proxy", "ws://" + instance.Addr + "/ws"},
 		{"activator+queue-proxy", "ws" + strings.TrimPrefix(via, "http") + "/fn/ns/ws/ws"},
 	} {
@@ -90,4 +96,31 @@ func BenchmarkWebSocketEcho(b *testing.B) {
 			}
 		})
 	}
+}
+
+// tcpRelay listens on loopback and relays each connection to to, a
+// goroutine copying each way, until the benchmark ends.
+func tcpRelay(b *testing.B, to string) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", to)
+			if err != nil {
+				_ = c.Close()
+				continue
+			}
+			b.Cleanup(func() { _ = c.Close(); _ = up.Close() })
+			go func() { _, _ = io.Copy(up, c) }()
+			go func() { _, _ = io.Copy(c, up) }()
+		}
+	}()
+	return ln.Addr().String()
 }
