@@ -22,8 +22,8 @@ var http2Refusal = func() []byte {
 	b := []byte{0, 0, 0, 0x4, 0, 0, 0, 0, 0} // SETTINGS, empty, stream 0
 	n := 8 + len(debug)
 	b = append(b, byte(n>>16), byte(n>>8), byte(n), 0x7, 0, 0, 0, 0, 0) // GOAWAY, stream 0
-	b = binary.BigEndian.AppendUint32(b, 0)   // last stream id
-	b = binary.BigEndian.AppendUint32(b, 0xd) // HTTP_1_1_REQUIRED
+	b = binary.BigEndian.AppendUint32(b, 0)                             // last stream id
+	b = binary.BigEndian.AppendUint32(b, 0xd)                           // HTTP_1_1_REQUIRED
 	return append(b, debug...)
 }()
 

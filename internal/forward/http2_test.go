@@ -3,7 +3,6 @@ package forward
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
 	"io"
 	"log/slog"
 	"net"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
-	"golang.org/x/net/http2"
 )
 
 // lockedBuffer is a log's output, read while the server writes it.
@@ -66,10 +64,9 @@ func serveHop(t *testing.T) (addr string, logged *lockedBuffer) {
 // its bytes reaches the log, and the hop serves HTTP/1.1 on.
 func TestHTTP2ClientToldGoAway(t *testing.T) {
 	addr, logged := serveHop(t)
-	h2 := &http2.Transport{AllowHTTP: true, DialTLSContext: func(ctx context.Context, network, addr string, _ *tls.Config) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, network, addr)
-	}}
-	client := &http.Client{Transport: h2, Timeout: 30 * time.Second}
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true) // with prior knowledge, as gRPC's clients
+	client := &http.Client{Transport: &http.Transport{Protocols: &h2c}, Timeout: 30 * time.Second}
 	_, err := client.Get("http://" + addr + "/")
 	if err == nil || !strings.Contains(err.Error(), "HTTP_1_1_REQUIRED") {
 		t.Fatalf("an HTTP/2 request: %v, want a GOAWAY with HTTP_1_1_REQUIRED", err)
