@@ -1,7 +1,10 @@
 package queueproxy
 
 import (
+	"bufio"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -121,4 +124,38 @@ func TestDrainWebSocket(t *testing.T) {
 		<-h.done
 		h.done <- nil
 	})
+}
+
+// A connection kept alive past its last answer's write timeout still
+// switches: the activator sends a WebSocket's handshake on a pooled
+// connection as on any other.
+func TestWebSocketOnKeptConnection(t *testing.T) {
+	h := startProxy(t, func(c *Config) { c.ReadTimeout = time.Second })
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.url, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	roundTrip := func(head string) *http.Response {
+		t.Helper()
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		if _, err := conn.Write([]byte(head)); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%.20q: %v", head, err)
+		}
+		return resp
+	}
+	resp := roundTrip("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n")
+	_, _ = io.Copy(io.Discard, resp.Body)
+	answered := time.Now()
+	eventually.True(t, "the answer's write timeout passed", func() bool { return time.Since(answered) > 2*time.Second })
+	resp = roundTrip("GET /ws HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n" +
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("handshake on a kept connection: %d, want 101", resp.StatusCode)
+	}
 }

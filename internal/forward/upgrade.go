@@ -175,6 +175,10 @@ func Switch(ctx *fasthttp.RequestCtx, b *Body, stop <-chan struct{}) error {
 	defer ctx.HijackSetNoResponse(true)
 	defer b.Close()
 	client := ctx.Conn()
+	// The deadlines left by the connection's earlier requests (fasthttp's
+	// write timeout after an answer) have passed on a connection kept
+	// alive long enough.
+	_ = client.SetDeadline(time.Time{})
 	if _, err := client.Write(ctx.Response.Header.Header()); err != nil {
 		return fmt.Errorf("write the switch to the client: %w", err)
 	}
