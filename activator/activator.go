@@ -78,15 +78,12 @@ type Activator struct {
 	peersMu sync.Mutex
 	peers   Peers
 
-	// stop closes when the drain runs out (CloseSwitched): the switched
-	// connections still open are closed.
-	stop     chan struct{}
-	stopOnce sync.Once
+	switches *forward.Switches // the WebSockets through it
 }
 
 // CloseSwitched closes the switched connections (WebSockets) still open,
 // and those switched from now on: the activator's drain has run out.
-func (a *Activator) CloseSwitched() { a.stopOnce.Do(func() { close(a.stop) }) }
+func (a *Activator) CloseSwitched() { a.switches.CloseAll() }
 
 // New returns an activator with no functions, recording invocations in
 // sink and registering its metrics with reg.
@@ -105,7 +102,7 @@ func New(cfg Config, poker Poker, sink invocation.Sink, reg prometheus.Registere
 	}
 	a := &Activator{
 		cfg: cfg, log: log, poker: poker, sink: sink, buffer: NewBuffer(cfg.MaxBuffered),
-		idBase: strconv.FormatInt(time.Now().UnixNano(), 36) + "-", stop: make(chan struct{}),
+		idBase: strconv.FormatInt(time.Now().UnixNano(), 36) + "-", switches: forward.NewSwitches(),
 	}
 	m, err := newMetrics(reg, a)
 	if err != nil {
@@ -348,7 +345,7 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	if res.body.Switched() {
 		// A WebSocket holds its instance's slot until it closes; its
 		// record is the 101 and the connection's life.
-		if err := forward.Switch(ctx, res.body, a.stop); err != nil {
+		if err := a.switches.Carry(ctx, res.body); err != nil {
 			a.log.Debug("switched connection ended", "err", err)
 		}
 		res.lease.Release()

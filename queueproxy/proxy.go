@@ -4,7 +4,6 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -26,31 +25,25 @@ type proxy struct {
 	// connections or breaking one, so that readiness drops at once
 	// rather than at the next probe.
 	died func()
-	// stop closes when the drain runs out: the switched connections
-	// (WebSockets) still open are closed.
-	stop     chan struct{}
-	stopOnce sync.Once
+	// switches carries the WebSockets, closed when the drain runs out.
+	switches *forward.Switches
 	log      *slog.Logger
 }
-
-// closeSwitched closes the switched connections still open, and those
-// switched from now on.
-func (p *proxy) closeSwitched() { p.stopOnce.Do(func() { close(p.stop) }) }
 
 // newProxy returns a proxy to the user process on 127.0.0.1:cfg.UserPort.
 // died is called whenever the user process refuses a connection or breaks
 // one.
 func newProxy(cfg Config, stats *Stats, m *metrics, died func(), log *slog.Logger) *proxy {
 	p := &proxy{
-		stop:    make(chan struct{}),
-		log:     log,
-		client:  forward.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), userIdleTimeout, cfg.MaxBodyBytes),
-		stats:   stats,
-		metrics: m,
-		timeout: cfg.Timeout,
-		maxBody: cfg.MaxBodyBytes,
-		errBody: newErrorBodies(cfg.Namespace, cfg.Function),
-		died:    died,
+		switches: forward.NewSwitches(),
+		log:      log,
+		client:   forward.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), userIdleTimeout, cfg.MaxBodyBytes),
+		stats:    stats,
+		metrics:  m,
+		timeout:  cfg.Timeout,
+		maxBody:  cfg.MaxBodyBytes,
+		errBody:  newErrorBodies(cfg.Namespace, cfg.Function),
+		died:     died,
 	}
 	p.client.UserProcess = true
 	if cfg.Concurrency > 0 {
@@ -84,7 +77,7 @@ func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	if body.Switched() {
 		// A WebSocket holds its slot, and counts in flight, until it
 		// closes: the instance is not scaled away from under it.
-		if err := forward.Switch(ctx, body, p.stop); err != nil {
+		if err := p.switches.Carry(ctx, body); err != nil {
 			p.log.Debug("switched connection ended", "err", err)
 		}
 		slot.Release()

@@ -293,7 +293,7 @@ func (s *Server) drain(fs *fasthttp.Server) {
 	defer cancel()
 	// The WebSockets still open when the drain runs out are closed: a
 	// clean close, not the process's end under them.
-	context.AfterFunc(ctx, s.proxy.closeSwitched)
+	context.AfterFunc(ctx, s.proxy.switches.CloseAll)
 	if err := fs.ShutdownWithContext(ctx); err != nil {
 		s.log.Warn("drain timed out with requests in flight", "inFlight", s.inFlight(), "err", err)
 		return

@@ -355,7 +355,7 @@ type Body struct {
 	chunked  bool
 	reusable bool  // the connection can carry another request after the body
 	finished bool  // the whole body was read
-	switched bool  // the connection of a 101 answer (Tunnel)
+	switched bool  // the connection of a 101 answer (Switches.Carry)
 	err      error // why a read failed
 	cc       *Conn
 	// OnClose, when set, runs once the body is closed: the request has

@@ -16,7 +16,7 @@ import (
 // PrepareRequest turns the client's request into the one for the next hop,
 // in place: no copy, no allocation. It returns what the request asks its
 // connection to switch to: a WebSocket upgrade is kept for the next hop,
-// which may answer 101 (Tunnel); any other, the caller refuses.
+// which may answer 101 (Switches.Carry); any other, the caller refuses.
 func PrepareRequest(req *fasthttp.Request, remote net.Addr) Upgrade {
 	if !req.Header.IsHTTP11() {
 		// A proxy sends its own version (RFC 9110 6.2); the client's

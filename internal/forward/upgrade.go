@@ -22,7 +22,7 @@ const (
 	// client asking for it takes an HTTP/1.1 answer).
 	NoUpgrade Upgrade = iota
 	// UpgradeWebSocket passes every hop: when the function answers 101,
-	// the connection carries its bytes both ways (Tunnel).
+	// the connection carries its bytes both ways (Switches.Carry).
 	UpgradeWebSocket
 	// UpgradeUnsupported is any other protocol: the first hop refuses it
 	// (StatusUpgradeUnsupported) rather than answer as if it had not
@@ -105,7 +105,7 @@ func asksUpgrade(req *fasthttp.Request) bool {
 // request that did not ask to switch protocols.
 var errUnaskedSwitch = errors.New("switched protocols unasked (101 to a request without Upgrade)")
 
-// Tunnel carries a switched connection's bytes both ways: between the
+// tunnel carries a switched connection's bytes both ways: between the
 // client's connection, to which the 101 head has been written, and the
 // next hop's (b, the 101 answer's body). It returns when either side ends
 // its direction, or stop closes (the hop's drain has run out); both
@@ -116,7 +116,7 @@ var errUnaskedSwitch = errors.New("switched protocols unasked (101 to a request 
 // It runs in the request's handler, so that whatever the request holds (a
 // slot of the function's concurrency, a place in the drain) is held until
 // the connection ends and released in the same scope that took it.
-func Tunnel(client net.Conn, b *Body, stop <-chan struct{}) error {
+func tunnel(client net.Conn, b *Body, stop <-chan struct{}) error {
 	_ = client.SetDeadline(time.Time{}) // a tunnel is bound by its ends, not the request's timeouts
 	_ = b.c.conn.SetDeadline(time.Time{})
 	up := make(chan error, 1)
@@ -154,23 +154,40 @@ var errTunnelStopped = errors.New("connection closed by the platform's drain")
 var tunnelBuffers = sync.Pool{New: func() any { b := make([]byte, 16<<10); return &b }}
 
 // relay copies src to dst until src ends; its error is nil at src's end.
+// It copies through the pooled buffer: the connections' own fast paths
+// (TCPConn's ReadFrom and WriteTo, bufio's WriteTo) would each allocate a
+// 32 KiB buffer of their own for a socket that splice cannot serve.
 func relay(dst io.Writer, src io.Reader) error {
 	buf := tunnelBuffers.Get().(*[]byte)
 	defer tunnelBuffers.Put(buf)
-	_, err := io.CopyBuffer(dst, src, *buf)
+	_, err := io.CopyBuffer(struct{ io.Writer }{dst}, struct{ io.Reader }{src}, *buf)
 	return err
 }
 
 // Switched reports whether b is the connection of a 101 answer, to carry
-// with Tunnel rather than as a body.
+// with Switches.Carry rather than as a body.
 func (b *Body) Switched() bool { return b.switched }
 
-// Switch answers a request with the 101 of its next hop, whose connection
-// b is, and carries the switched connection (Tunnel) until it ends or stop
-// closes. The head is written here, not by fasthttp, which writes an
+// Switches carries a hop's switched connections (WebSockets), and closes
+// those still open when the hop's drain runs out.
+type Switches struct {
+	stop chan struct{}
+	once sync.Once
+}
+
+// NewSwitches returns a hop's Switches.
+func NewSwitches() *Switches { return &Switches{stop: make(chan struct{})} }
+
+// CloseAll closes the switched connections still open, and those switched
+// from now on: cleanly, each side's connection closed.
+func (s *Switches) CloseAll() { s.once.Do(func() { close(s.stop) }) }
+
+// Carry answers a request with the 101 of its next hop, whose connection
+// b is, and carries the switched connection until either side ends it or
+// CloseAll. The head is written here, not by fasthttp, which writes an
 // answer only after the handler returns; fasthttp then writes nothing
 // more and closes the client's connection.
-func Switch(ctx *fasthttp.RequestCtx, b *Body, stop <-chan struct{}) error {
+func (s *Switches) Carry(ctx *fasthttp.RequestCtx, b *Body) error {
 	defer ctx.Hijack(func(net.Conn) {})
 	defer ctx.HijackSetNoResponse(true)
 	defer b.Close()
@@ -182,5 +199,5 @@ func Switch(ctx *fasthttp.RequestCtx, b *Body, stop <-chan struct{}) error {
 	if _, err := client.Write(ctx.Response.Header.Header()); err != nil {
 		return fmt.Errorf("write the switch to the client: %w", err)
 	}
-	return Tunnel(client, b, stop)
+	return tunnel(client, b, s.stop)
 }
