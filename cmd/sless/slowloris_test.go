@@ -77,8 +77,11 @@ func surviveSlowloris(t *testing.T, addr, url string, exited <-chan error) {
 			t.Errorf("GET %s: %v", url, err)
 			return -1
 		}
-		_, _ = io.Copy(io.Discard, resp.Body)
+		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Logf("GET %s: %d %s", url, resp.StatusCode, body)
+		}
 		return resp.StatusCode
 	}
 	if code := call(kept); code != 200 {

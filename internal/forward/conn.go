@@ -79,14 +79,26 @@ func (c *Conn) Close() error {
 		c.unwatch()
 	}
 	if tc, ok := c.Conn.(*net.TCPConn); ok && unread(tc) {
-		go linger(tc)
-		return nil
+		select {
+		case lingering <- struct{}{}:
+			go func() { linger(tc); <-lingering }()
+			return nil
+		default: // too many linger already: this one is closed at once
+		}
 	}
 	return c.Conn.Close()
 }
 
 // lingerFor bounds how long linger reads what a client still sends.
 const lingerFor = 2 * time.Second
+
+// lingering bounds the connections that linger at once: each keeps its
+// file descriptor for up to lingerFor after the server let it go, outside
+// the server's count of connections, and a flood of clients cut with
+// bytes unsent (a slowloris, each connection past the limit answered 503
+// and closed) would otherwise take the descriptors kept for the next hop
+// (MaxConns' reservedFDs), failing the clients being served.
+var lingering = make(chan struct{}, reservedFDs/4)
 
 // linger closes tc as a server that answered before it read the request's
 // body must: closed at once with bytes unread, the connection is reset,
