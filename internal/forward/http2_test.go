@@ -8,36 +8,25 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http2"
+
+	"sless.dev/sless/internal/syncbuf"
 )
 
-// lockedBuffer is a log's output, read while the server writes it.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Split(strings.TrimSpace(l.b.String()), "\n")
+// logLines are the lines of a log written so far.
+func logLines(b *syncbuf.Buffer) []string {
+	return strings.Split(strings.TrimSpace(b.String()), "\n")
 }
 
 // serveHop runs a hop's server (NewServer on a Hangups Listener) that
 // answers "ok", logging into the returned buffer.
-func serveHop(t *testing.T) (addr string, logged *lockedBuffer) {
+func serveHop(t *testing.T) (addr string, logged *syncbuf.Buffer) {
 	t.Helper()
-	logged = &lockedBuffer{}
+	logged = &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logged, nil))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,24 +48,50 @@ func serveHop(t *testing.T) (addr string, logged *lockedBuffer) {
 }
 
 // An HTTP/2 client with prior knowledge (h2c, as gRPC's) is told in
-// HTTP/2 that the hop speaks HTTP/1.1 (GOAWAY, HTTP_1_1_REQUIRED), rather
-// than a silent close or an HTTP/1.1 answer it cannot read; nothing of
-// its bytes reaches the log, and the hop serves HTTP/1.1 on.
+// HTTP/2 that the hop speaks HTTP/1.1: the server's preface (SETTINGS)
+// and a GOAWAY with HTTP_1_1_REQUIRED saying why, read with x/net's frame
+// parser, rather than a silent close or an HTTP/1.1 answer it cannot
+// read; nothing of its bytes reaches the log, and the hop serves HTTP/1.1
+// on.
 func TestHTTP2ClientToldGoAway(t *testing.T) {
 	addr, logged := serveHop(t)
-	var h2c http.Protocols
-	h2c.SetUnencryptedHTTP2(true) // with prior knowledge, as gRPC's clients
-	client := &http.Client{Transport: &http.Transport{Protocols: &h2c}, Timeout: 30 * time.Second}
-	_, err := client.Get("http://" + addr + "/")
-	if err == nil || !strings.Contains(err.Error(), "HTTP_1_1_REQUIRED") {
-		t.Fatalf("an HTTP/2 request: %v, want a GOAWAY with HTTP_1_1_REQUIRED", err)
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	framer := http2.NewFramer(conn, conn)
+	if err := framer.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var frames []http2.Frame
+	for {
+		f, err := framer.ReadFrame()
+		if err != nil {
+			break // the close
+		}
+		frames = append(frames, f)
+	}
+	if len(frames) != 2 {
+		t.Fatalf("%d frames before the close, want SETTINGS and GOAWAY: %v", len(frames), frames)
+	}
+	if _, ok := frames[0].(*http2.SettingsFrame); !ok {
+		t.Errorf("first frame %v, want the server's SETTINGS", frames[0])
+	}
+	away, ok := frames[1].(*http2.GoAwayFrame)
+	if !ok || away.ErrCode != http2.ErrCodeHTTP11Required || !strings.Contains(string(away.DebugData()), "HTTP/1.1 only") {
+		t.Fatalf("second frame %v, want a GOAWAY with HTTP_1_1_REQUIRED saying why", frames[1])
 	}
 	resp, err := http.Get("http://" + addr + "/")
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("an HTTP/1.1 request after: %v", err)
 	}
 	resp.Body.Close()
-	if out := strings.Join(logged.lines(), "\n"); strings.Contains(out, "PRI") {
+	if out := logged.String(); strings.Contains(out, "PRI") {
 		t.Errorf("the log quotes the HTTP/2 client:\n%s", out)
 	}
 }
@@ -98,7 +113,7 @@ func TestUnreadableRequestsLogBounded(t *testing.T) {
 		_, _ = io.ReadAll(c) // the 400, then the close
 		c.Close()
 	}
-	lines := logged.lines()
+	lines := logLines(logged)
 	if most := 1 + int(time.Since(start)/time.Second); len(lines) > most || len(lines) == 0 {
 		t.Errorf("%d lines logged for 50 unreadable requests in %v, want 1 to %d", len(lines), time.Since(start), most)
 	}
