@@ -316,6 +316,18 @@ func function(t *testing.T, ns, name string) *v1alpha1.Function {
 	return &fn
 }
 
+// addEnv adds a variable to a Function's spec, which rolls its instances
+// out with a new template.
+func addEnv(t *testing.T, ns, name string, v corev1.EnvVar) {
+	t.Helper()
+	fn := function(t, ns, name)
+	patch := client.MergeFrom(fn.DeepCopy())
+	fn.Spec.Env = append(fn.Spec.Env, v)
+	if err := cluster.c.Patch(context.Background(), fn, patch); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // within is the bound of waits on the cluster: pods start in seconds, but a
 // loaded 2-core machine can take much longer.
 const within = 3 * time.Minute

@@ -45,12 +45,7 @@ func TestFaultsUnderLoad(t *testing.T) {
 
 	underLoad(t, url, "a new image of the function", 0, func() {
 		old := podNames(t, ns, "steady")
-		fn := function(t, ns, "steady")
-		patch := client.MergeFrom(fn.DeepCopy())
-		fn.Spec.Env = append(fn.Spec.Env, corev1.EnvVar{Name: "VERSION", Value: "2"})
-		if err := cluster.c.Patch(context.Background(), fn, patch); err != nil {
-			t.Fatal(err)
-		}
+		addEnv(t, ns, "steady", corev1.EnvVar{Name: "VERSION", Value: "2"})
 		waitFor(t, "the Deployment's template to carry the change", func() bool {
 			var d appsv1.Deployment
 			err := cluster.c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "steady"}, &d)

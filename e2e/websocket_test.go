@@ -3,13 +3,11 @@
 package e2e
 
 import (
-	"context"
 	"slices"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/internal/testfn"
 )
@@ -36,12 +34,7 @@ func TestWebSocketAcrossRollout(t *testing.T) {
 		t.Fatalf("pods under the WebSocket: %v, want one", old)
 	}
 
-	fn := function(t, ns, "chat")
-	patch := client.MergeFrom(fn.DeepCopy())
-	fn.Spec.Env = append(fn.Spec.Env, corev1.EnvVar{Name: "VERSION", Value: "2"})
-	if err := cluster.c.Patch(context.Background(), fn, patch); err != nil {
-		t.Fatal(err)
-	}
+	addEnv(t, ns, "chat", corev1.EnvVar{Name: "VERSION", Value: "2"})
 	// The old pod is deleted once its replacement is available.
 	waitFor(t, "the old instance leaving", func() bool {
 		return slices.ContainsFunc(pods(t, ns, "chat"), func(p corev1.Pod) bool { return p.Name == old[0] && p.DeletionTimestamp != nil })

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net"
 	"sync"
 	"time"
@@ -57,32 +58,37 @@ func upgradeOf(h *fasthttp.RequestHeader) Upgrade {
 	return UpgradeUnsupported
 }
 
-// onlyToken reports whether every value of the comma-separated lists is
-// token.
-func onlyToken(values [][]byte, token string) bool {
-	for _, v := range values {
-		for len(v) > 0 {
-			var t []byte
-			t, v, _ = bytes.Cut(v, []byte(","))
-			if !bytes.EqualFold(bytes.TrimSpace(t), []byte(token)) {
-				return false
+// tokens yields the tokens of comma-separated field values, trimmed.
+func tokens(values [][]byte) iter.Seq[[]byte] {
+	return func(yield func([]byte) bool) {
+		for _, v := range values {
+			for len(v) > 0 {
+				var t []byte
+				t, v, _ = bytes.Cut(v, []byte(","))
+				if !yield(bytes.TrimSpace(t)) {
+					return
+				}
 			}
+		}
+	}
+}
+
+// onlyToken reports whether every token of values is token.
+func onlyToken(values [][]byte, token string) bool {
+	for t := range tokens(values) {
+		if !bytes.EqualFold(t, []byte(token)) {
+			return false
 		}
 	}
 	return true
 }
 
-// hasToken reports whether the comma-separated lists of values hold token
-// (case-insensitive; a protocol's version, websocket/13, counts).
+// hasToken reports whether values hold token (case-insensitive; a
+// protocol's version, websocket/13, counts).
 func hasToken(values [][]byte, token string) bool {
-	for _, v := range values {
-		for len(v) > 0 {
-			var t []byte
-			t, v, _ = bytes.Cut(v, []byte(","))
-			t = bytes.TrimSpace(t)
-			if name, _, _ := bytes.Cut(t, []byte("/")); bytes.EqualFold(name, []byte(token)) {
-				return true
-			}
+	for t := range tokens(values) {
+		if name, _, _ := bytes.Cut(t, []byte("/")); bytes.EqualFold(name, []byte(token)) {
+			return true
 		}
 	}
 	return false
