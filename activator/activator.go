@@ -3,6 +3,7 @@ package activator
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,6 +80,9 @@ type Activator struct {
 	peers   Peers
 
 	switches *forward.Switches // the WebSockets through it
+	// h2 carries the requests that came over HTTP/2 to the instances'
+	// queue-proxies, in h2c.
+	h2 *forward.ReverseProxy
 }
 
 // CloseSwitched closes the switched connections (WebSockets) still open,
@@ -104,6 +108,17 @@ func New(cfg Config, poker Poker, sink invocation.Sink, reg prometheus.Registere
 		cfg: cfg, log: log, poker: poker, sink: sink, buffer: NewBuffer(cfg.MaxBuffered),
 		idBase: strconv.FormatInt(time.Now().UnixNano(), 36) + "-", switches: forward.NewSwitches(),
 	}
+	var dial func(context.Context, string) (net.Conn, error)
+	if cfg.Dial != nil {
+		dial = func(ctx context.Context, addr string) (net.Conn, error) {
+			timeout := time.Minute
+			if d, ok := ctx.Deadline(); ok {
+				timeout = time.Until(d)
+			}
+			return cfg.Dial(addr, timeout)
+		}
+	}
+	a.h2 = forward.NewReverseProxy(forward.NewTransport(true, 0, dial), log)
 	m, err := newMetrics(reg, a)
 	if err != nil {
 		return nil, fmt.Errorf("activator metrics: %w", err)
@@ -382,6 +397,13 @@ type result struct {
 
 // finish records a request that has ended.
 func (a *Activator) finish(ctx *fasthttp.RequestCtx, rt *route, start time.Time, res result) {
+	a.record(rt, start, res, bodySize(ctx.Request.Header.ContentLength()), max(ctx.Response.Header.ContentLength(), -1),
+		string(ctx.Request.Header.Peek("X-Request-Id")))
+}
+
+// record records a request that has ended, with the sizes of its bodies
+// (-1: not counted) and its id.
+func (a *Activator) record(rt *route, start time.Time, res result, bytesIn, bytesOut int, requestID string) {
 	d := time.Since(start)
 	rt.metrics.observe(res.code, d, res.cold)
 	var coldWait time.Duration
@@ -391,8 +413,7 @@ func (a *Activator) finish(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 	a.sink.Add(invocation.Record{
 		Namespace: rt.fn.Namespace, Function: rt.fn.Name, Trigger: cmp.Or(res.trigger, "http"), TriggerName: res.triggerName, Status: res.code,
 		Start: start, Duration: d, QueueWait: res.wait, ColdStart: res.cold, ColdStartWait: coldWait,
-		BytesIn: bodySize(ctx.Request.Header.ContentLength()), BytesOut: max(ctx.Response.Header.ContentLength(), -1),
-		RequestID: string(ctx.Request.Header.Peek("X-Request-Id")), Instance: res.instance,
+		BytesIn: bytesIn, BytesOut: bytesOut, RequestID: requestID, Instance: res.instance,
 		Error: invocation.TruncateError(res.err),
 	})
 }
@@ -421,24 +442,12 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 		lease, cold, wait, err := a.acquire(rt, deadline, gone)
 		res.wait += wait
 		res.cold = res.cold || cold
-		switch {
-		case errors.Is(err, ErrBufferFull):
-			rt.metrics.reject(reasonBufferFull)
-			a.failed(ctx, rt, &res, fasthttp.StatusServiceUnavailable, "too many requests waiting for the function")
-			return res
-		case errors.Is(err, ErrUnavailable):
-			rt.metrics.reject(reasonUnavailable)
-			a.failed(ctx, rt, &res, fasthttp.StatusServiceUnavailable, err.Error())
-			return res
-		case errors.Is(err, ErrRemoved):
-			a.failed(ctx, rt, &res, fasthttp.StatusNotFound, "function "+rt.fn.Namespace+"/"+rt.fn.Name+" was removed")
-			return res
-		case errors.Is(err, ErrTimeout):
-			rt.metrics.reject(reasonTimeout)
-			a.failed(ctx, rt, &res, fasthttp.StatusGatewayTimeout, "timed out waiting for an instance")
-			return res
-		case err != nil: // the client left
-			res.code = forward.StatusClientClosedRequest
+		if err != nil {
+			if code, msg := noSlot(rt, err); code != forward.StatusClientClosedRequest {
+				a.failed(ctx, rt, &res, code, msg)
+			} else {
+				res.code = code
+			}
 			return res
 		}
 		res.instance = lease.Addr()
@@ -470,6 +479,25 @@ func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Tim
 		a.failed(ctx, rt, &res, f.Code, f.Message())
 		return res
 	}
+}
+
+// noSlot is the answer to a request that got no instance's slot: its
+// status and why (499 when the client left: nobody gets it).
+func noSlot(rt *route, err error) (int, string) {
+	switch {
+	case errors.Is(err, ErrBufferFull):
+		rt.metrics.reject(reasonBufferFull)
+		return fasthttp.StatusServiceUnavailable, "too many requests waiting for the function"
+	case errors.Is(err, ErrUnavailable):
+		rt.metrics.reject(reasonUnavailable)
+		return fasthttp.StatusServiceUnavailable, err.Error()
+	case errors.Is(err, ErrRemoved):
+		return fasthttp.StatusNotFound, "function " + rt.fn.Namespace + "/" + rt.fn.Name + " was removed"
+	case errors.Is(err, ErrTimeout):
+		rt.metrics.reject(reasonTimeout)
+		return fasthttp.StatusGatewayTimeout, "timed out waiting for an instance"
+	}
+	return forward.StatusClientClosedRequest, ""
 }
 
 // acquire takes a slot of an instance, waiting (with a timer and a clock
@@ -514,9 +542,12 @@ func (a *Activator) ensureRequestID(req *fasthttp.Request) {
 		return
 	}
 	var buf [48]byte
-	b := append(buf[:0], a.idBase...)
-	b = strconv.AppendUint(b, a.reqID.Add(1), 36)
-	req.Header.SetBytesV("X-Request-Id", b)
+	req.Header.SetBytesV("X-Request-Id", a.appendRequestID(buf[:0]))
+}
+
+// appendRequestID appends a new request id to b.
+func (a *Activator) appendRequestID(b []byte) []byte {
+	return strconv.AppendUint(append(b, a.idBase...), a.reqID.Add(1), 36)
 }
 
 // failed answers a request the platform fails, and notes why in res.
@@ -525,13 +556,19 @@ func (a *Activator) failed(ctx *fasthttp.RequestCtx, rt *route, res *result, cod
 }
 
 func (a *Activator) fail(ctx *fasthttp.RequestCtx, code int, msg string, rt *route) int {
+	forward.WriteError(ctx, code, errorBody(rt, msg, string(ctx.Path())))
+	return code
+}
+
+// errorBody is the JSON body of the platform's answer to a failed
+// request: why, and the function it was for, or its path when none.
+func errorBody(rt *route, msg, path string) []byte {
 	body := map[string]string{"error": msg}
 	if rt != nil {
 		body["namespace"], body["function"] = rt.fn.Namespace, rt.fn.Name
 	} else {
-		body["path"] = string(ctx.Path())
+		body["path"] = path
 	}
 	b, _ := json.Marshal(body)
-	forward.WriteError(ctx, code, b)
-	return code
+	return b
 }

@@ -54,8 +54,8 @@ func newActivator(t testing.TB, cfg Config, poker Poker) *Activator {
 	return a
 }
 
-// serveActivator runs a on a loopback port, watching hang-ups, and returns
-// its base URL.
+// serveActivator runs a on a loopback port, in HTTP/1.1 and h2c,
+// watching hang-ups, and returns its base URL.
 func serveActivator(t testing.TB, a *Activator) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -69,8 +69,10 @@ func serveActivator(t testing.TB, a *Activator) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	go h.Run(ctx)
 	srv := forward.NewServer(a.ServeHTTP, nil, a.cfg.MaxBodyBytes, 0, quiet)
-	go func() { _ = srv.Serve(h.Listener(ln, 0)) }()
-	t.Cleanup(func() { _ = srv.Shutdown(); cancel(); _ = h.Close() })
+	h2c := forward.NewH2C(http.HandlerFunc(a.ServeHTTP2), forward.MaxHeadBytes, quiet)
+	go func() { _ = h2c.Serve() }()
+	go func() { _ = srv.Serve(h.Listener(ln, 0, h2c)) }()
+	t.Cleanup(func() { _ = srv.Shutdown(); _ = h2c.Close(); cancel(); _ = h.Close() })
 	return "http://" + ln.Addr().String()
 }
 

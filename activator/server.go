@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"sync/atomic"
 	"time"
 
@@ -68,13 +69,16 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	go hangups.Run(bg)
 	go forward.SweepIdle(bg, upstreamIdleTimeout/2, s.Activator.CloseStaleConns)
 
-	errc := make(chan error, 2)
-	go func() { errc <- fs.Serve(hangups.Listener(serving, s.ReadTimeout)) }()
+	h2c := forward.NewH2C(http.HandlerFunc(s.Activator.ServeHTTP2), forward.MaxHeadBytes, s.Log)
+	errc := make(chan error, 3)
+	go func() { errc <- fs.Serve(hangups.Listener(serving, s.ReadTimeout, h2c)) }()
+	go func() { errc <- h2c.Serve() }()
 	go func() { errc <- hs.Serve(admin) }()
 	s.Log.Info("activator serving", "invocations", serving.Addr().String(), "admin", admin.Addr().String())
 	select {
 	case err := <-errc:
 		_ = fs.Shutdown()
+		_ = h2c.Close()
 		_ = hs.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
@@ -92,7 +96,9 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	defer cancel()
 	// WebSockets still open when the drain runs out are closed cleanly.
 	context.AfterFunc(drainCtx, s.Activator.CloseSwitched)
-	if err := fs.ShutdownWithContext(drainCtx); err != nil {
+	h2cDone := make(chan error, 1)
+	go func() { h2cDone <- h2c.Shutdown(drainCtx) }() // GOAWAY: streams in flight end
+	if err := errors.Join(fs.ShutdownWithContext(drainCtx), <-h2cDone); err != nil {
 		s.Log.Warn("drain timed out with requests in flight", "err", err)
 	}
 	return hs.Close()

@@ -122,7 +122,7 @@ func testCreate(t *testing.T, e *env) {
 	wantQP := map[string]string{
 		"SLESS_NAMESPACE": ns, "SLESS_FUNCTION": "hello", "SLESS_USER_PORT": "8080",
 		"SLESS_SERVING_PORT": "8012", "SLESS_ADMIN_PORT": "9091", "SLESS_CONCURRENCY": "5",
-		"SLESS_TIMEOUT_SECONDS": "60", "SLESS_DRAIN_SECONDS": "60",
+		"SLESS_TIMEOUT_SECONDS": "60", "SLESS_DRAIN_SECONDS": "60", "SLESS_USER_PROTOCOL": "http1", // the CRD's default
 	}
 	if got := envMap(qp); !equality.Semantic.DeepEqual(got, wantQP) {
 		t.Errorf("queue-proxy env = %v, want %v", got, wantQP)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"encoding/json"
 	"strconv"
 
@@ -132,6 +133,7 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 		{Name: wire.EnvNamespace, Value: fn.Namespace},
 		{Name: wire.EnvFunction, Value: fn.Name},
 		{Name: wire.EnvUserPort, Value: strconv.Itoa(wire.UserPort)},
+		{Name: wire.EnvUserProtocol, Value: string(cmp.Or(fn.Spec.Protocol, v1alpha1.ProtocolHTTP1))},
 		{Name: wire.EnvServingPort, Value: strconv.Itoa(wire.ServingPort)},
 		{Name: wire.EnvAdminPort, Value: strconv.Itoa(wire.AdminPort)},
 		{Name: wire.EnvConcurrency, Value: strconv.Itoa(int(fn.Spec.Concurrency))},

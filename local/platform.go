@@ -219,7 +219,7 @@ func New(opts Options) (*Platform, error) {
 		return nil, err
 	}
 	p.pokes = make(poker, maxPendingPokes)
-	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Dial: p.sup.Dial}, p.pokes, timeline.Tee(p.records, p.timeline), p.reg, opts.Log); err != nil {
+	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Domain: Domain, Dial: p.sup.Dial}, p.pokes, timeline.Tee(p.records, p.timeline), p.reg, opts.Log); err != nil {
 		return nil, err
 	}
 	cronMetrics, err := scheduler.NewMetrics(p.reg)
@@ -540,7 +540,7 @@ func (p *Platform) startLocked(ctx context.Context, e *entry) {
 	p.sup.Set(supervisor.Workload{
 		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: env(fn),
 		Concurrency: int(fn.Spec.Concurrency), Timeout: time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
-		MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
+		Protocol: fn.Spec.Protocol, MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
 		RabbitMQ: p.rabbitMQ(fn), RetryBackoff: p.opts.RetryBackoff,
 	})
 	if rescale {
@@ -687,6 +687,11 @@ func (p *Platform) deliverPokes(ctx context.Context) {
 		}
 	}
 }
+
+// Domain is the host routing's domain: a function is reached as
+// <name>.<namespace>.localhost too, which gRPC clients need (they cannot
+// add a path prefix), and which curl and browsers resolve to loopback.
+const Domain = "localhost"
 
 // URL is where a function is invoked.
 func (p *Platform) URL(namespace, name string) string {

@@ -14,6 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	echopb "google.golang.org/grpc/examples/features/proto/echo"
+	"google.golang.org/grpc/status"
+
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/needs"
 	"sless.dev/sless/internal/testfn"
@@ -28,7 +34,7 @@ const postgresAddr = "127.0.0.1:5432"
 // samples are the functions of samplesDir; the test fails when the
 // directory holds others, so a new sample comes with its case.
 var samples = []string{
-	"hello-go", "hello-node", "hello-python", "http-go", "http-node", "http-python",
+	"grpc-go", "hello-go", "hello-node", "hello-python", "http-go", "http-node", "http-python",
 	"stress-bigloop", "stress-crash", "stress-divzero", "stress-go-fast", "stress-go-nil",
 	"stress-go-pgstorm", "stress-js-async", "stress-js-badenv", "stress-slow", "stress-writer",
 }
@@ -175,6 +181,44 @@ func (p *platform) checkOwnAnswers() {
 		testfn.CheckEcho(t, conn)
 		testfn.CloseHandshake(t, conn)
 	})
+	p.t.Run("grpc-go", func(t *testing.T) { p.with(t).checkGRPC() })
+}
+
+// checkGRPC calls the gRPC sample by host, as gRPC clients must: a unary
+// call, its error, and a streamed answer.
+func (p *platform) checkGRPC() {
+	conn, err := grpc.NewClient("passthrough:///"+p.Addr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithAuthority("grpc-go.default."+Domain))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	defer conn.Close()
+	echo := echopb.NewEchoClient(conn)
+	ctx := p.t.Context()
+	if resp, err := echo.UnaryEcho(ctx, &echopb.EchoRequest{Message: "hi"}); err != nil || resp.GetMessage() != "hi" {
+		p.t.Errorf("UnaryEcho(hi) = %v, %v", resp, err)
+	}
+	if _, err := echo.UnaryEcho(ctx, &echopb.EchoRequest{}); status.Code(err) != codes.InvalidArgument {
+		p.t.Errorf("UnaryEcho() = %v, want InvalidArgument", err)
+	}
+	stream, err := echo.ServerStreamingEcho(ctx, &echopb.EchoRequest{Message: "hey"})
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	var got []string
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			if err != io.EOF {
+				p.t.Errorf("stream: %v", err)
+			}
+			break
+		}
+		got = append(got, m.GetMessage())
+	}
+	if want := []string{"hey 1", "hey 2", "hey 3"}; !slices.Equal(got, want) {
+		p.t.Errorf("streamed %q, want %q", got, want)
+	}
 }
 
 // sameBody compares a body with want, as JSON values when it is JSON.

@@ -22,6 +22,8 @@ type Config struct {
 	Function  string // SLESS_FUNCTION
 	// UserPort is where the user process listens on 127.0.0.1.
 	UserPort int // SLESS_USER_PORT
+	// UserProtocol is what the user process speaks there.
+	UserProtocol v1alpha1.Protocol // SLESS_USER_PROTOCOL
 	// ServingPort takes the invocations.
 	ServingPort int // SLESS_SERVING_PORT
 	// AdminPort serves /healthz, /readyz, /stats and /metrics.
@@ -71,6 +73,7 @@ var Settings = []Setting{
 	{wire.EnvNamespace, "namespace", "default", "namespace of the function (metric label)"},
 	{wire.EnvFunction, "function", "", "name of the function (required; metric label)"},
 	{wire.EnvUserPort, "user-port", strconv.Itoa(wire.UserPort), "port of the user process on 127.0.0.1"},
+	{wire.EnvUserProtocol, "user-protocol", string(v1alpha1.ProtocolHTTP1), "what the user process speaks: http1 or h2c (HTTP/2 without TLS)"},
 	{wire.EnvServingPort, "serving-port", strconv.Itoa(wire.ServingPort), "port that takes invocations"},
 	{wire.EnvAdminPort, "admin-port", strconv.Itoa(wire.AdminPort), "port of /healthz, /readyz, /stats and /metrics"},
 	{wire.EnvConcurrency, "concurrency", "0", "most requests at the user process at once (0 = unlimited)"},
@@ -107,6 +110,7 @@ func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
 	c.RabbitMQ = p.rabbitMQ()
 	c.RecordsURL = p.str(wire.EnvRecordsURL)
 	c.PodIP = p.str(wire.EnvPodIP)
+	c.UserProtocol = p.protocol(wire.EnvUserProtocol)
 	c.QueueDepth = 10 * c.Concurrency
 	if _, set := p.value(wire.EnvQueueDepth); set {
 		c.QueueDepth = int(p.int(wire.EnvQueueDepth, 0, 1_000_000))
@@ -205,6 +209,17 @@ func (p *parser) int(env string, lo, hi int64) int64 {
 		return 0
 	}
 	return n
+}
+
+// protocol reads what the user process speaks.
+func (p *parser) protocol(env string) v1alpha1.Protocol {
+	switch v := v1alpha1.Protocol(p.str(env)); v {
+	case v1alpha1.ProtocolHTTP1, v1alpha1.ProtocolH2C:
+		return v
+	default:
+		p.fail(env, string(v), fmt.Sprintf("must be %s or %s", v1alpha1.ProtocolHTTP1, v1alpha1.ProtocolH2C))
+		return ""
+	}
 }
 
 // port reads a port to listen on; 0 picks a free one.

@@ -18,7 +18,7 @@ func TestParseConfig(t *testing.T) {
 		errs []string
 	}{
 		{name: "defaults", env: map[string]string{"SLESS_FUNCTION": "f"}, want: func(c Config) bool {
-			return reflect.DeepEqual(c, Config{Namespace: "default", Function: "f", UserPort: 8080, ServingPort: 8012, AdminPort: 9091,
+			return reflect.DeepEqual(c, Config{Namespace: "default", Function: "f", UserPort: 8080, UserProtocol: v1alpha1.ProtocolHTTP1, ServingPort: 8012, AdminPort: 9091,
 				Timeout: 300 * time.Second, MaxBodyBytes: 10 << 20, DrainTimeout: 30 * time.Second, ReadTimeout: 10 * time.Second,
 				RetryBackoff: time.Second})
 		}},
@@ -28,14 +28,14 @@ func TestParseConfig(t *testing.T) {
 			want: func(c Config) bool { return c.QueueDepth == 0 }},
 		{name: "everything set", env: map[string]string{"SLESS_NAMESPACE": "ns", "SLESS_FUNCTION": "f", "SLESS_USER_PORT": "9000",
 			"SLESS_SERVING_PORT": "0", "SLESS_ADMIN_PORT": "9001", "SLESS_TIMEOUT_SECONDS": "5", "SLESS_MAX_BODY_BYTES": "100", "SLESS_DRAIN_SECONDS": "0",
-			"SLESS_READ_TIMEOUT_SECONDS": "2"},
+			"SLESS_READ_TIMEOUT_SECONDS": "2", "SLESS_USER_PROTOCOL": "h2c"},
 			want: func(c Config) bool {
-				return c.Namespace == "ns" && c.UserPort == 9000 && c.ServingPort == 0 && c.AdminPort == 9001 &&
+				return c.Namespace == "ns" && c.UserPort == 9000 && c.UserProtocol == v1alpha1.ProtocolH2C && c.ServingPort == 0 && c.AdminPort == 9001 &&
 					c.Timeout == 5*time.Second && c.MaxBodyBytes == 100 && c.DrainTimeout == 0 && c.ReadTimeout == 2*time.Second
 			}},
 		{name: "all errors named", env: map[string]string{"SLESS_CONCURRENCY": "-1", "SLESS_TIMEOUT_SECONDS": "soon", "SLESS_USER_PORT": "70000", "SLESS_MAX_BODY_BYTES": "0",
-			"SLESS_READ_TIMEOUT_SECONDS": "0"},
-			errs: []string{`SLESS_READ_TIMEOUT_SECONDS="0": must be between 1 and 3600`, `SLESS_CONCURRENCY="-1": must be between 0 and 100000`, `SLESS_TIMEOUT_SECONDS="soon": not a whole number`,
+			"SLESS_READ_TIMEOUT_SECONDS": "0", "SLESS_USER_PROTOCOL": "h3"},
+			errs: []string{`SLESS_USER_PROTOCOL="h3": must be http1 or h2c`, `SLESS_READ_TIMEOUT_SECONDS="0": must be between 1 and 3600`, `SLESS_CONCURRENCY="-1": must be between 0 and 100000`, `SLESS_TIMEOUT_SECONDS="soon": not a whole number`,
 				`SLESS_USER_PORT="70000"`, `SLESS_MAX_BODY_BYTES="0"`, `SLESS_FUNCTION="": must name the function`}},
 		{name: "rabbitmq triggers", env: map[string]string{"SLESS_FUNCTION": "f", "AMQP_0": "amqp://u:p@broker:5672/v", "SLESS_RETRY_BACKOFF_MS": "50",
 			"SLESS_POD_IP": "10.0.0.7", "SLESS_RECORDS_URL": "http://activator:9090",

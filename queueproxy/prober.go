@@ -2,15 +2,19 @@ package queueproxy
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"sless.dev/sless/apis/v1alpha1"
 )
 
 // Probe intervals: fast until the user process first answers, so that an
@@ -26,6 +30,9 @@ const (
 // prober polls the user process's /healthz and keeps the result.
 type prober struct {
 	client *fasthttp.HostClient
+	// h2c, when set, probes instead of client: a process that speaks
+	// h2c may speak nothing else (a gRPC server's).
+	h2c *http.Client
 	log    *slog.Logger
 	ready  atomic.Bool
 	// failure is why the last probe failed, for an instance that never
@@ -41,8 +48,8 @@ type prober struct {
 	down func()
 }
 
-func newProber(userPort int, log *slog.Logger) *prober {
-	return &prober{
+func newProber(userPort int, protocol v1alpha1.Protocol, log *slog.Logger) *prober {
+	p := &prober{
 		client: &fasthttp.HostClient{
 			Addr:                     net.JoinHostPort("127.0.0.1", strconv.Itoa(userPort)),
 			MaxConns:                 1,
@@ -53,6 +60,12 @@ func newProber(userPort int, log *slog.Logger) *prober {
 		wake:  make(chan struct{}, 1),
 		first: make(chan struct{}),
 	}
+	if protocol == v1alpha1.ProtocolH2C {
+		t := &http.Transport{Protocols: new(http.Protocols)}
+		t.Protocols.SetUnencryptedHTTP2(true)
+		p.h2c = &http.Client{Transport: t, Timeout: probeTimeout}
+	}
+	return p
 }
 
 // failed marks the process not ready and makes the prober look again at
@@ -138,6 +151,9 @@ type statusError int
 func (e statusError) Error() string { return "answered " + strconv.Itoa(int(e)) }
 
 func (p *prober) probe() error {
+	if p.h2c != nil {
+		return p.probeH2C()
+	}
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
@@ -147,6 +163,19 @@ func (p *prober) probe() error {
 		return err
 	}
 	if code := resp.StatusCode(); code < 200 || code >= 300 {
+		return statusError(code)
+	}
+	return nil
+}
+
+func (p *prober) probeH2C() error {
+	resp, err := p.h2c.Get("http://" + p.client.Addr + "/healthz")
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	_ = resp.Body.Close()
+	if code := resp.StatusCode; code < 200 || code >= 300 {
 		return statusError(code)
 	}
 	return nil

@@ -1,13 +1,17 @@
 package queueproxy
 
 import (
+	"cmp"
 	"log/slog"
 	"net"
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/forward"
 )
 
@@ -27,7 +31,13 @@ type proxy struct {
 	died func()
 	// switches carries the WebSockets, closed when the drain runs out.
 	switches *forward.Switches
-	log      *slog.Logger
+	// h2 carries the requests that came over HTTP/2, and all of them
+	// when the user process speaks h2c (fromHTTP1 adapts those that
+	// came over HTTP/1.1).
+	h2        *forward.ReverseProxy
+	userH2C   bool
+	fromHTTP1 fasthttp.RequestHandler
+	log       *slog.Logger
 }
 
 // newProxy returns a proxy to the user process on 127.0.0.1:cfg.UserPort.
@@ -46,6 +56,9 @@ func newProxy(cfg Config, stats *Stats, m *metrics, died func(), log *slog.Logge
 		died:     died,
 	}
 	p.client.UserProcess = true
+	p.userH2C = cfg.UserProtocol == v1alpha1.ProtocolH2C
+	p.h2 = forward.NewReverseProxy(forward.NewTransport(p.userH2C, maxIdleConns(cfg.Concurrency), nil), log)
+	p.fromHTTP1 = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(p.ServeHTTP2))
 	if cfg.Concurrency > 0 {
 		p.breaker = NewBreaker(cfg.Concurrency, cfg.QueueDepth)
 	}
@@ -67,6 +80,10 @@ func maxIdleConns(concurrency int) int {
 
 // ServeHTTP is the fasthttp handler of the serving port.
 func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
+	if p.userH2C {
+		p.fromHTTP1(ctx)
+		return
+	}
 	start := time.Now()
 	p.stats.In(start)
 	code, body, slot := p.serve(ctx, start)
@@ -179,6 +196,53 @@ func (p *proxy) lost(f forward.Failure) {
 func (p *proxy) fail(ctx *fasthttp.RequestCtx, code int, body []byte) int {
 	forward.WriteError(ctx, code, body)
 	return code
+}
+
+// ServeHTTP2 is the handler of the requests that came over HTTP/2 (and
+// of all when the user process speaks h2c): the same breaker, timeout,
+// stats and metrics as ServeHTTP's.
+func (p *proxy) ServeHTTP2(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	p.stats.In(start)
+	out := p.serveHTTP2(w, r, start)
+	p.end(start, out.Code)
+	forward.AbortCut(out)
+}
+
+func (p *proxy) serveHTTP2(w http.ResponseWriter, r *http.Request, start time.Time) forward.Outcome {
+	if r.ContentLength > p.maxBody {
+		return p.failHTTP2(w, http.StatusRequestEntityTooLarge, p.errBody.tooLarge)
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, p.maxBody)
+	deadline := start.Add(p.timeout)
+	if p.breaker != nil {
+		slot, err := p.breaker.Acquire(deadline, r.Context().Done())
+		switch err {
+		case nil:
+			defer slot.Release()
+		case ErrQueueFull:
+			return p.failHTTP2(w, http.StatusServiceUnavailable, p.errBody.queueFull)
+		case ErrClientGone:
+			return forward.Outcome{Code: forward.StatusClientClosedRequest}
+		default:
+			return p.failHTTP2(w, http.StatusGatewayTimeout, p.errBody.timeout)
+		}
+	}
+	out := p.h2.Serve(w, r, p.client.Addr(), deadline)
+	f := out.Failed
+	if f == nil || f.Code == forward.StatusClientClosedRequest {
+		return forward.Outcome{Code: cmp.Or(out.Code, forward.StatusClientClosedRequest), Err: out.Err, Cut: out.Cut}
+	}
+	p.lost(*f)
+	if f.Unsent {
+		w.Header().Set(forward.UnsentHeader, "1") // as pass says
+	}
+	return p.failHTTP2(w, f.Code, p.errBody.failure(*f))
+}
+
+func (p *proxy) failHTTP2(w http.ResponseWriter, code int, body []byte) forward.Outcome {
+	forward.WriteHTTPError(w, code, body)
+	return forward.Outcome{Code: code}
 }
 
 // serveReadError answers a request that could not be read.

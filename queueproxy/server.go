@@ -97,7 +97,7 @@ func New(cfg Config, log *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("register metrics: %w", err)
 	}
-	s.prober = newProber(cfg.UserPort, log)
+	s.prober = newProber(cfg.UserPort, cfg.UserProtocol, log)
 	s.proxy = newProxy(cfg, s.stats, m, s.prober.failed, s.log)
 	s.prober.down = s.proxy.client.CloseIdle // its connections died with it
 	if len(cfg.RabbitMQ) > 0 {
@@ -160,7 +160,8 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 		return err
 	}
 	defer hangups.Close()
-	serving = hangups.Listener(serving, s.cfg.ReadTimeout)
+	h2c := forward.NewH2C(http.HandlerFunc(s.proxy.ServeHTTP2), forward.InnerHeadBytes, s.log)
+	serving = hangups.Listener(serving, s.cfg.ReadTimeout, h2c)
 	fs := forward.NewServer(s.proxy.ServeHTTP, s.proxy.serveReadError, s.cfg.MaxBodyBytes, s.cfg.ReadTimeout, s.log)
 	fs.ReadBufferSize = forward.InnerHeadBytes // what the activator lets through, and the fields it adds
 	fs.Concurrency = min(maxConnections, forward.MaxConns(2))
@@ -174,15 +175,16 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	go forward.SweepIdle(bgCtx, userIdleTimeout/2, s.proxy.client.CloseStale)
 	defer s.proxy.client.CloseIdle()
 
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- fs.Serve(serving) }()
+	go func() { errc <- h2c.Serve() }()
 	go func() { errc <- hs.Serve(admin) }()
 	if s.InProcess != nil {
 		// The same server, so the same settings, and its Shutdown (the
 		// drain) closes both listeners. fasthttp bounds each listener's
 		// connections by Concurrency apart; in-process ones hold no
 		// file descriptor of their own.
-		inProcess := hangups.Listener(s.InProcess, s.cfg.ReadTimeout)
+		inProcess := hangups.Listener(s.InProcess, s.cfg.ReadTimeout, h2c)
 		go func() { errc <- fs.Serve(inProcess) }()
 		defer s.InProcess.Close() // however Run ends, later dials are refused
 	}
@@ -205,6 +207,7 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	select {
 	case err := <-errc:
 		_ = fs.Shutdown()
+		_ = h2c.Close()
 		_ = hs.Close()
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
@@ -214,7 +217,7 @@ func (s *Server) Run(ctx context.Context, serving, admin net.Listener) error {
 	// the drain (WaitForDrainPath).
 	s.proxy.client.Stopping()
 	consumed() // no new message; those in flight end
-	s.drain(fs)
+	s.drain(fs, h2c)
 	close(s.drained)
 	// The preStop hook waiting is answered before the port closes: it
 	// was called as the drain began, so that its floor has mostly passed.
@@ -281,7 +284,7 @@ func (s *Server) Consumers() []consumer.Status {
 	return out
 }
 
-func (s *Server) drain(fs *fasthttp.Server) {
+func (s *Server) drain(fs *fasthttp.Server, h2c *forward.H2C) {
 	deadline := time.Now().Add(s.cfg.DrainTimeout)
 	s.log.Info("draining", "timeout", s.cfg.DrainTimeout)
 	tick := time.NewTicker(min(s.QuietPeriod/4+time.Millisecond, 50*time.Millisecond))
@@ -294,7 +297,9 @@ func (s *Server) drain(fs *fasthttp.Server) {
 	// The WebSockets still open when the drain runs out are closed: a
 	// clean close, not the process's end under them.
 	context.AfterFunc(ctx, s.proxy.switches.CloseAll)
-	if err := fs.ShutdownWithContext(ctx); err != nil {
+	h2cDone := make(chan error, 1)
+	go func() { h2cDone <- h2c.Shutdown(ctx) }()
+	if err := errors.Join(fs.ShutdownWithContext(ctx), <-h2cDone); err != nil {
 		s.log.Warn("drain timed out with requests in flight", "inFlight", s.inFlight(), "err", err)
 		return
 	}

@@ -235,7 +235,7 @@ type goFile struct {
 // goSDK returns the files of the SDK's directory: the SDK's module under
 // goSDKDir, tests left out, and a go.mod of goLegacyModule above it.
 func goSDK() ([]goFile, error) {
-	files := []goFile{{"go.mod", fmt.Appendf(nil, "module %s\n\ngo 1.22\n", goLegacyModule)}}
+	files := []goFile{{"go.mod", fmt.Appendf(nil, "module %s\n\ngo 1.24\n", goLegacyModule)}}
 	err := fs.WalkDir(gosdk.Files, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || strings.HasSuffix(p, "_test.go") {
 			return err

@@ -45,6 +45,9 @@ func (f *Function) Default() {
 	if s.TimeoutSeconds == 0 {
 		s.TimeoutSeconds = DefaultTimeoutSeconds
 	}
+	if s.Protocol == "" {
+		s.Protocol = ProtocolHTTP1
+	}
 	s.Scale.setDefaults()
 	if len(s.Triggers) == 0 {
 		s.Triggers = []Trigger{{Name: DefaultTriggerName, HTTP: &HTTPTrigger{}}}

@@ -46,6 +46,20 @@ const (
 	RuntimeNode   Runtime = "node"
 )
 
+// Protocol is what a function's process speaks on its port.
+//
+// +kubebuilder:validation:Enum=http1;h2c
+type Protocol string
+
+// The protocols a function's process may speak.
+const (
+	// ProtocolHTTP1 is HTTP/1.1, the default.
+	ProtocolHTTP1 Protocol = "http1"
+	// ProtocolH2C is HTTP/2 without TLS, with prior knowledge: a gRPC
+	// server's (Knative's container port named h2c).
+	ProtocolH2C Protocol = "h2c"
+)
+
 // FunctionSpec is what the user asks for. Where a field is run-mode specific
 // (image on Kubernetes, source locally) its doc says so; the shared
 // validation enforces it for the mode at hand.
@@ -72,6 +86,14 @@ type FunctionSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Image string `json:"image,omitempty"`
+
+	// Protocol is what the function's process speaks on its port: http1
+	// (HTTP/1.1, the default) or h2c (HTTP/2 without TLS, what gRPC
+	// servers speak). Either way clients may call in HTTP/1.1 or HTTP/2
+	// (h2c): the queue-proxy speaks the process's protocol to it.
+	// +optional
+	// +kubebuilder:default=http1
+	Protocol Protocol `json:"protocol,omitempty"`
 
 	// Env is passed to the function process.
 	// +optional

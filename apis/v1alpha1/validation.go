@@ -92,6 +92,11 @@ func validateSpec(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
 			errs = append(errs, field.Required(p.Child("source"), "the local platform builds the function from a source directory"))
 		}
 	}
+	switch s.Protocol {
+	case "", ProtocolHTTP1, ProtocolH2C:
+	default:
+		errs = append(errs, field.NotSupported(p.Child("protocol"), s.Protocol, []Protocol{ProtocolHTTP1, ProtocolH2C}))
+	}
 	errs = append(errs, validateEnv(s, mode, p.Child("env"))...)
 	errs = append(errs, validateSecurityContext(s, p.Child("securityContext"))...)
 	errs = append(errs, inRange(p.Child("timeoutSeconds"), s.TimeoutSeconds, 1, maxTimeoutSeconds)...)

@@ -27,13 +27,16 @@ import (
 const (
 	relayEnv     = "BENCH_RELAY"
 	activatorEnv = "BENCH_ACTIVATOR"
+	// Domain is the activator's host routing domain.
+	Domain = "sless.bench"
 )
 
 // RelayEnv makes a benchmark process a relay from listen to target.
 func RelayEnv(listen, target int) string { return fmt.Sprintf("%s=%d,%d", relayEnv, listen, target) }
 
 // ActivatorEnv makes a benchmark process an activator serving on serving
-// and admin, with one function, bench/bench, whose one instance is target.
+// and admin, with one function, bench/bench, whose one instance is target;
+// by host, it is bench.bench.<Domain>.
 func ActivatorEnv(serving, admin, target int) string {
 	return fmt.Sprintf("%s=%d,%d,%d", activatorEnv, serving, admin, target)
 }
@@ -84,7 +87,7 @@ func serveActivator(p []string) {
 	log := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
 	ring := invocation.NewRing(10_000)
-	a, err := activator.New(activator.Config{}, NopPoker{}, ring, reg, log)
+	a, err := activator.New(activator.Config{Domain: Domain}, NopPoker{}, ring, reg, log)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

@@ -42,7 +42,7 @@ func BenchmarkHop(b *testing.B) {
 			}
 			defer h.Close()
 			srv := NewServer(func(ctx *fasthttp.RequestCtx) { ctx.SetBodyString("hello") }, nil, 1<<20, 0, log)
-			go func() { _ = srv.Serve(h.Listener(ln, 0)) }()
+			go func() { _ = srv.Serve(h.Listener(ln, 0, nil)) }()
 			defer func() { _ = srv.Shutdown() }()
 			c := NewClient(ln.Addr().String(), 4, time.Minute, 1<<20)
 			c.Dial = dial

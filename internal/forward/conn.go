@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"sync"
@@ -20,22 +21,40 @@ type Conn struct {
 	// readTimeout is the most a read of the client's body may wait.
 	readTimeout time.Duration
 	read        bool // something was read: the preface check is done
+	// h2c serves the connection if it opens with the HTTP/2 preface;
+	// nil, such a client is refused.
+	h2c *H2C
+	// handedOff is set once h2c owns the connection: fasthttp's close
+	// (from its own goroutine, or its shutdown's) is then not the end.
+	handedOff atomic.Bool
 }
 
 // Read reads what the client sends. The first read recognises an HTTP/2
-// client, which is answered in HTTP/2 (refuseHTTP2) and read as having
-// ended: fasthttp, which speaks HTTP/1.1 only, would answer it a 400 and
-// log its bytes.
+// client, whose connection is handed over to the HTTP/2 server, or
+// answered in HTTP/2 when there is none or it has no room (refuseHTTP2);
+// either way fasthttp, which speaks HTTP/1.1 only (it would answer a 400
+// and log the bytes), reads the connection as having ended.
 func (c *Conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if !c.read && n > 0 {
 		c.read = true
 		if isHTTP2Preface(p[:n]) {
-			c.refuseHTTP2()
+			c.handOff(p[:n])
 			return 0, io.EOF
 		}
 	}
 	return n, err
+}
+
+// handOff gives the connection to the HTTP/2 server, the bytes read
+// first, or refuses the client.
+func (c *Conn) handOff(read []byte) {
+	c.handedOff.Store(true)
+	if c.h2c != nil && c.h2c.take(&handedConn{Conn: c, pending: bytes.Clone(read)}) {
+		return
+	}
+	c.refuseHTTP2(c.h2c != nil)
+	_ = c.close()
 }
 
 // Gone is closed when the client hangs up.
@@ -71,10 +90,19 @@ func (c *Conn) extendRead(deadline time.Time) {
 	_ = c.Conn.SetReadDeadline(d)
 }
 
-// Close closes the connection; one whose client is still sending (a body
+// Close closes the connection, unless it was handed over to the HTTP/2
+// server, which closes it.
+func (c *Conn) Close() error {
+	if c.handedOff.Load() {
+		return nil
+	}
+	return c.close()
+}
+
+// close closes the connection; one whose client is still sending (a body
 // the server answered before reading) lingers first, so that the client
 // gets the answer.
-func (c *Conn) Close() error {
+func (c *Conn) close() error {
 	if c.unwatch != nil {
 		c.unwatch()
 	}

@@ -3,6 +3,7 @@ package forward
 import (
 	"errors"
 	"net"
+	"net/http"
 	"os"
 	"syscall"
 
@@ -180,4 +181,16 @@ func WriteError(ctx *fasthttp.RequestCtx, code int, body []byte) {
 		resp.SetConnectionClose()
 	}
 	resp.SetBodyRaw(body)
+}
+
+// WriteHTTPError is WriteError for a net/http request (one that came over
+// HTTP/2).
+func WriteHTTPError(w http.ResponseWriter, code int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	if code == http.StatusServiceUnavailable {
+		h.Set("Retry-After", "1")
+	}
+	w.WriteHeader(code)
+	_, _ = w.Write(body)
 }

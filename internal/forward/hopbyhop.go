@@ -3,6 +3,7 @@ package forward
 import (
 	"bytes"
 	"iter"
+	"net/http"
 	"strings"
 
 	"github.com/valyala/fasthttp"
@@ -102,6 +103,16 @@ func StripReserved(h *fasthttp.RequestHeader) {
 	}
 	if len(names) > 0 {
 		removeFields(h, names)
+	}
+}
+
+// StripReservedHTTP is StripReserved for a net/http request's header (one
+// that came over HTTP/2).
+func StripReservedHTTP(h http.Header) {
+	for name := range h {
+		if len(name) >= len(wire.HeaderPrefix) && strings.EqualFold(name[:len(wire.HeaderPrefix)], wire.HeaderPrefix) {
+			delete(h, name)
+		}
 	}
 }
 

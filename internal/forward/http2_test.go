@@ -42,7 +42,7 @@ func serveHop(t *testing.T) (addr string, logged *syncbuf.Buffer) {
 		code, msg := ReadErrorStatus(err)
 		WriteError(ctx, code, []byte(msg))
 	}, 1<<20, 0, log)
-	go func() { _ = srv.Serve(h.Listener(ln, 0)) }()
+	go func() { _ = srv.Serve(h.Listener(ln, 0, nil)) }()
 	t.Cleanup(func() { _ = srv.Shutdown(); cancel(); _ = h.Close() })
 	return ln.Addr().String(), logged
 }

@@ -20,20 +20,21 @@ const (
 
 // Listener wraps ln for a proxy hop's server: every connection is a *Conn,
 // watched for hang-ups, whose client must keep sending its body within
-// readTimeout (0: DefaultReadTimeout); and running out of file descriptors
-// makes Accept back off and retry, instead of ending the server as
-// fasthttp does.
-func (h *Hangups) Listener(ln net.Listener, readTimeout time.Duration) net.Listener {
+// readTimeout (0: DefaultReadTimeout), and which h2c serves if it speaks
+// HTTP/2 (nil: refused); and running out of file descriptors makes Accept
+// back off and retry, instead of ending the server as fasthttp does.
+func (h *Hangups) Listener(ln net.Listener, readTimeout time.Duration, h2c *H2C) net.Listener {
 	if readTimeout <= 0 {
 		readTimeout = DefaultReadTimeout
 	}
-	return &listener{Listener: ln, h: h, readTimeout: readTimeout}
+	return &listener{Listener: ln, h: h, readTimeout: readTimeout, h2c: h2c}
 }
 
 type listener struct {
 	net.Listener
 	h           *Hangups
 	readTimeout time.Duration
+	h2c         *H2C
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -58,7 +59,7 @@ func (l *listener) Accept() (net.Conn, error) {
 }
 
 func (l *listener) wrap(c net.Conn) *Conn {
-	cc := &Conn{Conn: c, gone: make(chan struct{}), readTimeout: l.readTimeout}
+	cc := &Conn{Conn: c, gone: make(chan struct{}), readTimeout: l.readTimeout, h2c: l.h2c}
 	if mc, ok := c.(*memConn); ok {
 		// An in-memory client's close is seen as it happens: no epoll.
 		mc.watchPeer(cc.hangUp)

@@ -33,7 +33,7 @@ func TestListenerSurvivesEMFILE(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := &Hangups{log: slog.New(slog.DiscardHandler), conns: map[uint64]*Conn{}}
 		ln, peer := newPipeListener()
-		l := h.Listener(&exhausted{Listener: ln, failures: 5, err: syscall.EMFILE}, 0)
+		l := h.Listener(&exhausted{Listener: ln, failures: 5, err: syscall.EMFILE}, 0, nil)
 		go peer()
 		c, err := l.Accept()
 		if err != nil {
@@ -44,7 +44,7 @@ func TestListenerSurvivesEMFILE(t *testing.T) {
 		}
 		c.Close()
 
-		bad := h.Listener(&exhausted{Listener: ln, failures: 1, err: syscall.EINVAL}, 0)
+		bad := h.Listener(&exhausted{Listener: ln, failures: 1, err: syscall.EINVAL}, 0, nil)
 		if _, err := bad.Accept(); !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("Accept on EINVAL = %v, want the error", err)
 		}

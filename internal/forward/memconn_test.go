@@ -179,7 +179,7 @@ func TestMemConnHangUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := &Hangups{log: slog.New(slog.DiscardHandler), conns: map[uint64]*Conn{}}
 		ml := NewMemListener(memAddr)
-		l := h.Listener(ml, 0)
+		l := h.Listener(ml, 0, nil)
 		client, server := dialMem(t, l, ml)
 		cc, ok := server.(*Conn)
 		if !ok {

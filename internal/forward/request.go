@@ -8,6 +8,7 @@ package forward
 import (
 	"bytes"
 	"net"
+	"net/http"
 	"net/netip"
 
 	"github.com/valyala/fasthttp"
@@ -63,6 +64,17 @@ func SetForwarded(h *fasthttp.RequestHeader, prefix string) {
 	}
 	if prefix != "" {
 		h.Add(ForwardedPrefixHeader, prefix)
+	}
+}
+
+// SetForwardedHTTP is SetForwarded for a net/http request's header (one
+// that came over HTTP/2).
+func SetForwardedHTTP(h http.Header, prefix string) {
+	h.Del(ForwardedHostHeader)
+	h.Del(ForwardedProtoHeader)
+	h.Del(ForwardedPrefixHeader)
+	if prefix != "" {
+		h.Set(ForwardedPrefixHeader, prefix)
 	}
 }
 

@@ -57,7 +57,11 @@ func RunIfChild() {
 		fmt.Fprintln(os.Stderr, "testfn:", err)
 		os.Exit(1)
 	}
-	fmt.Fprintln(os.Stderr, (&http.Server{Handler: newHandler()}).Serve(ln))
+	// HTTP/1.1 and h2c both: it serves as either kind of user process.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	fmt.Fprintln(os.Stderr, (&http.Server{Handler: withGRPC(newHandler()), Protocols: &protocols}).Serve(ln))
 	os.Exit(1)
 }
 

@@ -65,6 +65,9 @@ const (
 	EnvMaxBody     = "SLESS_MAX_BODY_BYTES"
 	EnvDrain       = "SLESS_DRAIN_SECONDS"
 	EnvReadTimeout = "SLESS_READ_TIMEOUT_SECONDS"
+	// EnvUserProtocol is what the user process speaks: a
+	// v1alpha1.Protocol.
+	EnvUserProtocol = "SLESS_USER_PROTOCOL"
 	// EnvRetryBackoff is the wait before a failed message's first retry.
 	EnvRetryBackoff = "SLESS_RETRY_BACKOFF_MS"
 	// EnvPodIP is the pod's IP: with the serving port, the instance's

@@ -172,7 +172,7 @@ type queueProxy struct {
 
 func startQueueProxy(spec Workload, userPort int, records invocation.Sink, log *slog.Logger) (*queueProxy, error) {
 	cfg := queueproxy.Config{
-		Namespace: spec.Namespace, Function: spec.Name, UserPort: userPort,
+		Namespace: spec.Namespace, Function: spec.Name, UserPort: userPort, UserProtocol: spec.Protocol,
 		Concurrency: spec.Concurrency, QueueDepth: 10 * spec.Concurrency,
 		Timeout: spec.Timeout, MaxBodyBytes: spec.MaxBodyBytes, DrainTimeout: spec.Timeout,
 		ReadTimeout: spec.ReadTimeout, RabbitMQ: spec.RabbitMQ, RetryBackoff: spec.RetryBackoff,

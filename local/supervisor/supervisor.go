@@ -41,6 +41,7 @@ type Workload struct {
 	// The queue-proxy settings of each instance.
 	Concurrency  int
 	Timeout      time.Duration
+	Protocol     v1alpha1.Protocol // what the process speaks
 	MaxBodyBytes int64
 	ReadTimeout  time.Duration
 	// RabbitMQ are the queues each instance consumes, and RetryBackoff

@@ -3,4 +3,4 @@
 // embeds it and builds every Go function against the embedded copy.
 module sless.dev/sless/runtimes/go
 
-go 1.22
+go 1.24

@@ -63,7 +63,13 @@ func run(h http.Handler) error {
 
 // serve answers on ln until ctx ends, then shuts down gracefully.
 func serve(ctx context.Context, ln net.Listener, h http.Handler) error {
-	srv := &http.Server{Handler: healthz{h}, ReadHeaderTimeout: readHeaderTimeout}
+	// HTTP/1.1, and HTTP/2 without TLS for a Function whose protocol is
+	// h2c (a gRPC server served as an http.Handler): the queue-proxy
+	// speaks the one the Function says.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
+	srv := &http.Server{Handler: healthz{h}, ReadHeaderTimeout: readHeaderTimeout, Protocols: &protocols}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
