@@ -369,7 +369,9 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	}
 	// A streamed body ends the request when fasthttp closes it: the one
 	// closure of a response over 64 KiB.
-	forward.StreamUntil(ctx, deadline)
+	end := start.Add(max(rt.fn.MaxDuration, rt.fn.Timeout))
+	res.body.Bound(end, rt.fn.IdleTimeout)
+	forward.StreamUntil(ctx, end)
 	res.body.OnClose = func() {
 		res.lease.Release()
 		if f, cut := res.body.Cut(); cut {

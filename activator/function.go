@@ -25,6 +25,8 @@ func RouteSpecFor(fn *v1alpha1.Function) RouteSpec {
 		Namespace: fn.Namespace, Name: fn.Name, HTTP: http, DisabledHTTP: disabled,
 		Concurrency: int(fn.Spec.Concurrency),
 		Timeout:     time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
+		IdleTimeout: time.Duration(fn.Spec.IdleTimeoutSeconds) * time.Second,
+		MaxDuration: time.Duration(fn.Spec.EffectiveMaxDurationSeconds()) * time.Second,
 		Triggers:    triggers,
 	}
 }

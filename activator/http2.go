@@ -73,7 +73,7 @@ func (a *Activator) serveHTTP2(w http.ResponseWriter, r *http.Request, rt *route
 			return res, forward.Outcome{}
 		}
 		res.instance = lease.Addr()
-		out := a.h2.Serve(w, r, lease.Addr(), deadline)
+		out := a.h2.Serve(w, r, lease.Addr(), forward.Limits{Start: deadline, End: start.Add(max(rt.fn.MaxDuration, rt.fn.Timeout)), Idle: rt.fn.IdleTimeout})
 		f := out.Failed
 		if f == nil {
 			lease.Release()

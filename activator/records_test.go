@@ -19,6 +19,7 @@ import (
 
 	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
@@ -110,8 +111,9 @@ func TestQueueProxyRecords(t *testing.T) {
 }
 
 // An answer cut mid-body is recorded as the failure that cut it, not as
-// the 200 its head said: by the function's timeout a 504, by the client
-// leaving a 499, each with its cause.
+// the 200 its head said: by the function's maximum duration or idle
+// timeout a 504, by the client leaving a 499, each with its cause. The
+// timeout bounds the answer's start alone: a stream goes on past it.
 func TestCutAnswersRecorded(t *testing.T) {
 	ring := invocation.NewRing(100)
 	a, err := New(Config{}, &countingPoker{}, ring, prometheus.NewRegistry(), quiet)
@@ -119,10 +121,16 @@ func TestCutAnswersRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := queueproxytest.Start(t)
-	a.SetFunction(RouteSpec{Namespace: "test", Name: "short", HTTP: true, Timeout: 2 * time.Second})
-	a.SetFunction(RouteSpec{Namespace: "test", Name: "long", HTTP: true, Timeout: time.Minute})
-	a.SetEndpoints("test", "short", []string{in.Addr})
-	a.SetEndpoints("test", "long", []string{in.Addr})
+	for _, fn := range []RouteSpec{
+		{Name: "short", Timeout: 2 * time.Second},
+		{Name: "long", Timeout: time.Minute},
+		{Name: "idle", Timeout: time.Minute, IdleTimeout: time.Second},
+		{Name: "stretch", Timeout: time.Second, MaxDuration: 3 * time.Second},
+	} {
+		fn.Namespace, fn.HTTP = "test", true
+		a.SetFunction(fn)
+		a.SetEndpoints("test", fn.Name, []string{in.Addr})
+	}
 	base := serveActivator(t, a)
 	record := func(fn string) invocation.Record {
 		var page invocation.Page
@@ -133,21 +141,34 @@ func TestCutAnswersRecorded(t *testing.T) {
 		return page.Invocations[0]
 	}
 
-	// /drip sends 100 KiB, then holds the rest past the 2 s timeout.
-	resp, err := client.Get(base + "/fn/test/short/drip?id=cut-short")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != 200 || err == nil || len(body) != 100<<10 {
-		t.Errorf("the timed-out stream: %d, %d bytes, %v: want the head's 200, then the answer cut", resp.StatusCode, len(body), err)
-	}
-	if r := record("short"); r.Status != 504 || r.Error != "answer cut: timeout" {
-		t.Errorf("record of the timed-out stream: %d %q, want 504 answer cut: timeout", r.Status, r.Error)
+	// /drip sends 100 KiB, then holds the rest past every bound.
+	for _, tt := range []struct {
+		fn, cause string
+		atLeast   time.Duration // the stream's life: past the timeout, for stretch
+	}{
+		{"short", forward.ErrMaxDuration.Error(), 0},
+		{"idle", forward.ErrIdleTimeout.Error(), 0},
+		{"stretch", forward.ErrMaxDuration.Error(), 2500 * time.Millisecond},
+	} {
+		start := time.Now()
+		resp, err := client.Get(base + "/fn/test/" + tt.fn + "/drip?id=cut-" + tt.fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || err == nil || len(body) != 100<<10 {
+			t.Errorf("%s: %d, %d bytes, %v: want the head's 200, then the answer cut", tt.fn, resp.StatusCode, len(body), err)
+		}
+		if r := record(tt.fn); r.Status != 504 || r.Error != "answer cut: "+tt.cause || r.Duration < tt.atLeast {
+			t.Errorf("record of %s: %d %q after %v, want 504 answer cut: %s, after %v at least", tt.fn, r.Status, r.Error, r.Duration, tt.cause, tt.atLeast)
+		}
+		if d := time.Since(start); d < tt.atLeast {
+			t.Errorf("%s: cut after %v, want %v at least", tt.fn, d, tt.atLeast)
+		}
 	}
 
-	resp, err = client.Get(base + "/fn/test/long/drip?id=cut-long")
+	resp, err := client.Get(base + "/fn/test/long/drip?id=cut-long")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,13 @@ type RouteSpec struct {
 	DisabledHTTP string `json:"disabledHttp,omitempty"`
 	// Concurrency is the per-instance limit (0: unlimited).
 	Concurrency int `json:"concurrency"`
-	// Timeout bounds a request, waiting included.
+	// Timeout bounds the wait for an answer to start, waiting for an
+	// instance included.
 	Timeout time.Duration `json:"timeoutNs"`
+	// IdleTimeout bounds the silence between a streamed answer's bytes
+	// (0: none); MaxDuration bounds a request whole (at least Timeout).
+	IdleTimeout time.Duration `json:"idleTimeoutNs,omitempty"`
+	MaxDuration time.Duration `json:"maxDurationNs,omitempty"`
 	// Triggers are the function's triggers by name, which the fire route
 	// checks: it fires an enabled cron trigger only.
 	Triggers map[string]Trigger `json:"triggers,omitempty"`

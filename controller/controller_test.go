@@ -123,6 +123,7 @@ func testCreate(t *testing.T, e *env) {
 		"SLESS_NAMESPACE": ns, "SLESS_FUNCTION": "hello", "SLESS_USER_PORT": "8080",
 		"SLESS_SERVING_PORT": "8012", "SLESS_ADMIN_PORT": "9091", "SLESS_CONCURRENCY": "5",
 		"SLESS_TIMEOUT_SECONDS": "60", "SLESS_DRAIN_SECONDS": "60", "SLESS_USER_PROTOCOL": "http1", // the CRD's default
+		"SLESS_IDLE_TIMEOUT_SECONDS": "0", "SLESS_MAX_DURATION_SECONDS": "60", // the timeout, maxDurationSeconds unset
 	}
 	if got := envMap(qp); !equality.Semantic.DeepEqual(got, wantQP) {
 		t.Errorf("queue-proxy env = %v, want %v", got, wantQP)

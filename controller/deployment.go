@@ -58,7 +58,7 @@ func objectMeta(fn *v1alpha1.Function, name string) metav1.ObjectMeta {
 // count only when it is created; after that the autoscaler or KEDA owns
 // them.
 func (r *FunctionReconciler) deployment(fn *v1alpha1.Function) *appsv1.Deployment {
-	drain := int64(fn.Spec.TimeoutSeconds)
+	drain := int64(fn.Spec.EffectiveDrainSeconds())
 	return &appsv1.Deployment{
 		ObjectMeta: objectMeta(fn, fn.Name),
 		Spec: appsv1.DeploymentSpec{
@@ -138,6 +138,8 @@ func (r *FunctionReconciler) queueProxyContainer(fn *v1alpha1.Function, drain in
 		{Name: wire.EnvAdminPort, Value: strconv.Itoa(wire.AdminPort)},
 		{Name: wire.EnvConcurrency, Value: strconv.Itoa(int(fn.Spec.Concurrency))},
 		{Name: wire.EnvTimeout, Value: strconv.Itoa(int(fn.Spec.TimeoutSeconds))},
+		{Name: wire.EnvIdleTimeout, Value: strconv.Itoa(int(fn.Spec.IdleTimeoutSeconds))},
+		{Name: wire.EnvMaxDuration, Value: strconv.Itoa(int(fn.Spec.EffectiveMaxDurationSeconds()))},
 		{Name: wire.EnvDrain, Value: strconv.FormatInt(drain, 10)},
 	}
 	if rabbit := rabbitMQEnv(fn); rabbit != nil {

@@ -539,8 +539,9 @@ func (p *Platform) startLocked(ctx context.Context, e *entry) {
 
 	p.sup.Set(supervisor.Workload{
 		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: env(fn),
-		Concurrency: int(fn.Spec.Concurrency), Timeout: time.Duration(fn.Spec.TimeoutSeconds) * time.Second,
-		Protocol: fn.Spec.Protocol, MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
+		Concurrency: int(fn.Spec.Concurrency), Timeout: seconds(fn.Spec.TimeoutSeconds),
+		IdleTimeout: seconds(fn.Spec.IdleTimeoutSeconds), MaxDuration: seconds(fn.Spec.EffectiveMaxDurationSeconds()),
+		Drain: seconds(fn.Spec.EffectiveDrainSeconds()), Protocol: fn.Spec.Protocol, MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
 		RabbitMQ: p.rabbitMQ(fn), RetryBackoff: p.opts.RetryBackoff,
 	})
 	if rescale {
@@ -687,6 +688,8 @@ func (p *Platform) deliverPokes(ctx context.Context) {
 		}
 	}
 }
+
+func seconds(n int32) time.Duration { return time.Duration(n) * time.Second }
 
 // Domain is the host routing's domain: a function is reached as
 // <name>.<namespace>.localhost too, which gRPC clients need (they cannot

@@ -33,8 +33,14 @@ type Config struct {
 	Concurrency int // SLESS_CONCURRENCY
 	// QueueDepth is how many requests may wait for a slot.
 	QueueDepth int // SLESS_QUEUE_DEPTH
-	// Timeout bounds a request, queue wait included.
+	// Timeout bounds the wait for an answer to start, queue wait
+	// included.
 	Timeout time.Duration // SLESS_TIMEOUT_SECONDS
+	// IdleTimeout bounds the silence between a streamed answer's bytes
+	// (0: none).
+	IdleTimeout time.Duration // SLESS_IDLE_TIMEOUT_SECONDS
+	// MaxDuration bounds a request whole (less than Timeout: Timeout).
+	MaxDuration time.Duration // SLESS_MAX_DURATION_SECONDS
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
 	MaxBodyBytes int64 // SLESS_MAX_BODY_BYTES
 	// DrainTimeout bounds the drain after SIGTERM.
@@ -78,7 +84,9 @@ var Settings = []Setting{
 	{wire.EnvAdminPort, "admin-port", strconv.Itoa(wire.AdminPort), "port of /healthz, /readyz, /stats and /metrics"},
 	{wire.EnvConcurrency, "concurrency", "0", "most requests at the user process at once (0 = unlimited)"},
 	{wire.EnvQueueDepth, "queue-depth", "", "requests that may wait for a slot (default 10 x concurrency)"},
-	{wire.EnvTimeout, "timeout-seconds", "300", "per request, queue wait included"},
+	{wire.EnvTimeout, "timeout-seconds", "300", "until the answer starts, queue wait included"},
+	{wire.EnvIdleTimeout, "idle-timeout-seconds", "0", "longest silence between a streamed answer's bytes (0 = none)"},
+	{wire.EnvMaxDuration, "max-duration-seconds", "0", "a request whole, its streamed answer included (0 = the timeout)"},
 	{wire.EnvMaxBody, "max-body-bytes", "10485760", "largest request body; larger ones get 413"},
 	{wire.EnvDrain, "drain-seconds", "30", "longest drain after SIGTERM"},
 	{wire.EnvReadTimeout, "read-timeout-seconds", "10", "most a client may take to send a request head, or each part of its body (408 beyond)"},
@@ -102,6 +110,8 @@ func ParseConfig(lookup func(env string) (string, bool)) (Config, error) {
 		AdminPort:    p.port(wire.EnvAdminPort),
 		Concurrency:  int(p.int(wire.EnvConcurrency, 0, 100_000)),
 		Timeout:      time.Duration(p.int(wire.EnvTimeout, 1, 24*3600)) * time.Second,
+		IdleTimeout:  time.Duration(p.int(wire.EnvIdleTimeout, 0, 24*3600)) * time.Second,
+		MaxDuration:  time.Duration(p.int(wire.EnvMaxDuration, 0, 24*3600)) * time.Second,
 		MaxBodyBytes: p.int(wire.EnvMaxBody, 1, math.MaxInt32),
 		DrainTimeout: time.Duration(p.int(wire.EnvDrain, 0, 3600)) * time.Second,
 		ReadTimeout:  time.Duration(p.int(wire.EnvReadTimeout, 1, 3600)) * time.Second,

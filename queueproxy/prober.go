@@ -32,9 +32,9 @@ type prober struct {
 	client *fasthttp.HostClient
 	// h2c, when set, probes instead of client: a process that speaks
 	// h2c may speak nothing else (a gRPC server's).
-	h2c *http.Client
-	log    *slog.Logger
-	ready  atomic.Bool
+	h2c   *http.Client
+	log   *slog.Logger
+	ready atomic.Bool
 	// failure is why the last probe failed, for an instance that never
 	// becomes ready to say why.
 	failure atomic.Pointer[error]

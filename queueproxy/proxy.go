@@ -22,9 +22,11 @@ type proxy struct {
 	breaker *Breaker // nil when concurrency is unlimited
 	stats   *Stats
 	metrics *metrics
-	timeout time.Duration
-	maxBody int64
-	errBody errorBodies
+	// timeout bounds the wait for an answer's start, idle the silence in
+	// a streamed one, maxDuration a request whole.
+	timeout, idle, maxDuration time.Duration
+	maxBody                    int64
+	errBody                    errorBodies
 	// died is called when a call finds the user process refusing
 	// connections or breaking one, so that readiness drops at once
 	// rather than at the next probe.
@@ -50,10 +52,10 @@ func newProxy(cfg Config, stats *Stats, m *metrics, died func(), log *slog.Logge
 		client:   forward.NewClient(net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.UserPort)), maxIdleConns(cfg.Concurrency), userIdleTimeout, cfg.MaxBodyBytes),
 		stats:    stats,
 		metrics:  m,
-		timeout:  cfg.Timeout,
-		maxBody:  cfg.MaxBodyBytes,
-		errBody:  newErrorBodies(cfg.Namespace, cfg.Function),
-		died:     died,
+		timeout:  cfg.Timeout, idle: cfg.IdleTimeout, maxDuration: max(cfg.MaxDuration, cfg.Timeout),
+		maxBody: cfg.MaxBodyBytes,
+		errBody: newErrorBodies(cfg.Namespace, cfg.Function),
+		died:    died,
 	}
 	p.client.UserProcess = true
 	p.userH2C = cfg.UserProtocol == v1alpha1.ProtocolH2C
@@ -104,7 +106,9 @@ func (p *proxy) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	// The request ends when fasthttp has written the streamed body and
 	// closed it. The closure is the one allocation of a streamed (over
 	// 64 KiB) response.
-	forward.StreamUntil(ctx, start.Add(p.timeout))
+	end := start.Add(p.maxDuration)
+	body.Bound(end, p.idle)
+	forward.StreamUntil(ctx, end)
 	body.OnClose = func() {
 		slot.Release()
 		if f, cut := body.Cut(); cut {
@@ -228,7 +232,7 @@ func (p *proxy) serveHTTP2(w http.ResponseWriter, r *http.Request, start time.Ti
 			return p.failHTTP2(w, http.StatusGatewayTimeout, p.errBody.timeout)
 		}
 	}
-	out := p.h2.Serve(w, r, p.client.Addr(), deadline)
+	out := p.h2.Serve(w, r, p.client.Addr(), forward.Limits{Start: deadline, End: start.Add(p.maxDuration), Idle: p.idle})
 	f := out.Failed
 	if f == nil || f.Code == forward.StatusClientClosedRequest {
 		return forward.Outcome{Code: cmp.Or(out.Code, forward.StatusClientClosedRequest), Err: out.Err, Cut: out.Cut}

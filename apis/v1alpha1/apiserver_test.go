@@ -110,6 +110,9 @@ func testRejects(t *testing.T, c client.Client) {
 		{"unknown field", `{runtime: go, replicas: 3}`, []string{`unknown field "spec.replicas"`}},
 		{"root without runAsNonRoot false", `{runtime: go, image: x, securityContext: {runAsUser: 0}}`,
 			[]string{`spec.securityContext.runAsUser: Invalid value`, `runAsUser 0 is root: set runAsNonRoot false too`}},
+		{"max duration below the timeout", `{runtime: go, timeoutSeconds: 60, maxDurationSeconds: 30}`,
+			[]string{`spec.maxDurationSeconds: Invalid value`, `maxDurationSeconds must be timeoutSeconds at least`}},
+		{"bad protocol", `{runtime: go, protocol: h3}`, []string{`spec.protocol: Unsupported value: "h3"`}},
 		{"privileged without escalation", `{runtime: go, image: x, securityContext: {privileged: true}}`,
 			[]string{`spec.securityContext.privileged: Invalid value`, `privileged needs allowPrivilegeEscalation true`}},
 	}

@@ -119,6 +119,21 @@ func (s *Scale) InitialReplicas() int32 {
 	return min(max(1, s.Min), s.Max)
 }
 
+// EffectiveMaxDurationSeconds is what bounds a request whole: maxDurationSeconds,
+// or timeoutSeconds when it is unset.
+func (s *FunctionSpec) EffectiveMaxDurationSeconds() int32 {
+	return max(s.MaxDurationSeconds, s.TimeoutSeconds)
+}
+
+// EffectiveDrainSeconds bounds an instance's drain: drainSeconds, or the
+// maximum duration when it is unset.
+func (s *FunctionSpec) EffectiveDrainSeconds() int32 {
+	if s.DrainSeconds > 0 {
+		return s.DrainSeconds
+	}
+	return s.EffectiveMaxDurationSeconds()
+}
+
 // EffectiveHandler is the handler to load: spec.handler, or the runtime's
 // conventional entry point when it is unset.
 func (s *FunctionSpec) EffectiveHandler() string {

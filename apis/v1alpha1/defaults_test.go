@@ -97,3 +97,22 @@ func TestEffectiveSecurityContext(t *testing.T) {
 		t.Errorf("capabilities.drop = %v, want the user's empty list", drop)
 	}
 }
+
+// The bounds of a request whole and of a drain follow the timeout unless
+// set.
+func TestEffectiveDurations(t *testing.T) {
+	for _, tt := range []struct {
+		timeout, maxDuration, drain int32
+		wantMax, wantDrain          int32
+	}{
+		{300, 0, 0, 300, 300},
+		{60, 600, 0, 600, 600},
+		{60, 600, 30, 600, 30},
+		{60, 0, 120, 60, 120},
+	} {
+		s := FunctionSpec{TimeoutSeconds: tt.timeout, MaxDurationSeconds: tt.maxDuration, DrainSeconds: tt.drain}
+		if got, drain := s.EffectiveMaxDurationSeconds(), s.EffectiveDrainSeconds(); got != tt.wantMax || drain != tt.wantDrain {
+			t.Errorf("%+v: max duration %d, drain %d; want %d, %d", tt, got, drain, tt.wantMax, tt.wantDrain)
+		}
+	}
+}

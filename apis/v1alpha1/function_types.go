@@ -60,7 +60,10 @@ const (
 	ProtocolH2C Protocol = "h2c"
 )
 
-// FunctionSpec is what the user asks for. Where a field is run-mode specific
+// FunctionSpec is what the user asks for.
+// +kubebuilder:validation:XValidation:rule="!has(self.maxDurationSeconds) || self.maxDurationSeconds == 0 || !has(self.timeoutSeconds) || self.maxDurationSeconds >= self.timeoutSeconds",message="maxDurationSeconds must be timeoutSeconds at least: it bounds the whole request, timeoutSeconds its start",fieldPath=".maxDurationSeconds"
+//
+// Where a field is run-mode specific
 // (image on Kubernetes, source locally) its doc says so; the shared
 // validation enforces it for the mode at hand.
 type FunctionSpec struct {
@@ -120,13 +123,43 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:XValidation:rule="!has(self.privileged) || !self.privileged || (has(self.allowPrivilegeEscalation) && self.allowPrivilegeEscalation)",message="privileged needs allowPrivilegeEscalation true, since it defaults to false",fieldPath=".privileged"
 	SecurityContext *corev1.SecurityContext `json:"securityContext,omitempty"`
 
-	// TimeoutSeconds bounds one request, queueing included; the activator
-	// and the queue-proxy both enforce it.
+	// TimeoutSeconds bounds the wait for a request's answer to start,
+	// queueing included: the function's response head, or a WebSocket's
+	// handshake. The activator and the queue-proxy both enforce it, and
+	// answer 504 when it passes (Knative's responseStartTimeoutSeconds).
 	// +optional
 	// +kubebuilder:default=300
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=3600
 	TimeoutSeconds int32 `json:"timeoutSeconds,omitempty"`
+
+	// IdleTimeoutSeconds bounds the silence between a streamed answer's
+	// bytes: a function that sends nothing for longer has its answer cut
+	// (Knative's idleTimeoutSeconds). 0, the default, sets no bound but
+	// the maximum duration.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	IdleTimeoutSeconds int32 `json:"idleTimeoutSeconds,omitempty"`
+
+	// MaxDurationSeconds bounds a request whole, its streamed answer
+	// included (Knative's timeoutSeconds); not an open WebSocket, which
+	// lasts until either side closes it or its instance's drain ends.
+	// Unset, it is timeoutSeconds; set, it is timeoutSeconds at least.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	MaxDurationSeconds int32 `json:"maxDurationSeconds,omitempty"`
+
+	// DrainSeconds bounds how long an instance that is going (a
+	// scale-down, a rollout, a delete) keeps serving what it has: the
+	// requests in flight and the open WebSockets, which are closed
+	// cleanly when it passes. Unset, it is the maximum duration, so that
+	// a request in flight can finish.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=86400
+	DrainSeconds int32 `json:"drainSeconds,omitempty"`
 
 	// Concurrency is the hard limit of requests one instance handles at
 	// once; 0 means no limit. Like Knative's containerConcurrency.

@@ -33,14 +33,17 @@ const MaxScale = 1000
 // Bounds shared with the CRD markers in function_types.go.
 const (
 	maxTimeoutSeconds = 3600
-	maxConcurrency    = 1000
-	maxTarget         = 100000
-	maxQueueLength    = 100000
-	maxPrefetch       = 1000
-	maxRetries        = 100
-	maxTriggers       = 16
-	minWindow         = 6 * time.Second
-	maxDuration       = time.Hour
+	// maxDurationSeconds bounds the durations a connection may last: a
+	// day.
+	maxDurationSeconds = 86400
+	maxConcurrency     = 1000
+	maxTarget          = 100000
+	maxQueueLength     = 100000
+	maxPrefetch        = 1000
+	maxRetries         = 100
+	maxTriggers        = 16
+	minWindow          = 6 * time.Second
+	maxDuration        = time.Hour
 	// maxID is the highest user and group ID a pod may name.
 	maxID = 1<<31 - 1
 )
@@ -100,6 +103,13 @@ func validateSpec(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
 	errs = append(errs, validateEnv(s, mode, p.Child("env"))...)
 	errs = append(errs, validateSecurityContext(s, p.Child("securityContext"))...)
 	errs = append(errs, inRange(p.Child("timeoutSeconds"), s.TimeoutSeconds, 1, maxTimeoutSeconds)...)
+	errs = append(errs, inRange(p.Child("idleTimeoutSeconds"), s.IdleTimeoutSeconds, 0, maxDurationSeconds)...)
+	errs = append(errs, inRange(p.Child("drainSeconds"), s.DrainSeconds, 0, maxDurationSeconds)...)
+	errs = append(errs, inRange(p.Child("maxDurationSeconds"), s.MaxDurationSeconds, 0, maxDurationSeconds)...)
+	if s.MaxDurationSeconds != 0 && s.MaxDurationSeconds < s.TimeoutSeconds {
+		errs = append(errs, field.Invalid(p.Child("maxDurationSeconds"), s.MaxDurationSeconds,
+			fmt.Sprintf("must be timeoutSeconds (%d) at least: it bounds the whole request, timeoutSeconds its start", s.TimeoutSeconds)))
+	}
 	errs = append(errs, inRange(p.Child("concurrency"), s.Concurrency, 0, maxConcurrency)...)
 	errs = append(errs, validateScale(&s.Scale, p.Child("scale"))...)
 	return append(errs, validateTriggers(s.Triggers, mode, p.Child("triggers"))...)

@@ -358,6 +358,9 @@ type Body struct {
 	switched bool  // the connection of a 101 answer (Switches.Carry)
 	err      error // why a read failed
 	cc       *Conn
+	// end and idle bound the reads (Bound).
+	end  time.Time
+	idle time.Duration
 	// OnClose, when set, runs once the body is closed: the request has
 	// ended and its resources (a concurrency slot) can be released.
 	OnClose func()
@@ -376,9 +379,27 @@ func (b *Body) start(c *conn, contentLength int, keepAlive bool) {
 	}
 }
 
+// Bound bounds the rest of the body in time, in place of the deadline of
+// the call's head: it must have ended by end, and no read waits longer
+// than idle for the function's next bytes (0: end alone). A body past
+// either is cut with ErrMaxDuration or ErrIdleTimeout.
+func (b *Body) Bound(end time.Time, idle time.Duration) {
+	b.end, b.idle = end, idle
+	_ = b.c.conn.SetReadDeadline(end)
+}
+
 func (b *Body) Read(p []byte) (int, error) {
 	if b.finished {
 		return 0, io.EOF
+	}
+	if b.idle > 0 {
+		// Set at every read, not once: the time the client takes to
+		// read what it was sent (back-pressure) is not silence.
+		d := time.Now().Add(b.idle)
+		if d.After(b.end) {
+			d = b.end
+		}
+		_ = b.c.conn.SetReadDeadline(d)
 	}
 	n, err := b.r.Read(p)
 	if errors.Is(err, io.EOF) {
@@ -390,6 +411,12 @@ func (b *Body) Read(p []byte) (int, error) {
 		}
 	}
 	if err != nil && !b.finished {
+		if isTimeout(err) && !b.end.IsZero() {
+			err = ErrIdleTimeout
+			if !time.Now().Before(b.end) {
+				err = ErrMaxDuration
+			}
+		}
 		b.err = err
 	}
 	return n, err

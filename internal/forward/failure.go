@@ -37,6 +37,11 @@ var (
 	// failed dial is one; a queue-proxy whose user process refused the
 	// connection answers with the unsent mark, which is another.
 	ErrUnsent = errors.New("request not delivered")
+	// ErrIdleTimeout and ErrMaxDuration cut a streamed answer: the
+	// function sent nothing for the idle timeout, or the request's
+	// maximum duration passed.
+	ErrIdleTimeout = errors.New("idle timeout: the function sent nothing for too long")
+	ErrMaxDuration = errors.New("the request's maximum duration passed")
 	// ErrRefused means the next hop's function refused the connection.
 	// Alone, the request's body was sent and it cannot be sent again;
 	// inside an ErrUnsent, it can.
@@ -85,6 +90,8 @@ func Classify(err error) Failure {
 		return Failure{Code: fasthttp.StatusServiceUnavailable, Cause: "out of connections: " + err.Error()}
 	case errors.Is(err, ErrUnsent):
 		return Failure{Code: fasthttp.StatusBadGateway, Cause: refusedCause(err), Unsent: true}
+	case errors.Is(err, ErrIdleTimeout), errors.Is(err, ErrMaxDuration):
+		return Failure{Code: fasthttp.StatusGatewayTimeout, Cause: err.Error()}
 	case isTimeout(err):
 		return Failure{Code: fasthttp.StatusGatewayTimeout, Cause: "timeout"}
 	case errors.Is(err, ErrRefused):

@@ -93,21 +93,37 @@ func AbortCut(o Outcome) {
 	}
 }
 
-// Serve sends r to the next hop at addr, within deadline, and its answer
+// Limits bound a call in time: its answer must start (its head) by
+// Start and end by End, and a streamed body may not be silent for longer
+// than Idle (0: End alone).
+type Limits struct {
+	Start, End time.Time
+	Idle       time.Duration
+}
+
+// Serve sends r to the next hop at addr, within limits, and its answer
 // to w.
-func (p *ReverseProxy) Serve(w http.ResponseWriter, r *http.Request, addr string, deadline time.Time) Outcome {
-	c := &call{addr: addr}
+func (p *ReverseProxy) Serve(w http.ResponseWriter, r *http.Request, addr string, limits Limits) Outcome {
+	c := &call{addr: addr, idle: limits.Idle}
 	// A context of its own, not r's: ReverseProxy aborts with a panic
 	// when the server's is in it; the hop decides (AbortCut).
-	ctx, cancel := context.WithDeadline(context.WithValue(context.Background(), callKey{}, c), deadline)
-	defer cancel()
-	defer context.AfterFunc(r.Context(), cancel)()
+	base, cancel := context.WithCancelCause(context.WithValue(context.Background(), callKey{}, c))
+	defer cancel(nil)
+	ctx, stop := context.WithDeadlineCause(base, limits.End, ErrMaxDuration)
+	defer stop()
+	c.cancel = cancel
+	c.head = time.AfterFunc(time.Until(limits.Start), func() { cancel(os.ErrDeadlineExceeded) })
+	defer c.head.Stop()
+	defer context.AfterFunc(r.Context(), func() { cancel(ErrClientGone) })()
 	out := r.WithContext(ctx)
 	if r.Body != nil && r.Body != http.NoBody {
 		out.Body = &watchedBody{ReadCloser: r.Body, read: &c.bodyRead}
 	}
 	p.rp.ServeHTTP(w, out)
-	return c.outcome(r.Context().Err() != nil)
+	if c.silence != nil {
+		c.silence.Stop()
+	}
+	return c.outcome(context.Cause(ctx))
 }
 
 type callKey struct{}
@@ -116,9 +132,13 @@ type callKey struct{}
 type call struct {
 	addr     string
 	resp     *http.Response
-	err      error // the call's: no answer was written
-	readErr  error // the answer's body's
+	err      error       // the call's: no answer was written
+	readErr  error       // the answer's body's
 	bodyRead atomic.Bool // written by the transport's goroutine
+	cancel   context.CancelCauseFunc
+	head     *time.Timer // cancels the call when its answer is late
+	idle     time.Duration
+	silence  *time.Timer // cancels the call when its body is silent for idle
 }
 
 func callOf(r *http.Request) *call { return r.Context().Value(callKey{}).(*call) }
@@ -141,18 +161,27 @@ func modifyResponse(resp *http.Response) error {
 	if resp.Header.Get(UnsentHeader) != "" {
 		return &unsentError{err: ErrRefused} // the queue-proxy's user process refused it
 	}
-	resp.Body = &watchedBody{ReadCloser: resp.Body, err: &c.readErr}
+	c.head.Stop()
+	body := &watchedBody{ReadCloser: resp.Body, err: &c.readErr}
+	if c.idle > 0 {
+		c.silence = time.AfterFunc(time.Hour, func() { c.cancel(ErrIdleTimeout) })
+		c.silence.Stop()
+		body.silence, body.idle = c.silence, c.idle
+	}
+	resp.Body = body
 	return nil
 }
 
-func (c *call) outcome(clientGone bool) Outcome {
+// outcome says how the call went; cause is why its context ended, if it
+// did.
+func (c *call) outcome(cause error) Outcome {
 	if c.err != nil || c.resp == nil {
-		f := classifyHTTP(c.err, clientGone)
+		f := classifyHTTP(c.err, cause)
 		return Outcome{Failed: &f, Resendable: !c.bodyRead.Load()}
 	}
 	o := Outcome{Code: c.resp.StatusCode}
 	if c.readErr != nil {
-		f := classifyHTTP(c.readErr, clientGone)
+		f := classifyHTTP(c.readErr, cause)
 		o.Code, o.Err, o.Cut = f.Code, "answer cut: "+f.Cause, true
 		return o
 	}
@@ -163,16 +192,15 @@ func (c *call) outcome(clientGone bool) Outcome {
 }
 
 // classifyHTTP maps a net/http call's error to its Failure, as Classify
-// does Client's.
-func classifyHTTP(err error, clientGone bool) Failure {
+// does Client's; cause, when set, is why the call's context ended (a
+// limit, the client gone), which the error only echoes.
+func classifyHTTP(err, cause error) Failure {
 	var tooLarge *http.MaxBytesError
 	switch {
-	case clientGone:
-		err = ErrClientGone
+	case cause != nil:
+		err = cause
 	case err == nil:
 		err = errors.New("no answer")
-	case errors.Is(err, context.DeadlineExceeded):
-		err = os.ErrDeadlineExceeded
 	case errors.As(err, &tooLarge):
 		err = ErrBodyTooLarge
 	}
@@ -180,14 +208,21 @@ func classifyHTTP(err error, clientGone bool) Failure {
 }
 
 // watchedBody notes that a request's body was read, or the error that
-// ended a response's.
+// ended a response's, whose silence it times (Limits.Idle) while it
+// waits for the next bytes: not while the client reads what it was sent.
 type watchedBody struct {
 	io.ReadCloser
-	read *atomic.Bool
-	err  *error
+	read    *atomic.Bool
+	err     *error
+	silence *time.Timer
+	idle    time.Duration
 }
 
 func (b *watchedBody) Read(p []byte) (int, error) {
+	if b.silence != nil {
+		b.silence.Reset(b.idle)
+		defer b.silence.Stop()
+	}
 	n, err := b.ReadCloser.Read(p)
 	if b.read != nil {
 		b.read.Store(true)

@@ -62,6 +62,10 @@ const (
 	EnvConcurrency = "SLESS_CONCURRENCY"
 	EnvQueueDepth  = "SLESS_QUEUE_DEPTH"
 	EnvTimeout     = "SLESS_TIMEOUT_SECONDS"
+	// EnvIdleTimeout and EnvMaxDuration bound a streamed answer: the
+	// silence between its bytes, and the request whole.
+	EnvIdleTimeout = "SLESS_IDLE_TIMEOUT_SECONDS"
+	EnvMaxDuration = "SLESS_MAX_DURATION_SECONDS"
 	EnvMaxBody     = "SLESS_MAX_BODY_BYTES"
 	EnvDrain       = "SLESS_DRAIN_SECONDS"
 	EnvReadTimeout = "SLESS_READ_TIMEOUT_SECONDS"

@@ -174,7 +174,8 @@ func startQueueProxy(spec Workload, userPort int, records invocation.Sink, log *
 	cfg := queueproxy.Config{
 		Namespace: spec.Namespace, Function: spec.Name, UserPort: userPort, UserProtocol: spec.Protocol,
 		Concurrency: spec.Concurrency, QueueDepth: 10 * spec.Concurrency,
-		Timeout: spec.Timeout, MaxBodyBytes: spec.MaxBodyBytes, DrainTimeout: spec.Timeout,
+		Timeout: spec.Timeout, IdleTimeout: spec.IdleTimeout, MaxDuration: spec.MaxDuration,
+		MaxBodyBytes: spec.MaxBodyBytes, DrainTimeout: cmp.Or(spec.Drain, spec.Timeout),
 		ReadTimeout: spec.ReadTimeout, RabbitMQ: spec.RabbitMQ, RetryBackoff: spec.RetryBackoff,
 	}
 	srv, err := queueproxy.New(cfg, log)

@@ -39,11 +39,14 @@ type Workload struct {
 	Process runtimes.Process
 	Env     []string
 	// The queue-proxy settings of each instance.
-	Concurrency  int
-	Timeout      time.Duration
-	Protocol     v1alpha1.Protocol // what the process speaks
-	MaxBodyBytes int64
-	ReadTimeout  time.Duration
+	Concurrency int
+	// Timeout bounds an answer's start, IdleTimeout the silence in a
+	// streamed one, MaxDuration a request whole, Drain an instance's
+	// drain.
+	Timeout, IdleTimeout, MaxDuration, Drain time.Duration
+	Protocol                                 v1alpha1.Protocol // what the process speaks
+	MaxBodyBytes                             int64
+	ReadTimeout                              time.Duration
 	// RabbitMQ are the queues each instance consumes, and RetryBackoff
 	// the wait before a failed message's first retry.
 	RabbitMQ     []queueproxy.RabbitMQ
