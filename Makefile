@@ -17,7 +17,7 @@ TOOLS        := $(CURDIR)/bin/tools
 # ./... from here does not reach it: test and lint name it.
 GO_SDK := runtimes/go
 
-.PHONY: all build images cluster-bins cluster cluster-down cluster-wipe deploy console run test test-e2e test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative bench-cluster generate verify lint controlplane tools clean
+.PHONY: all build images cluster-bins cluster cluster-down cluster-wipe deploy console run test test-e2e test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative bench-grpc bench-cluster generate verify lint controlplane tools clean
 
 all: build
 
@@ -116,6 +116,10 @@ bench-cluster: cluster deploy
 ## bench-knative: the load comparison with Knative's queue-proxy beside sless's
 bench-knative: build bin/knative/queue
 	$(GO) run ./benchmarks/cmd/bench-requestpath -sless bin/sless -knative bin/knative/queue -rounds 3
+
+## bench-grpc: gRPC calls direct, through a relay, the hops and Knative's queue-proxy
+bench-grpc: build bin/knative/queue
+	$(GO) run ./benchmarks/cmd/bench-grpc -sless bin/sless -knative bin/knative/queue -rounds 3 -duration 8s
 
 bin/knative/queue: hack/knative/go.mod
 	cd hack/knative && $(GO) build -o $(CURDIR)/$@ knative.dev/serving/cmd/queue

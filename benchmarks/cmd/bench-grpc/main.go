@@ -73,7 +73,8 @@ func (service) UnaryCall(_ context.Context, in *testgrpc.SimpleRequest) (*testgr
 }
 
 // serveFunction is the function process, as the Go runtime serves a gRPC
-// function: /healthz, and the gRPC server as the handler of the rest.
+// function: health checks, and the gRPC server as the handler of gRPC
+// calls.
 func serveFunction(port string) {
 	g := grpc.NewServer()
 	testgrpc.RegisterTestServiceServer(g, service{})
@@ -81,7 +82,9 @@ func serveFunction(port string) {
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
 	srv := &http.Server{Addr: "127.0.0.1:" + port, Protocols: &p, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" {
+		// Health checks: sless's GET /healthz, Knative's GET / (its
+		// queue-proxy's probe of the user container).
+		if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
 			_, _ = io.WriteString(w, "ok")
 			return
 		}
@@ -143,6 +146,7 @@ func run(ctx context.Context, slessBin, knativeBin string, duration, warmup time
 			"SERVING_LOGGING_CONFIG=", "SERVING_LOGGING_LEVEL=error",
 			"SERVING_NAMESPACE=bench", "SERVING_CONFIGURATION=bench", "SERVING_REVISION=bench",
 			"SERVING_POD=bench", "SERVING_POD_IP=127.0.0.1")
+		kn.Stderr = os.Stderr
 		procs = append(procs, kn)
 		paths = append(paths, path{name: "Knative queue-proxy", addr: at(knServing), procs: []*exec.Cmd{kn}})
 	}
