@@ -34,8 +34,10 @@ const StatsWindow = 5 * time.Minute
 type Status struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	Runtime   string `json:"runtime"`
-	URL       string `json:"url"`
+	// Runtime is the function's runtime, or "" for a Function that
+	// brings its own server.
+	Runtime string `json:"runtime"`
+	URL     string `json:"url"`
 	// State is building, failed (nothing to run), crashing (its instances
 	// cannot become ready: they crash, or run without passing their
 	// readiness check), idle (no instance), starting or ready; Error says
@@ -67,6 +69,10 @@ type Status struct {
 	Overrides *Overrides            `json:"overrides,omitempty"`
 	Spec      v1alpha1.FunctionSpec `json:"spec"`
 }
+
+// RuntimeShown is the runtime as a table shows it: a Function without
+// one brings its own server.
+func (s *Status) RuntimeShown() string { return cmp.Or(s.Runtime, "own server") }
 
 // TriggerStatus is one trigger of a function.
 type TriggerStatus struct {

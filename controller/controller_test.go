@@ -40,6 +40,7 @@ func TestReconcile(t *testing.T) {
 	run := e.start(t, testOptions, true, nil)
 
 	t.Run("create", func(t *testing.T) { testCreate(t, e) })
+	t.Run("own server", func(t *testing.T) { testOwnServer(t, e) })
 	t.Run("update keeps replicas", func(t *testing.T) { testUpdateKeepsReplicas(t, e) })
 	t.Run("edits reverted", func(t *testing.T) { testEditsReverted(t, e) })
 	t.Run("owner switch", func(t *testing.T) { testOwnerSwitch(t, e) })
@@ -54,6 +55,29 @@ func TestReconcile(t *testing.T) {
 	t.Run("refused by the API server", func(t *testing.T) { testRefusedByAPIServer(t, e) })
 	t.Run("instances failing", func(t *testing.T) { testInstancesFailing(t, e) })
 	t.Run("delete", func(t *testing.T) { testDelete(t, e, run) })
+}
+
+// A Function without a runtime runs its own server: its image with its
+// command, told its port but no handler; the queue-proxy speaks the
+// server's protocol to it.
+func testOwnServer(t *testing.T, e *env) {
+	ns := e.namespace(t)
+	e.create(t, newFunction(ns, "server", func(fn *v1alpha1.Function) {
+		fn.Spec.Runtime = ""
+		fn.Spec.Command = []string{"node", "server.js"}
+		fn.Spec.Protocol = v1alpha1.ProtocolH2C
+	}))
+	d := waitObject(t, e, ns, "server", &appsv1.Deployment{})
+	fc := container(t, d, controller.FunctionContainer)
+	if fc.Image != "registry.test/hello:1" || !slices.Equal(fc.Command, []string{"node", "server.js"}) || len(fc.Args) != 0 {
+		t.Errorf("function container runs %q %q %q, want the image with the Function's command", fc.Image, fc.Command, fc.Args)
+	}
+	if got, want := envMap(fc), map[string]string{"PORT": "8080"}; !equality.Semantic.DeepEqual(got, want) {
+		t.Errorf("function env = %v, want %v", got, want)
+	}
+	if p := envMap(container(t, d, controller.QueueProxyContainer))[wire.EnvUserProtocol]; p != "h2c" {
+		t.Errorf("queue-proxy's %s = %q, want h2c", wire.EnvUserProtocol, p)
+	}
 }
 
 func testCreate(t *testing.T, e *env) {

@@ -96,17 +96,19 @@ func (r *FunctionReconciler) deployment(fn *v1alpha1.Function) *appsv1.Deploymen
 }
 
 // functionContainer runs the Function's image: the runtime listens on
-// 127.0.0.1:PORT and loads SLESS_HANDLER. Its security context passes Pod
-// Security "restricted" unless spec.securityContext says otherwise
-// (v1alpha1.DefaultSecurityContext).
+// 127.0.0.1:PORT and loads SLESS_HANDLER, or the function's own server
+// (its command, or the image's entrypoint) listens on PORT. Its security
+// context passes Pod Security "restricted" unless spec.securityContext says
+// otherwise (v1alpha1.DefaultSecurityContext).
 func functionContainer(fn *v1alpha1.Function) corev1.Container {
-	env := []corev1.EnvVar{
-		{Name: "PORT", Value: strconv.Itoa(wire.UserPort)},
-		{Name: "SLESS_HANDLER", Value: fn.Spec.EffectiveHandler()},
+	env := []corev1.EnvVar{{Name: "PORT", Value: strconv.Itoa(wire.UserPort)}}
+	if h := fn.Spec.EffectiveHandler(); h != "" {
+		env = append(env, corev1.EnvVar{Name: "SLESS_HANDLER", Value: h})
 	}
 	return corev1.Container{
 		Name:      FunctionContainer,
 		Image:     fn.Spec.Image,
+		Command:   fn.Spec.Command,
 		Env:       append(env, fn.Spec.Env...),
 		Resources: fn.Spec.Resources,
 		Lifecycle: &corev1.Lifecycle{

@@ -62,7 +62,8 @@ type Deployed struct {
 	Image string
 }
 
-// Run builds and pushes the image of each Function with a source, then,
+// Run builds and pushes the image of each runtime's Function with a
+// source (Entry.Built), then,
 // only if all succeeded, applies every Function. The error of a build or
 // push names its function; the Functions of a failed run are not applied.
 func Run(ctx context.Context, fns []manifests.Entry, o Options) ([]Deployed, error) {
@@ -73,7 +74,7 @@ func Run(ctx context.Context, fns []manifests.Entry, o Options) ([]Deployed, err
 	var errs []error
 	for i, fn := range fns {
 		deployed[i] = Deployed{Namespace: fn.Namespace, Name: fn.Name, Image: fn.Spec.Image}
-		if fn.SourceDir == "" {
+		if !fn.Built() {
 			continue
 		}
 		image, err := o.buildAndPush(ctx, fn)

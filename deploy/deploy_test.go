@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -62,6 +63,7 @@ const (
 	goSource    = "package hello\n\nimport (\n\t\"context\"\n\n\t\"sless.dev/sless/runtimes/go/sless\"\n)\n\nfunc Handle(ctx context.Context, e sless.Event) (any, error) { return \"hi\", nil }\n"
 	goManifest  = "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: hello}\nspec: {runtime: go, source: ./hello, handler: Handle}\n"
 	imageOnly   = "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: prebuilt, namespace: team, labels: {team: a}}\nspec: {runtime: python, image: example.test/prebuilt:1}\n"
+	ownServer   = "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: server}\nspec: {source: ./server, command: [node, server.js], image: example.test/server:1}\n"
 	brokenGo    = "package broken\n\nfunc Handle( {\n"
 	brokenYAML  = "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: Bad_Name}\nspec: {runtime: go, source: ./hello}\n"
 	brokenBuild = "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: broken}\nspec: {runtime: go, source: ./broken, handler: Handle}\n"
@@ -86,7 +88,8 @@ func functions(t *testing.T, c client.Client) map[string]v1alpha1.Function {
 
 // A directory of manifests goes to the cluster: the Function with a
 // source runs the image pushed for it, by digest; the one with an image
-// runs that image, its labels kept. Deploying again changes nothing.
+// runs that image, its labels kept, and so does the one that brings its
+// own server, although it has a source. Deploying again changes nothing.
 func TestDeploy(t *testing.T) {
 	needs.Commands(t, "go")
 	c := controlplane.Client(t, controlplane.Start(t))
@@ -94,7 +97,8 @@ func TestDeploy(t *testing.T) {
 		t.Fatal(err)
 	}
 	host, pushes := testRegistry(t)
-	dir := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest, "prebuilt.yaml": imageOnly})
+	dir := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest, "prebuilt.yaml": imageOnly,
+		"server/server.js": "", "server.yaml": ownServer})
 	fns, err := Load(dir, "")
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +117,10 @@ func TestDeploy(t *testing.T) {
 	if prebuilt.Spec.Image != "example.test/prebuilt:1" || prebuilt.Labels["team"] != "a" {
 		t.Errorf("team/prebuilt: image %q, labels %v", prebuilt.Spec.Image, prebuilt.Labels)
 	}
-	if len(deployed) != 2 || pushes.Load() != 1 || !strings.Contains(progress.String(), "default/hello: pushed "+hello.Spec.Image) {
+	if server := got["default/server"]; server.Spec.Image != "example.test/server:1" || !slices.Equal(server.Spec.Command, []string{"node", "server.js"}) {
+		t.Errorf("default/server runs %q %q, want its own image and command", server.Spec.Image, server.Spec.Command)
+	}
+	if len(deployed) != 3 || pushes.Load() != 1 || !strings.Contains(progress.String(), "default/hello: pushed "+hello.Spec.Image) {
 		t.Errorf("deployed %+v with %d pushes; progress:\n%s", deployed, pushes.Load(), progress.String())
 	}
 	img, err := ociimage.Read(context.Background(), hello.Spec.Image)
@@ -144,6 +151,11 @@ func TestDeployChangesNothingOnError(t *testing.T) {
 	invalid := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest, "bad.yaml": brokenYAML})
 	if _, err := Load(invalid, ""); err == nil || !strings.Contains(err.Error(), "metadata.name") || !strings.Contains(err.Error(), "bad.yaml") {
 		t.Errorf("Load of an invalid manifest: %v, want the file and the field", err)
+	}
+
+	imageless := manifestDir(t, map[string]string{"server/server.js": "", "server.yaml": strings.Replace(ownServer, ", image: example.test/server:1", "", 1)})
+	if _, err := Load(imageless, ""); err == nil || !strings.Contains(err.Error(), "spec.image: Required value: a Function without a runtime runs its own server's image") {
+		t.Errorf("Load of a Function with its own server and no image: %v, want spec.image required", err)
 	}
 
 	broken := manifestDir(t, map[string]string{"hello/hello.go": goSource, "hello.yaml": goManifest,

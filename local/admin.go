@@ -206,7 +206,7 @@ func (p *Platform) printTable() {
 		if st.Update != "" {
 			state += ", update " + st.Update + ": " + firstLine(st.UpdateError)
 		}
-		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d/%d\t%s\n", st.Namespace, st.Name, st.Runtime, state, st.Ready, st.Desired, st.URL)
+		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d/%d\t%s\n", st.Namespace, st.Name, st.RuntimeShown(), state, st.Ready, st.Desired, st.URL)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(p.opts.Out, "console: http://%s/   admin API: http://%[1]s/v1/functions\n", p.AdminAddr())

@@ -471,7 +471,7 @@ func (p *Platform) deploy(ctx context.Context, e *entry, b *build) {
 	fn, fp := b.fn, b.fp
 	proc, err := runtimes.Prepare(b.ctx, runtimes.Source{
 		Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,
-		Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler(),
+		Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler(), Command: fn.Spec.Command,
 	}, runtimes.Options{CacheDir: p.opts.CacheDir, Progress: p.opts.Out})
 	p.applyMu.Lock()
 	defer p.applyMu.Unlock()

@@ -1,8 +1,9 @@
 // Package runtimes turns a function's source into a process that serves it
 // by the runtime contract: listen on 127.0.0.1:$PORT, answer GET /healthz
 // once the handler is loaded, and turn every other request into one
-// handler call. The local platform prepares a function once (build,
-// install dependencies) and starts the resulting Process once per instance.
+// handler call; or runs a Function's own server, which keeps the first two
+// points. The local platform prepares a function once (build, install
+// dependencies) and starts the resulting Process once per instance.
 package runtimes
 
 import (
@@ -23,6 +24,9 @@ type Source struct {
 	// Handler is the entry point: an exported Go function name, or
 	// module.function for Python and Node.
 	Handler string
+	// Command starts a Function without a runtime, its own server, in
+	// Dir.
+	Command []string
 }
 
 // Process is how to start one instance of a prepared function. The
@@ -72,6 +76,11 @@ func prepare(ctx context.Context, src Source, opts Options, forImage bool) (prep
 		return preparePython(ctx, src, opts)
 	case v1alpha1.RuntimeNode:
 		return prepareNode(ctx, src, opts)
+	case "":
+		if forImage {
+			return prepared{}, fmt.Errorf("function %s/%s: %w", src.Namespace, src.Name, errServerImage)
+		}
+		return prepareServer(src)
 	}
 	return prepared{}, fmt.Errorf("function %s/%s: unknown runtime %q", src.Namespace, src.Name, src.Runtime)
 }
@@ -81,9 +90,11 @@ func prepare(ctx context.Context, src Source, opts Options, forImage bool) (prep
 type prepared struct {
 	src     Source
 	handler string
-	// command is what runs: a Go function's binary, or the interpreter on
-	// this machine of a Python or Node function.
+	// command is what runs: a Go function's binary, the interpreter on
+	// this machine of a Python or Node function, or the program of a
+	// function's own server, with args.
 	command string
+	args    []string
 	// script is the runtime script the interpreter runs ("" for Go).
 	script string
 	// deps is the directory of installed dependencies, or "", and
@@ -96,7 +107,7 @@ type prepared struct {
 // process is how to start the function on this machine.
 func (p prepared) process() Process {
 	if p.script == "" {
-		return Process{Path: p.command, Dir: p.src.Dir}
+		return Process{Path: p.command, Args: p.args, Dir: p.src.Dir}
 	}
 	env := append(scriptEnv(p.src.Dir, p.handler), p.env...)
 	if p.deps != "" {

@@ -86,7 +86,9 @@ func testRejects(t *testing.T, c client.Client) {
 		spec string // YAML of spec, so that values Go types cannot hold can be sent
 		want []string
 	}{
-		{"missing runtime", `{image: x}`, []string{`spec.runtime: Required value`}},
+		{"handler without a runtime", `{image: x, handler: Handle}`, []string{`spec.handler`, `only a runtime loads a handler`}},
+		{"command with a runtime", `{runtime: go, image: x, command: [./server]}`, []string{`spec.command`, `command is for a Function without a runtime`}},
+		{"command too long", `{image: x, command: [` + strings.Repeat("x,", 64) + `x]}`, []string{`spec.command: Too many: 65`}},
 		{"unknown runtime", `{runtime: ruby, image: x}`, []string{`spec.runtime: Unsupported value: "ruby"`}},
 		{"negative timeout", `{runtime: go, timeoutSeconds: -5}`, []string{`spec.timeoutSeconds: Invalid value: -5`}},
 		{"negative concurrency", `{runtime: go, concurrency: -1}`, []string{`spec.concurrency: Invalid value: -1`}},

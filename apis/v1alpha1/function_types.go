@@ -61,14 +61,20 @@ const (
 )
 
 // FunctionSpec is what the user asks for.
+// +kubebuilder:validation:XValidation:rule="has(self.runtime) || !has(self.handler)",message="only a runtime loads a handler: a Function without a runtime brings its own server",fieldPath=".handler"
+// +kubebuilder:validation:XValidation:rule="!has(self.runtime) || !has(self.command)",message="a runtime starts the function: command is for a Function without a runtime, which brings its own server",fieldPath=".command"
 // +kubebuilder:validation:XValidation:rule="!has(self.maxDurationSeconds) || self.maxDurationSeconds == 0 || !has(self.timeoutSeconds) || self.maxDurationSeconds >= self.timeoutSeconds",message="maxDurationSeconds must be timeoutSeconds at least: it bounds the whole request, timeoutSeconds its start",fieldPath=".maxDurationSeconds"
 //
 // Where a field is run-mode specific
 // (image on Kubernetes, source locally) its doc says so; the shared
 // validation enforces it for the mode at hand.
 type FunctionSpec struct {
-	// Runtime is the language runtime of the handler.
-	Runtime Runtime `json:"runtime"`
+	// Runtime is the language runtime of the handler. Unset, the Function
+	// brings its own HTTP server, in any language: its image on
+	// Kubernetes, its command under sless dev, which listens on $PORT and
+	// answers GET /healthz once ready (Knative's container contract).
+	// +optional
+	Runtime Runtime `json:"runtime,omitempty"`
 
 	// Source is the directory holding the handler's code, relative to the
 	// manifest. Required by the local platform, which builds and runs it;
@@ -85,10 +91,21 @@ type FunctionSpec struct {
 	Handler string `json:"handler,omitempty"`
 
 	// Image is the container image to run on Kubernetes, built from the
-	// source by sless build or sless deploy. Required on Kubernetes.
+	// source by sless build or sless deploy, or, for a Function without a
+	// runtime, the image of its own server. Required on Kubernetes.
 	// +optional
 	// +kubebuilder:validation:MaxLength=4096
 	Image string `json:"image,omitempty"`
+
+	// Command starts a Function without a runtime, its own server: run in
+	// the source directory by sless dev, where it is required, and the
+	// container's command on Kubernetes, where it replaces the image's
+	// entrypoint (unset, the entrypoint runs). So one manifest runs the
+	// same server in both places.
+	// +optional
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=4096
+	Command []string `json:"command,omitempty"`
 
 	// Protocol is what the function's process speaks on its port: http1
 	// (HTTP/1.1, the default) or h2c (HTTP/2 without TLS, what gRPC

@@ -42,6 +42,8 @@ const (
 	maxPrefetch        = 1000
 	maxRetries         = 100
 	maxTriggers        = 16
+	maxCommand         = 64
+	maxCommandArg      = 4096
 	minWindow          = 6 * time.Second
 	maxDuration        = time.Hour
 	// maxID is the highest user and group ID a pod may name.
@@ -77,24 +79,7 @@ func Validate(f *Function, mode Mode) field.ErrorList {
 
 func validateSpec(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	switch s.Runtime {
-	case RuntimeGo, RuntimePython, RuntimeNode:
-		errs = append(errs, validateHandler(s.Runtime, s.Handler, p.Child("handler"))...)
-	case "":
-		errs = append(errs, field.Required(p.Child("runtime"), "one of go, python, node"))
-	default:
-		errs = append(errs, field.NotSupported(p.Child("runtime"), s.Runtime, []Runtime{RuntimeGo, RuntimePython, RuntimeNode}))
-	}
-	switch mode {
-	case ModeKubernetes:
-		if s.Image == "" {
-			errs = append(errs, field.Required(p.Child("image"), "Kubernetes runs the function from a container image"))
-		}
-	case ModeLocal:
-		if s.Source == "" {
-			errs = append(errs, field.Required(p.Child("source"), "the local platform builds the function from a source directory"))
-		}
-	}
+	errs = append(errs, validateStart(s, mode, p)...)
 	switch s.Protocol {
 	case "", ProtocolHTTP1, ProtocolH2C:
 	default:
@@ -113,6 +98,57 @@ func validateSpec(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
 	errs = append(errs, inRange(p.Child("concurrency"), s.Concurrency, 0, maxConcurrency)...)
 	errs = append(errs, validateScale(&s.Scale, p.Child("scale"))...)
 	return append(errs, validateTriggers(s.Triggers, mode, p.Child("triggers"))...)
+}
+
+// validateStart checks what starts the function in mode: a runtime's
+// handler, or its own server's image or command.
+func validateStart(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	switch s.Runtime {
+	case RuntimeGo, RuntimePython, RuntimeNode:
+		errs = append(errs, validateHandler(s.Runtime, s.Handler, p.Child("handler"))...)
+		if len(s.Command) > 0 {
+			errs = append(errs, field.Forbidden(p.Child("command"), "a runtime starts the function: command is for a Function without a runtime, which brings its own server"))
+		}
+	case "":
+		if s.Handler != "" {
+			errs = append(errs, field.Forbidden(p.Child("handler"), "only a runtime loads a handler: set runtime (go, python, node), or leave handler out for a Function that brings its own server"))
+		}
+	default:
+		errs = append(errs, field.NotSupported(p.Child("runtime"), s.Runtime, []Runtime{RuntimeGo, RuntimePython, RuntimeNode}))
+	}
+	errs = append(errs, validateCommand(s.Command, p.Child("command"))...)
+	ownServer := s.Runtime == ""
+	switch {
+	case mode == ModeKubernetes && s.Image == "" && ownServer:
+		errs = append(errs, field.Required(p.Child("image"), "a Function without a runtime runs its own server's image on Kubernetes"))
+	case mode == ModeKubernetes && s.Image == "":
+		errs = append(errs, field.Required(p.Child("image"), "Kubernetes runs the function from a container image"))
+	case mode == ModeLocal && s.Source == "" && ownServer:
+		errs = append(errs, field.Required(p.Child("source"), "the directory the local platform runs its own server's command in"))
+	case mode == ModeLocal && s.Source == "":
+		errs = append(errs, field.Required(p.Child("source"), "the local platform builds the function from a source directory"))
+	}
+	if mode == ModeLocal && ownServer && len(s.Command) == 0 {
+		errs = append(errs, field.Required(p.Child("command"), "the command that starts the function's own server, such as [node, server.js]; or set runtime (go, python, node) for a handler"))
+	}
+	return errs
+}
+
+func validateCommand(cmd []string, p *field.Path) field.ErrorList {
+	if len(cmd) > maxCommand {
+		return field.ErrorList{field.TooMany(p, len(cmd), maxCommand)}
+	}
+	var errs field.ErrorList
+	for i, arg := range cmd {
+		switch {
+		case i == 0 && arg == "":
+			errs = append(errs, field.Invalid(p.Index(i), arg, "must name the program to run"))
+		case len(arg) > maxCommandArg:
+			errs = append(errs, field.TooLong(p.Index(i), arg, maxCommandArg))
+		}
+	}
+	return errs
 }
 
 func validateHandler(rt Runtime, h string, p *field.Path) field.ErrorList {

@@ -60,8 +60,32 @@ func TestValidate(t *testing.T) {
 			want: []string{"metadata.name: Invalid value: \"1hello\""}},
 		{name: "bad namespace", mode: ModeLocal, mutate: func(f *Function) { f.Namespace = "Default" },
 			want: []string{"metadata.namespace: Invalid value"}},
-		{name: "missing runtime", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Runtime = "" },
-			want: []string{"spec.runtime: Required value"}},
+		{name: "own server on kubernetes", mode: ModeKubernetes, mutate: func(f *Function) { f.Spec.Runtime = "" }},
+		{name: "own server on kubernetes with its command", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Command = "", []string{"/bin/server", "--port", "$(PORT)"}
+		}},
+		{name: "own server locally", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Command = "", []string{"node", "server.js"}
+		}},
+		{name: "own server locally needs its command", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Runtime = "" },
+			want: []string{"spec.command: Required value: the command that starts the function's own server"}},
+		{name: "own server on kubernetes needs its image", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Image = "", ""
+		}, want: []string{"spec.image: Required value: a Function without a runtime runs its own server's image"}},
+		{name: "own server has no handler", mode: ModeKubernetes, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Handler = "", "Handle"
+		}, want: []string{"spec.handler: Forbidden: only a runtime loads a handler"}},
+		{name: "a runtime has no command", mode: ModeKubernetes, mutate: func(f *Function) { f.Spec.Command = []string{"./server"} },
+			want: []string{"spec.command: Forbidden: a runtime starts the function"}},
+		{name: "command without a program", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Command = "", []string{"", "server.js"}
+		}, want: []string{`spec.command[0]: Invalid value: "": must name the program to run`}},
+		{name: "command too long", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Command = "", make([]string, 65)
+		}, want: []string{"spec.command: Too many: 65: must have at most 64 items"}},
+		{name: "command argument too long", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Runtime, f.Spec.Command = "", []string{"node", strings.Repeat("x", 4097)}
+		}, want: []string{"spec.command[1]: Too long: may not be more than 4096 bytes"}},
 		{name: "unknown runtime", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Runtime = "ruby" },
 			want: []string{`spec.runtime: Unsupported value: "ruby"`}},
 		{name: "unexported go handler", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Handler = "handle" },
@@ -209,8 +233,10 @@ func TestValidateCollectsAllErrors(t *testing.T) {
 	f := &Function{ObjectMeta: metav1.ObjectMeta{Name: "x"}}
 	f.Default()
 	f.Spec.Scale.Min, f.Spec.Scale.Max = 5, 2
+	f.Spec.Handler = "Handle"
 	errs := Validate(f, ModeKubernetes)
-	// runtime, image and min > max: three independent problems, all reported.
+	// A handler without a runtime, no image and min > max: three
+	// independent problems, all reported.
 	if len(errs) != 3 {
 		t.Fatalf("Validate() returned %d errors, want 3: %v", len(errs), errs)
 	}

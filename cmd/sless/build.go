@@ -127,8 +127,9 @@ image. The image is pushed (--push) or written as an OCI archive (--output).
 	return cmd
 }
 
-// buildManifests builds the Functions with a source of a manifest file or
-// directory, pushing them to registry or writing archives into output.
+// buildManifests builds the runtimes' Functions with a source of a
+// manifest file or directory (a Function with its own server has its
+// image), pushing them to registry or writing archives into output.
 func buildManifests(cmd *cobra.Command, b *fnimage.Builder, file, namespace, registry, output string) error {
 	fns, err := deploy.Load(file, namespace)
 	if err != nil {
@@ -145,7 +146,7 @@ func buildManifests(cmd *cobra.Command, b *fnimage.Builder, file, namespace, reg
 		return err
 	}
 	for _, fn := range fns {
-		if fn.SourceDir == "" {
+		if !fn.Built() {
 			continue
 		}
 		img, err := b.Build(cmd.Context(), runtimes.Source{Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,

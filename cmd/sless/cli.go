@@ -48,7 +48,7 @@ func newFunctionsCommand() *cobra.Command {
 		tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "NAME\tRUNTIME\tSTATE\tREADY\tURL\tAGE")
 		for _, f := range list.Functions {
-			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d/%d\t%s\t%s\n", f.Namespace, f.Name, f.Runtime, stateOf(f), f.Ready, f.Desired, f.URL, age(f.Created))
+			fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d/%d\t%s\t%s\n", f.Namespace, f.Name, f.RuntimeShown(), stateOf(f), f.Ready, f.Desired, f.URL, age(f.Created))
 		}
 		return tw.Flush()
 	}
@@ -118,7 +118,7 @@ func describe(w io.Writer, st local.FunctionStatus, recent []invocation.Record, 
 		}
 	}
 	field("Name", st.Namespace+"/"+st.Name)
-	field("Runtime", st.Runtime)
+	field("Runtime", st.RuntimeShown())
 	field("Manifest", st.File)
 	field("URL", st.URL)
 	field("Age", age(st.Created))

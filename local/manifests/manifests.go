@@ -38,6 +38,11 @@ func (f Entry) Key() types.NamespacedName {
 	return types.NamespacedName{Namespace: f.Namespace, Name: f.Name}
 }
 
+// Built reports whether sless builds the function's image from its source:
+// a runtime's function with a source is; a Function that brings its own
+// server runs the image it names.
+func (f Entry) Built() bool { return f.SourceDir != "" && f.Spec.Runtime != "" }
+
 // FileError is a problem with one manifest file.
 type FileError struct {
 	File string
@@ -172,13 +177,13 @@ type sources struct {
 	namespace  string // LoadOptions.Namespace
 }
 
-// validate checks fn for where it will run. On a cluster, a source stands
-// for the image that will be built from it.
+// validate checks fn for where it will run. On a cluster, a runtime's
+// source stands for the image that will be built from it.
 func (s sources) validate(fn *v1alpha1.Function) field.ErrorList {
 	if !s.kubernetes {
 		return v1alpha1.Validate(fn, v1alpha1.ModeLocal)
 	}
-	if fn.Spec.Source != "" && fn.Spec.Image == "" {
+	if fn.Spec.Source != "" && fn.Spec.Runtime != "" && fn.Spec.Image == "" {
 		built := fn.DeepCopy()
 		built.Spec.Image = "built/from/source"
 		return v1alpha1.Validate(built, v1alpha1.ModeKubernetes)
