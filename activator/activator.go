@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/netip"
 	"slices"
 	"strconv"
 	"sync"
@@ -27,6 +28,11 @@ import (
 type Config struct {
 	// Domain enables host routing: <name>.<namespace>.<Domain>.
 	Domain string
+	// TrustedProxies are the networks of the proxies in front of the
+	// activator (a load balancer, an ingress that ends TLS): their
+	// X-Forwarded-Proto and X-Forwarded-Host reach functions, the scheme
+	// and host their callers used. Anyone else's are removed.
+	TrustedProxies []netip.Prefix
 	// MaxBodyBytes bounds request bodies (413 beyond).
 	MaxBodyBytes int64
 	// QueueDepth bounds the requests waiting per function.
@@ -83,6 +89,16 @@ type Activator struct {
 	// h2 carries the requests that came over HTTP/2 to the instances'
 	// queue-proxies, in h2c.
 	h2 *forward.ReverseProxy
+}
+
+// trusted reports whether a client at ip is one of the trusted proxies.
+func (a *Activator) trusted(ip net.IP) bool {
+	addr, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return false
+	}
+	addr = addr.Unmap()
+	return slices.ContainsFunc(a.cfg.TrustedProxies, func(p netip.Prefix) bool { return p.Contains(addr) })
 }
 
 // CloseSwitched closes the switched connections (WebSockets) still open,
@@ -333,7 +349,7 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	// Only the platform sets its headers (a trigger's, a message's id,
 	// where the request came in): a client's could pass for them.
 	forward.StripReserved(&req.Header)
-	forward.SetForwarded(&req.Header, prefix)
+	forward.SetForwarded(&req.Header, prefix, len(a.cfg.TrustedProxies) > 0 && a.trusted(ctx.RemoteIP()))
 	a.ensureRequestID(req)
 	if forward.PrepareRequest(req, ctx.RemoteAddr()) == forward.UpgradeUnsupported {
 		var res result

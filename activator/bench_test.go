@@ -3,6 +3,8 @@ package activator
 import (
 	"io"
 	"net"
+	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +96,49 @@ func BenchmarkWebSocketEcho(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkStreamFirstByte is the time to the first byte of a streamed
+// answer (internal/testfn's /events: an event flushed at once, the next
+// 2 ms later), by a client keeping one connection, on the paths
+// BenchmarkWebSocketEcho takes. ns/op is a whole answer; ttfb-p50-µs the
+// median time from the request to its first body byte.
+func BenchmarkStreamFirstByte(b *testing.B) {
+	instance := queueproxytest.Start(b)
+	a := newActivator(b, Config{}, &countingPoker{})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "sse", HTTP: true, Timeout: time.Minute})
+	a.SetEndpoints("ns", "sse", []string{instance.Addr})
+	via := serveActivator(b, a)
+	relay := tcpRelay(b, instance.Function.Addr())
+	for _, path := range []struct{ name, url string }{
+		{"direct", "http://" + instance.Function.Addr() + "/events"},
+		{"tcp relay", "http://" + relay + "/events"},
+		{"tcp relay x2", "http://" + tcpRelay(b, relay) + "/events"},
+		{"queue-proxy", "http://" + instance.Addr + "/events"},
+		{"activator+queue-proxy", via + "/fn/ns/sse/events"},
+	} {
+		b.Run(path.name, func(b *testing.B) {
+			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, DisableCompression: true}}
+			b.Cleanup(client.CloseIdleConnections)
+			var firsts []time.Duration
+			first := make([]byte, 1)
+			for b.Loop() {
+				start := time.Now()
+				resp, err := client.Get(path.url)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(resp.Body, first); err != nil || resp.StatusCode != http.StatusOK {
+					b.Fatalf("%d: %v", resp.StatusCode, err)
+				}
+				firsts = append(firsts, time.Since(start))
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			slices.Sort(firsts)
+			b.ReportMetric(float64(firsts[len(firsts)/2])/1e3, "ttfb-p50-µs")
 		})
 	}
 }

@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -54,7 +55,7 @@ func (a *Activator) serveHTTP2(w http.ResponseWriter, r *http.Request, rt *route
 		r.URL.Path, r.URL.RawPath, r.URL.RawQuery = u.Path, u.RawPath, u.RawQuery
 	}
 	forward.StripReservedHTTP(r.Header)
-	forward.SetForwardedHTTP(r.Header, prefix)
+	forward.SetForwardedHTTP(r.Header, prefix, len(a.cfg.TrustedProxies) > 0 && a.trusted(remoteIP(r.RemoteAddr)))
 	if r.Header.Get("X-Request-Id") == "" {
 		r.Header.Set("X-Request-Id", string(a.appendRequestID(nil)))
 	}
@@ -101,4 +102,13 @@ func (a *Activator) serveHTTP2(w http.ResponseWriter, r *http.Request, rt *route
 func failHTTP2(w http.ResponseWriter, r *http.Request, rt *route, code int, msg string) int {
 	forward.WriteHTTPError(w, code, errorBody(rt, msg, r.URL.Path))
 	return code
+}
+
+// remoteIP is the address of a net/http request's client, or nil.
+func remoteIP(remoteAddr string) net.IP {
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		return nil
+	}
+	return net.ParseIP(host)
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +116,51 @@ func TestHTTP2Requests(t *testing.T) {
 	}
 	if resp, body := get("/fn/ns/nope/"); resp.StatusCode != 404 || !strings.Contains(string(body), UnknownFunction) {
 		t.Errorf("unknown function: %d %s", resp.StatusCode, body)
+	}
+}
+
+// A proxy the activator trusts (by its network) tells functions the
+// scheme and host its callers used, in HTTP/1.1 and HTTP/2; another
+// client's claims are removed. The prefix is the platform's either way.
+func TestTrustedProxies(t *testing.T) {
+	instance := startInstance(t)
+	var p http.Protocols
+	p.SetHTTP1(true)
+	h1 := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	var p2 http.Protocols
+	p2.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &p2}}
+	for _, tt := range []struct {
+		trust       string
+		wantForward bool
+	}{{"127.0.0.0/8", true}, {"10.0.0.0/8", false}} {
+		a := newActivator(t, Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix(tt.trust)}}, &countingPoker{})
+		a.SetFunction(RouteSpec{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
+		a.SetEndpoints("ns", "fn", []string{instance})
+		base := serveActivator(t, a)
+		for proto, c := range map[string]*http.Client{"HTTP/1.1": h1, "HTTP/2.0": h2c} {
+			req, _ := http.NewRequest(http.MethodGet, base+"/fn/ns/fn/echo", nil)
+			req.Header.Set("X-Forwarded-Proto", "https")
+			req.Header.Set("X-Forwarded-Host", "api.example.test")
+			req.Header.Set("X-Forwarded-Prefix", "/forged")
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var echo testfn.Echo
+			err = json.NewDecoder(resp.Body).Decode(&echo)
+			resp.Body.Close()
+			if err != nil || resp.Proto != proto {
+				t.Fatalf("%s: %s, %v", proto, resp.Proto, err)
+			}
+			h := echo.Headers
+			forwarded := slices.Equal(h["X-Forwarded-Proto"], []string{"https"}) && slices.Equal(h["X-Forwarded-Host"], []string{"api.example.test"})
+			if forwarded != tt.wantForward || h["X-Forwarded-Proto"] == nil && tt.wantForward || !slices.Equal(h["X-Forwarded-Prefix"], []string{"/fn/ns/fn"}) {
+				t.Errorf("trusting %s, %s: the function saw %v; want the proxy's scheme and host %v, the platform's prefix", tt.trust, proto, h, tt.wantForward)
+			}
+			if !tt.wantForward && (h["X-Forwarded-Proto"] != nil || h["X-Forwarded-Host"] != nil) {
+				t.Errorf("trusting %s, %s: an untrusted client's claims reached the function: %v", tt.trust, proto, h)
+			}
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"strconv"
 	"time"
@@ -34,6 +35,7 @@ import (
 func newActivatorCommand() *cobra.Command {
 	var (
 		listen, admin, domain, autoscaler string
+		trustedProxies                    []string
 		peersService, adminSecret         string
 		cfg                               activator.Config
 		drain, readTimeout, propagation   time.Duration
@@ -137,6 +139,8 @@ SLESS_DATABASE_URL), to memory without.`,
 	f.StringVar(&listen, "listen", ":8080", "address of the invocation port")
 	f.StringVar(&admin, "admin", ":9090", "address of the health, metrics and admin port")
 	f.StringVar(&domain, "domain", "", "serve <name>.<namespace>.<domain> too (host routing off when empty)")
+	f.StringSliceVar(&trustedProxies, "trusted-proxies", nil,
+		"networks (CIDR) or addresses of the proxies in front, such as an ingress that ends TLS: their X-Forwarded-Proto and X-Forwarded-Host reach functions; anyone else's are removed")
 	f.StringVar(&autoscaler, "autoscaler-url", "", "the autoscaler's base URL, for pokes and buffered counts (logged when empty)")
 	f.Int64Var(&cfg.MaxBodyBytes, "max-body-bytes", activator.DefaultMaxBodyBytes, "largest request body (413 beyond)")
 	f.IntVar(&cfg.QueueDepth, "queue-depth", activator.DefaultQueueDepth, "requests that may wait per function")
@@ -155,6 +159,11 @@ SLESS_DATABASE_URL), to memory without.`,
 		"the activators' Service, in the pod's namespace (POD_NAMESPACE): its ready endpoints share every instance's concurrency; POD_IP names this one")
 	cmd.PreRunE = func(*cobra.Command, []string) error {
 		cfg.Domain = domain
+		proxies, err := parsePrefixes(trustedProxies)
+		if err != nil {
+			return fmt.Errorf("--trusted-proxies: %w", err)
+		}
+		cfg.TrustedProxies = proxies
 		if cfg.MaxBodyBytes < 1 || cfg.QueueDepth < 1 || cfg.MaxBuffered < 1 || records < 1 || readTimeout <= 0 || propagation < 0 {
 			return fmt.Errorf("--max-body-bytes, --queue-depth, --max-buffered, --records and --read-timeout must be positive, --propagation-delay not negative")
 		}
@@ -233,4 +242,21 @@ type logPoker struct{ log *slog.Logger }
 
 func (p logPoker) Poke(namespace, name string) {
 	p.log.Info("function needs an instance", "namespace", namespace, "function", name)
+}
+
+// parsePrefixes reads networks in CIDR notation, or single addresses.
+func parsePrefixes(values []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, v := range values {
+		if p, err := netip.ParsePrefix(v); err == nil {
+			out = append(out, p.Masked())
+			continue
+		}
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return nil, fmt.Errorf("%q is neither a network (10.0.0.0/8) nor an address", v)
+		}
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
+	}
+	return out, nil
 }

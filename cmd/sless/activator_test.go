@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -289,4 +291,18 @@ func fetch(t *testing.T, url, token string) (int, string) {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// --trusted-proxies takes networks and single addresses; anything else is
+// refused, naming it, before the activator starts.
+func TestActivatorTrustedProxies(t *testing.T) {
+	got, err := parsePrefixes([]string{"10.0.0.0/8", "192.168.1.7", "fd00::1/8"})
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("192.168.1.7/32"), netip.MustParsePrefix("fd00::/8")}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("parsePrefixes = %v, %v; want %v", got, err, want)
+	}
+	out, err := run("activator", "--trusted-proxies", "10.0.0.0/8,10.0.0.0/33", "--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), `--trusted-proxies: "10.0.0.0/33" is neither a network`) {
+		t.Errorf("sless activator --trusted-proxies 10.0.0.0/33 = %v (%q), want the value refused", err, out)
+	}
 }

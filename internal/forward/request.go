@@ -46,7 +46,7 @@ func PrepareRequest(req *fasthttp.Request, remote net.Addr) Upgrade {
 // is http, the activator's: a client's X-Forwarded-Host and
 // X-Forwarded-Proto go, lest a framework that trusts proxies take them for
 // the truth (adding the same values would only cost every request more
-// bytes).
+// bytes), unless the client is a proxy the platform was told to trust.
 const (
 	ForwardedPrefixHeader = "X-Forwarded-Prefix"
 	ForwardedHostHeader   = "X-Forwarded-Host"
@@ -55,11 +55,15 @@ const (
 
 // SetForwarded removes a client's forwarding fields and sets
 // X-Forwarded-Prefix to the path prefix the request was routed by (none
-// when empty).
-func SetForwarded(h *fasthttp.RequestHeader, prefix string) {
+// when empty). A trusted proxy's X-Forwarded-Host and X-Forwarded-Proto
+// stay: the host and scheme its own callers used, such as the https of an
+// ingress that ended TLS.
+func SetForwarded(h *fasthttp.RequestHeader, prefix string, trusted bool) {
 	if hasForwarded(h) { // rare: each Del is a pass over the fields
-		h.Del(ForwardedHostHeader)
-		h.Del(ForwardedProtoHeader)
+		if !trusted {
+			h.Del(ForwardedHostHeader)
+			h.Del(ForwardedProtoHeader)
+		}
 		h.Del(ForwardedPrefixHeader)
 	}
 	if prefix != "" {
@@ -69,9 +73,11 @@ func SetForwarded(h *fasthttp.RequestHeader, prefix string) {
 
 // SetForwardedHTTP is SetForwarded for a net/http request's header (one
 // that came over HTTP/2).
-func SetForwardedHTTP(h http.Header, prefix string) {
-	h.Del(ForwardedHostHeader)
-	h.Del(ForwardedProtoHeader)
+func SetForwardedHTTP(h http.Header, prefix string, trusted bool) {
+	if !trusted {
+		h.Del(ForwardedHostHeader)
+		h.Del(ForwardedProtoHeader)
+	}
 	h.Del(ForwardedPrefixHeader)
 	if prefix != "" {
 		h.Set(ForwardedPrefixHeader, prefix)

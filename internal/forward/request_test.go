@@ -170,25 +170,29 @@ func TestStripReservedAllocatesNothing(t *testing.T) {
 }
 
 // The forwarding fields are the platform's alone: a client's, in any
-// case and however many, are replaced.
+// case and however many, are replaced; a trusted proxy's host and scheme
+// stay, and its prefix is replaced.
 func TestSetForwarded(t *testing.T) {
 	for _, head := range []string{
 		"Host: fn.test\r\nX-A: 1\r\n",
 		"Host: fn.test\r\nx-forwarded-host: evil.test\r\nX-Forwarded-Proto: https\r\nX-Forwarded-Proto: ftp\r\nX-FORWARDED-PREFIX: /x\r\nX-A: 1\r\n",
 	} {
-		var req fasthttp.Request
-		if err := req.Read(bufio.NewReader(strings.NewReader("GET /p HTTP/1.1\r\n" + head + "\r\n"))); err != nil {
-			t.Fatal(err)
-		}
-		SetForwarded(&req.Header, "/fn/ns/hello")
-		for name, want := range map[string]string{ForwardedPrefixHeader: "/fn/ns/hello", "X-A": "1", "Host": "fn.test"} {
-			if got := req.Header.PeekAll(name); len(got) != 1 || string(got[0]) != want {
-				t.Errorf("%q: %s = %q, want %q alone", head, name, got, want)
+		for _, trusted := range []bool{false, true} {
+			var req fasthttp.Request
+			if err := req.Read(bufio.NewReader(strings.NewReader("GET /p HTTP/1.1\r\n" + head + "\r\n"))); err != nil {
+				t.Fatal(err)
 			}
-		}
-		for _, name := range []string{ForwardedHostHeader, ForwardedProtoHeader} {
-			if got := req.Header.Peek(name); got != nil {
-				t.Errorf("%q: a client's %s %q stayed", head, name, got)
+			SetForwarded(&req.Header, "/fn/ns/hello", trusted)
+			for name, want := range map[string]string{ForwardedPrefixHeader: "/fn/ns/hello", "X-A": "1", "Host": "fn.test"} {
+				if got := req.Header.PeekAll(name); len(got) != 1 || string(got[0]) != want {
+					t.Errorf("%q, trusted %v: %s = %q, want %q alone", head, trusted, name, got, want)
+				}
+			}
+			for _, name := range []string{ForwardedHostHeader, ForwardedProtoHeader} {
+				sent := strings.Contains(strings.ToLower(head), strings.ToLower(name))
+				if got := req.Header.Peek(name); (got != nil) != (trusted && sent) {
+					t.Errorf("%q, trusted %v: %s is %q", head, trusted, name, got)
+				}
 			}
 		}
 	}
@@ -211,7 +215,7 @@ func BenchmarkSetForwarded(b *testing.B) {
 					b.Fatal(err)
 				}
 				if set {
-					SetForwarded(&req.Header, "/fn/ns/hello")
+					SetForwarded(&req.Header, "/fn/ns/hello", false)
 				}
 			}
 		})

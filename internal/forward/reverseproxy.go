@@ -153,6 +153,13 @@ func rewrite(pr *httputil.ProxyRequest) {
 		}
 		pr.Out.Header.Set("X-Forwarded-For", ip)
 	}
+	// httputil removes these from every request it forwards; what reaches
+	// a hop is what the activator let pass (SetForwardedHTTP).
+	for _, name := range []string{ForwardedHostHeader, ForwardedProtoHeader} {
+		if v := pr.In.Header[name]; v != nil {
+			pr.Out.Header[name] = v
+		}
+	}
 }
 
 func modifyResponse(resp *http.Response) error {

@@ -124,6 +124,7 @@ func newHandler() http.Handler {
 	mux.HandleFunc("/release", h.release)
 	mux.HandleFunc("/count", h.count)
 	mux.HandleFunc("/drip", h.track(h.drip))
+	mux.HandleFunc("/events", events)
 	mux.HandleFunc("/max", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = fmt.Fprint(w, h.maxInFlight.Swap(0))
 	})
@@ -144,6 +145,16 @@ func newHandler() http.Handler {
 		}
 	})
 	return mux
+}
+
+// events is a streamed answer: an event at once, a second 2 ms later,
+// as a function's event stream starts while it works on.
+func events(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	_, _ = io.WriteString(w, "data: 0\n\n")
+	http.NewResponseController(w).Flush()
+	time.Sleep(2 * time.Millisecond)
+	_, _ = io.WriteString(w, "data: 1\n\n")
 }
 
 // webSocketEcho is a WebSocket server (gorilla/websocket, as a function
