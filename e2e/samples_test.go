@@ -3,13 +3,16 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +36,9 @@ var sampleCalls = []struct {
 	{"http-go", "/orders/8", 404, "no order 8", []string{"a=1; Path=/", "b=2; Path=/"}},
 	{"http-python", "/orders/8", 404, "no order 8", []string{"a=1; Path=/", "b=2; Path=/"}},
 	{"http-node", "/orders/8", 404, "no order 8", []string{"a=1; Path=/", "b=2; Path=/"}},
+	{"http-go", "/pixel.png", 200, "\x89PNG", nil},
+	{"http-python", "/pixel.png", 200, "\x89PNG", nil},
+	{"http-node", "/pixel.png", 200, "\x89PNG", nil},
 	{"http-go", "/events?n=2&every=10ms", 200, "data: 0\n\ndata: 1\n\n", nil},
 	{"http-python", "/events?n=2&every=10ms", 200, "data: 0\n\ndata: 1\n\n", nil},
 	{"http-node", "/events?n=2&every=10ms", 200, "data: 0\n\ndata: 1\n\n", nil},
@@ -70,6 +76,34 @@ func TestSamples(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	for _, name := range []string{"http-go", "http-python", "http-node"} {
+		wg.Go(func() { checkStreamed(t, ns, name) })
+	}
+	wg.Wait()
+}
+
+// checkStreamed calls a sample's event stream of two events 3 s apart and
+// checks the first arrives while the function still works on the second,
+// through both hops: seconds before the answer ends, whenever the instance
+// started.
+func checkStreamed(t *testing.T, ns, name string) {
+	resp, err := httpClient.Get(cluster.activator + "/fn/" + ns + "/" + name + "/events?n=2&every=3s")
+	if err != nil {
+		t.Errorf("%s: %v", name, err)
+		return
+	}
+	defer resp.Body.Close()
+	r := bufio.NewReader(resp.Body)
+	first, err := r.ReadString('\n')
+	firstAt := time.Now()
+	if err != nil || first != "data: 0\n" {
+		t.Errorf("%s: first line %q, %v", name, first, err)
+		return
+	}
+	rest, err := io.ReadAll(r)
+	if gap := time.Since(firstAt); err != nil || string(rest) != "\ndata: 1\n\n" || gap < 2*time.Second {
+		t.Errorf("%s: the rest %q (%v) came %s after the first event, want the second event about 3 s later", name, rest, err, gap)
+	}
 }
 
 // kubectl shows a Function's real counts, the Deployment's own, at one

@@ -24,6 +24,8 @@ type H2C struct {
 	// open counts the connections taken and not yet closed: fasthttp's
 	// bound on connections no longer counts them once handed over.
 	open atomic.Int64
+	// maxConns bounds open: maxH2CConns (tests lower it).
+	maxConns int64
 }
 
 // maxH2CConns bounds the HTTP/2 connections of one hop; each carries up
@@ -39,7 +41,7 @@ const (
 // NewH2C returns an HTTP/2 server for h. Its requests' heads are bounded
 // by maxHeaderBytes, as fasthttp's are by its read buffer.
 func NewH2C(h http.Handler, maxHeaderBytes int, log *slog.Logger) *H2C {
-	s := &H2C{ln: &handOffListener{conns: make(chan net.Conn, 64), done: make(chan struct{})}}
+	s := &H2C{ln: &handOffListener{conns: make(chan net.Conn, 64), done: make(chan struct{})}, maxConns: maxH2CConns}
 	var protocols http.Protocols
 	protocols.SetUnencryptedHTTP2(true)
 	s.srv = &http.Server{
@@ -90,7 +92,7 @@ func (s *H2C) Close() error { return s.srv.Close() }
 // take hands c over, the bytes already read from it first; false when
 // the server is shutting down or has too many connections already.
 func (s *H2C) take(c net.Conn) bool {
-	if s.open.Add(1) > maxH2CConns {
+	if s.open.Add(1) > s.maxConns {
 		s.open.Add(-1)
 		return false
 	}

@@ -3,6 +3,7 @@ package forward
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/net/http2"
 
+	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/syncbuf"
 )
 
@@ -25,6 +27,12 @@ func logLines(b *syncbuf.Buffer) []string {
 // serveHop runs a hop's server (NewServer on a Hangups Listener) that
 // answers "ok", logging into the returned buffer.
 func serveHop(t *testing.T) (addr string, logged *syncbuf.Buffer) {
+	t.Helper()
+	return serveHopH2C(t, nil)
+}
+
+// serveHopH2C is serveHop with h2c serving HTTP/2 clients, when not nil.
+func serveHopH2C(t *testing.T, h2c *H2C) (addr string, logged *syncbuf.Buffer) {
 	t.Helper()
 	logged = &syncbuf.Buffer{}
 	log := slog.New(slog.NewTextHandler(logged, nil))
@@ -42,7 +50,7 @@ func serveHop(t *testing.T) (addr string, logged *syncbuf.Buffer) {
 		code, msg := ReadErrorStatus(err)
 		WriteError(ctx, code, []byte(msg))
 	}, 1<<20, 0, log)
-	go func() { _ = srv.Serve(h.Listener(ln, 0, nil)) }()
+	go func() { _ = srv.Serve(h.Listener(ln, 0, h2c)) }()
 	t.Cleanup(func() { _ = srv.Shutdown(); cancel(); _ = h.Close() })
 	return ln.Addr().String(), logged
 }
@@ -55,27 +63,7 @@ func serveHop(t *testing.T) (addr string, logged *syncbuf.Buffer) {
 // on.
 func TestHTTP2ClientToldGoAway(t *testing.T) {
 	addr, logged := serveHop(t)
-	conn, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
-		t.Fatal(err)
-	}
-	framer := http2.NewFramer(conn, conn)
-	if err := framer.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	var frames []http2.Frame
-	for {
-		f, err := framer.ReadFrame()
-		if err != nil {
-			break // the close
-		}
-		frames = append(frames, f)
-	}
+	frames := readFrames(t, addr)
 	if len(frames) != 2 {
 		t.Fatalf("%d frames before the close, want SETTINGS and GOAWAY: %v", len(frames), frames)
 	}
@@ -93,6 +81,73 @@ func TestHTTP2ClientToldGoAway(t *testing.T) {
 	resp.Body.Close()
 	if out := logged.String(); strings.Contains(out, "PRI") {
 		t.Errorf("the log quotes the HTTP/2 client:\n%s", out)
+	}
+}
+
+// readFrames reads what the hop sends an HTTP/2 client with prior
+// knowledge until it closes the connection.
+func readFrames(t *testing.T, addr string) []http2.Frame {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.WriteString(conn, http2.ClientPreface); err != nil {
+		t.Fatal(err)
+	}
+	framer := http2.NewFramer(conn, conn)
+	if err := framer.WriteSettings(); err != nil {
+		t.Fatal(err)
+	}
+	var frames []http2.Frame
+	for {
+		f, err := framer.ReadFrame()
+		if err != nil {
+			return frames // the close
+		}
+		frames = append(frames, f)
+	}
+}
+
+// A hop whose HTTP/2 server has all the connections it may hold tells the
+// next HTTP/2 client so, in HTTP/2: a GOAWAY with ENHANCE_YOUR_CALM, not a
+// silent close; a connection that closes makes room for another.
+func TestHTTP2BusyToldGoAway(t *testing.T) {
+	h2c := NewH2C(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok") }), 1<<20, slog.New(slog.DiscardHandler))
+	h2c.maxConns = 1
+	go func() { _ = h2c.Serve() }()
+	t.Cleanup(func() { _ = h2c.Close() })
+	addr, _ := serveHopH2C(t, h2c)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	get := func(c *http.Client) error {
+		resp, err := c.Get("http://" + addr + "/")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if body, err := io.ReadAll(resp.Body); err != nil || resp.ProtoMajor != 2 || string(body) != "ok" {
+			return fmt.Errorf("%s %q, %v", resp.Proto, body, err)
+		}
+		return nil
+	}
+	first := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	if err := get(first); err != nil { // its connection stays open, idle
+		t.Fatal(err)
+	}
+	frames := readFrames(t, addr)
+	if len(frames) != 2 {
+		t.Fatalf("%d frames before the close, want SETTINGS and GOAWAY: %v", len(frames), frames)
+	}
+	if away, ok := frames[1].(*http2.GoAwayFrame); !ok || away.ErrCode != http2.ErrCodeEnhanceYourCalm || !strings.Contains(string(away.DebugData()), "no room") {
+		t.Fatalf("second frame %v, want a GOAWAY with ENHANCE_YOUR_CALM saying why", frames[1])
+	}
+	first.CloseIdleConnections()
+	eventually.TrueWithin(t, 30*time.Second, "the first connection counted closed", func() bool { return h2c.open.Load() == 0 })
+	if err := get(&http.Client{Transport: &http.Transport{Protocols: &p}}); err != nil {
+		t.Fatalf("a connection after the first closed: %v", err)
 	}
 }
 
