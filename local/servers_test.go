@@ -88,3 +88,40 @@ spec: {source: ./srv, command: [./server.py]}
 		}
 	}
 }
+
+// A command names the Function's variables and its port as a Kubernetes
+// container's does, $(NAME): Python's own file server serves a directory
+// as a Function, its healthz a file.
+func TestOwnServerCommandExpansion(t *testing.T) {
+	needs.Commands(t, "python3")
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "www"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "www", "healthz"), "ok")
+	write(t, filepath.Join(dir, "www", "hello.txt"), "hello from a file")
+	write(t, filepath.Join(dir, "functions.yaml"), `apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: files}
+spec:
+  source: ./www
+  command: [python3, -m, http.server, $(PORT), --bind, $(BIND)]
+  env: [{name: BIND, value: 127.0.0.1}]
+`)
+	p := runPlatform(t, dir, 50*time.Millisecond)
+	var code int
+	var body []byte
+	p.waitFor("the file served", time.Minute, func() bool {
+		resp, err := p.client.Get("http://" + p.Addr() + "/fn/default/files/hello.txt")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		code = resp.StatusCode
+		body, _ = io.ReadAll(resp.Body)
+		return code != http.StatusNotFound // until the activator knows it
+	})
+	if code != 200 || string(body) != "hello from a file" {
+		t.Errorf("GET /hello.txt = %d %q, want the file", code, body)
+	}
+}

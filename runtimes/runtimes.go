@@ -30,7 +30,8 @@ type Source struct {
 }
 
 // Process is how to start one instance of a prepared function. The
-// supervisor adds PORT (and the Function's env) to Env before starting it.
+// supervisor adds PORT (and the Function's env) to Env before starting it,
+// and expands their $(NAME)s in Args (Expand).
 type Process struct {
 	Path string
 	Args []string

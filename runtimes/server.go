@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -48,4 +49,66 @@ func lookPath(dir, program string) (string, error) {
 		return "", fmt.Errorf("%s is not executable", program)
 	}
 	return program, nil
+}
+
+// Expand replaces each $(NAME) in args by NAME's value in env (NAME=value
+// entries, the last one of a name counting), as Kubernetes expands a
+// container's command with its environment, so that a command runs the
+// same under sless dev: $$ is a $, and a name env does not hold stays
+// as written.
+func Expand(args, env []string) []string {
+	var out []string
+	for i, arg := range args {
+		if !strings.Contains(arg, "$") {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(args)
+		}
+		out[i] = expand(arg, env)
+	}
+	if out == nil {
+		return args
+	}
+	return out
+}
+
+func expand(s string, env []string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '$' || i+1 == len(s) {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch s[i+1] {
+		case '$':
+			b.WriteByte('$')
+			i++
+		case '(':
+			end := strings.IndexByte(s[i+2:], ')')
+			if end < 0 {
+				b.WriteString(s[i:])
+				return b.String()
+			}
+			ref := s[i : i+3+end]
+			if v, ok := lookupEnv(env, s[i+2:i+2+end]); ok {
+				ref = v
+			}
+			b.WriteString(ref)
+			i += 2 + end
+		default:
+			b.WriteByte('$')
+		}
+	}
+	return b.String()
+}
+
+// lookupEnv is name's value in env, the last entry counting.
+func lookupEnv(env []string, name string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == name {
+			return v, true
+		}
+	}
+	return "", false
 }

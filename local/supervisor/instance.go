@@ -10,12 +10,14 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"time"
 
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/runtimes"
 )
 
 // Local queue-proxy settings: the activator stops routing to an instance
@@ -124,9 +126,12 @@ type process struct {
 }
 
 func startProcess(spec Workload, port int, out *output) (*process, error) {
-	cmd := exec.Command(spec.Process.Path, spec.Process.Args...)
+	// The Function's own variables, as a Kubernetes container's, are
+	// what its command may name.
+	own := append(slices.Clip(spec.Env), "PORT="+strconv.Itoa(port))
+	cmd := exec.Command(spec.Process.Path, runtimes.Expand(spec.Process.Args, own)...)
 	cmd.Dir = spec.Process.Dir
-	cmd.Env = append(append(append(os.Environ(), spec.Process.Env...), spec.Env...), "PORT="+strconv.Itoa(port))
+	cmd.Env = append(append(os.Environ(), spec.Process.Env...), own...)
 	cmd.Stdout, cmd.Stderr = out, out
 	// A child the process left holding its output must not delay the
 	// news of its exit.
