@@ -40,6 +40,11 @@ func adminFlags(cmd *cobra.Command) *adminClient {
 		if c.output != "" && c.output != "json" {
 			return fmt.Errorf("-o must be json, not %q", c.output)
 		}
+		token, err := adminToken(c.token)
+		if err != nil {
+			return err
+		}
+		c.token = token
 		base, err := adminBase(c.base)
 		if err != nil {
 			return err
@@ -51,18 +56,33 @@ func adminFlags(cmd *cobra.Command) *adminClient {
 }
 
 // adminBase is --admin as a base URL: host:port alone is http://host:port,
-// as the server commands' own --admin flags take it.
+// as the server commands' own --admin flags take it. A host without a
+// port (it would be port 80, seldom the admin API's) or a path (the API's
+// own come after it) is refused, not guessed at.
 func adminBase(flag string) (string, error) {
 	base := flag
-	if !strings.Contains(base, "://") {
+	schemeless := !strings.Contains(base, "://")
+	if schemeless {
 		base = "http://" + base
 	}
 	base = strings.TrimRight(base, "/")
 	u, err := url.Parse(base)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
-		return "", fmt.Errorf("--admin %q: want host:port or http(s)://host:port", flag)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" ||
+		u.Path != "" || schemeless && u.Port() == "" {
+		return "", fmt.Errorf("--admin %q: want host:port or http(s)://host[:port], without a path", flag)
 	}
 	return base, nil
+}
+
+// adminToken is SLESS_ADMIN_TOKEN without the space around it (a file's
+// or a decoded Secret's last newline); one with a space or a control
+// character inside cannot be sent, and is said to be wrong.
+func adminToken(env string) (string, error) {
+	token := strings.TrimSpace(env)
+	if i := strings.IndexFunc(token, func(r rune) bool { return r <= ' ' || r == 0x7f }); i >= 0 {
+		return "", fmt.Errorf("SLESS_ADMIN_TOKEN has a space or control character at byte %d: it should hold the token alone", i)
+	}
+	return token, nil
 }
 
 // get fetches path and decodes its JSON into v; raw is the body.

@@ -259,6 +259,13 @@ func newInvocationsCommand() *cobra.Command {
 		if err != nil {
 			return err
 		}
+		if len(page.Invocations) == 0 {
+			// The records of a function removed since are kept, and
+			// shown; none, and no such function, is a misspelt name.
+			if _, err := c.get(path, nil); err != nil {
+				return err
+			}
+		}
 		if c.output == "json" {
 			_, err := cmd.OutOrStdout().Write(raw)
 			return err
@@ -366,7 +373,7 @@ func newInvokeCommand() *cobra.Command {
 		Args:  cobra.RangeArgs(1, 2),
 	}
 	c := adminFlags(cmd)
-	cmd.Flags().StringVarP(&data, "data", "d", "", "the request body, or @FILE to read it from a file")
+	cmd.Flags().StringVarP(&data, "data", "d", "", "the request body, or @FILE to send a file as it is, or @- to send standard input")
 	cmd.Flags().StringVarP(&method, "request", "X", "", "the method (GET, or POST with a body)")
 	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "a request header, 'Name: value' (repeatable)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -375,7 +382,7 @@ func newInvokeCommand() *cobra.Command {
 		if _, err := c.get(path, &st); err != nil {
 			return err
 		}
-		req, err := invokeRequest(cmd.Context(), st.URL, args[1:], method, data, headers)
+		req, err := invokeRequest(cmd.Context(), st.URL, args[1:], method, data, headers, cmd.InOrStdin())
 		if err != nil {
 			return usageError{err}
 		}
@@ -415,6 +422,32 @@ func newInvokeCommand() *cobra.Command {
 	return cmd
 }
 
+// requestBody is -d's body and its size (-1: unknown, sent chunked), as
+// curl's --data-binary: the text given, @FILE's bytes unchanged, or @-'s
+// standard input; a file and stdin are streamed as read, not held.
+func requestBody(data string, stdin io.Reader) (io.Reader, int64, error) {
+	file, ok := strings.CutPrefix(data, "@")
+	switch {
+	case !ok:
+		return strings.NewReader(data), int64(len(data)), nil
+	case file == "-":
+		return io.NopCloser(stdin), -1, nil // the client closes a body: not stdin
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, 0, fmt.Errorf("-d: %w", err)
+	}
+	info, err := f.Stat()
+	if err == nil && !info.Mode().IsRegular() {
+		err = errors.New("not a regular file")
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, 0, fmt.Errorf("-d @%s: %w", file, err)
+	}
+	return f, info.Size(), nil // the client closes it
+}
+
 // lastByte is a writer that remembers the last byte written through it.
 type lastByte struct {
 	w    io.Writer
@@ -428,21 +461,19 @@ func (l *lastByte) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
-func invokeRequest(ctx context.Context, fnURL string, rest []string, method, data string, headers []string) (*http.Request, error) {
+func invokeRequest(ctx context.Context, fnURL string, rest []string, method, data string, headers []string, stdin io.Reader) (*http.Request, error) {
 	target := fnURL
 	if len(rest) == 1 {
 		target += "/" + strings.TrimPrefix(rest[0], "/")
 	}
 	var body io.Reader
+	size := int64(-1)
 	if data != "" {
-		if file, ok := strings.CutPrefix(data, "@"); ok {
-			b, err := os.ReadFile(file)
-			if err != nil {
-				return nil, fmt.Errorf("-d: %w", err)
-			}
-			data = string(b)
+		b, n, err := requestBody(data, stdin)
+		if err != nil {
+			return nil, err
 		}
-		body = strings.NewReader(data)
+		body, size = b, n
 		if method == "" {
 			method = http.MethodPost
 		}
@@ -454,9 +485,15 @@ func invokeRequest(ctx context.Context, fnURL string, rest []string, method, dat
 	if err != nil {
 		return nil, err
 	}
+	if size >= 0 {
+		req.ContentLength = size
+	}
 	for _, h := range headers {
 		k, v, ok := strings.Cut(h, ":")
 		if !ok {
+			if req.Body != nil {
+				_ = req.Body.Close()
+			}
 			return nil, fmt.Errorf("-H %q: want 'Name: value'", h)
 		}
 		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))

@@ -134,8 +134,21 @@ func TestCLI(t *testing.T) {
 		if err != nil || !strings.HasPrefix(out, "200 OK in ") {
 			t.Fatalf("invoke -X PUT: %v\n%s", err, out)
 		}
+		root := newRootCommand() // -d @- reads standard input, as curl does
+		var stdout bytes.Buffer
+		root.SetIn(strings.NewReader("from stdin"))
+		root.SetOut(&stdout)
+		root.SetErr(&stdout)
+		root.SetArgs([]string{"invoke", "hi", "-d", "@-", "/stdin", "--admin", d.admin})
+		if err := root.ExecuteContext(context.Background()); err != nil || !strings.HasPrefix(stdout.String(), "200 OK in ") {
+			t.Fatalf("invoke -d @-: %v\n%s", err, stdout.String())
+		}
+		if _, err := cli(t, "invoke", "hi", "-d", "@"+filepath.Dir(body)); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Errorf("invoke -d @DIR: %v, want it refused", err)
+		}
 		// What the function saw, from its output.
-		for _, want := range []string{"serving POST /some/path body=payload x-test=yes", "serving PUT /other body=inline x-test=two"} {
+		for _, want := range []string{"serving POST /some/path body=payload x-test=yes", "serving PUT /other body=inline x-test=two",
+			"serving POST /stdin body=from stdin"} {
 			eventually.True(t, "the function's line "+want, func() bool {
 				out, _ := cli(t, "logs", "default/hi")
 				return strings.Contains(out, want)
@@ -334,14 +347,18 @@ func TestCLIErrors(t *testing.T) {
 		t.Errorf("functions with a wrong token: %v, want it said refused", err)
 	}
 
-	t.Setenv("SLESS_ADMIN_TOKEN", "s3cret")
+	t.Setenv("SLESS_ADMIN_TOKEN", "s3 cret")
+	if _, err := sless(t, admin, "functions"); err == nil || !strings.Contains(err.Error(), "SLESS_ADMIN_TOKEN has a space or control character at byte 2") {
+		t.Errorf("functions with a token that has a space inside: %v, want it said", err)
+	}
+	t.Setenv("SLESS_ADMIN_TOKEN", "s3cret\n") // as a file or a decoded Secret has it
 	if out, err := sless(t, admin, "functions"); err != nil || strings.Join(strings.Fields(out), " ") != "NAME RUNTIME STATE READY URL AGE" {
 		t.Errorf("functions of none: %v %q, want the header alone", err, out)
 	}
 	if out, err := sless(t, admin, "functions", "-o", "json"); err != nil || out != "{\"functions\":[]}\n" {
 		t.Errorf("functions -o json of none: %v %q", err, out)
 	}
-	for _, args := range [][]string{{"describe", "nope"}, {"logs", "nope"}, {"logs", "nope", "-f"}, {"invoke", "nope"}, {"describe", "other/nope"}} {
+	for _, args := range [][]string{{"describe", "nope"}, {"logs", "nope"}, {"logs", "nope", "-f"}, {"invoke", "nope"}, {"describe", "other/nope"}, {"invocations", "nope"}} {
 		want := "unknown function default/nope"
 		if strings.Contains(args[1], "/") {
 			want = "unknown function " + args[1]
@@ -470,7 +487,7 @@ func TestCLIAdminAddress(t *testing.T) {
 			}
 		}
 	}
-	for _, bad := range []string{"ftp://" + p.AdminAddr(), "http://", "127.0.0.1:9090?x=1"} {
+	for _, bad := range []string{"ftp://" + p.AdminAddr(), "http://", "127.0.0.1:9090?x=1", "localhost", p.AdminAddr() + "/v1", "http://" + p.AdminAddr() + "/v1/"} {
 		if _, err := sless(t, bad, "functions"); err == nil || !strings.Contains(err.Error(), "want host:port") {
 			t.Errorf("--admin %s: %v, want a usage error", bad, err)
 		} else if _, ok := err.(usageError); !ok {
