@@ -2,6 +2,7 @@ package fnimage
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -143,6 +145,69 @@ func TestGoImage(t *testing.T) {
 	url := serve(t, []string{filepath.Join(root, "usr/local/bin/hello")}, nil)
 	if body := get(t, url+"/?name=image"); !strings.Contains(body, "image") {
 		t.Errorf("the function answered %q", body)
+	}
+}
+
+// A Go function's image is the same from any checkout and any cache, with
+// or without a go.mod of its own, and holds no path of the building
+// machine: the build information's replaced modules are named by paths
+// relative to the generated module, not where the source and the SDK are.
+// A compile error still names the source file where it is.
+func TestGoImageReproducible(t *testing.T) {
+	needs.Commands(t, "go")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	for name, files := range map[string]map[string]string{
+		"without go.mod": {"hello.go": "package hello\n\nimport (\n\t\"context\"\n\n\t\"sless.dev/sless/runtimes/go/sless\"\n)\n\n" +
+			"func Handle(context.Context, sless.Event) (any, error) { return \"hi\", nil }\n"},
+		"with go.mod": {"go.mod": "module example.test/hello\n\ngo 1.24\n", "hello.go": "package hello\n\nimport \"net/http\"\n\n" +
+			"func Handle(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(\"hi\")) }\n"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var digests []v1.Hash
+			var machine []string // paths of the building machine
+			for range 2 {
+				dir, cache := t.TempDir(), t.TempDir()
+				for f, content := range files {
+					if err := os.WriteFile(filepath.Join(dir, f), []byte(content), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				b := &Builder{Runtimes: runtimes.Options{CacheDir: cache}}
+				img, err := b.Build(ctx, runtimes.Source{Namespace: "default", Name: "hello", Runtime: v1alpha1.RuntimeGo, Dir: dir, Handler: "Handle"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, err := img.Digest()
+				if err != nil {
+					t.Fatal(err)
+				}
+				digests = append(digests, d)
+				machine = append(machine, dir, cache)
+				bin, err := os.ReadFile(filepath.Join(extract(t, img), "usr/local/bin/hello"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range append(machine, runtime.GOROOT()) {
+					if bytes.Contains(bin, []byte(p)) {
+						t.Errorf("the binary holds the building machine's %s", p)
+					}
+				}
+			}
+			if digests[0] != digests[1] {
+				t.Errorf("two checkouts built %s and %s", digests[0], digests[1])
+			}
+		})
+	}
+
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "hello.go"), []byte("package hello\n\nfunc Handle( {\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b := &Builder{Runtimes: runtimes.Options{CacheDir: t.TempDir()}}
+	_, err := b.Build(ctx, runtimes.Source{Namespace: "default", Name: "broken", Runtime: v1alpha1.RuntimeGo, Dir: dir, Handler: "Handle"})
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "hello.go")+":3") {
+		t.Errorf("a compile error: %v, want it to name %s", err, filepath.Join(dir, "hello.go:3"))
 	}
 }
 

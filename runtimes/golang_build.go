@@ -225,6 +225,10 @@ func (b goBuild) generate(ctx context.Context, work, sdk string) (module string,
 	if err != nil {
 		return "", nil, err
 	}
+	srcDir, sdkDir, err := b.replaceDirs(work, sdk)
+	if err != nil {
+		return "", nil, err
+	}
 	module, flags, err = b.functionModule(work, version)
 	if err != nil {
 		return "", nil, err
@@ -239,7 +243,7 @@ func (b goBuild) generate(ctx context.Context, work, sdk string) (module string,
 	}
 	files := map[string]string{
 		"go.mod": fmt.Sprintf(goModTemplate, version, sdkModule, module, goModuleVersion(module),
-			filepath.Join(sdk, filepath.FromSlash(goSDKDir)), b.src.Dir, goLegacyModule, sdk),
+			filepath.Join(sdkDir, filepath.FromSlash(goSDKDir)), srcDir, goLegacyModule, sdkDir),
 	}
 	// The function's own go.sum saves looking its dependencies up again.
 	if sum, err := os.ReadFile(filepath.Join(b.src.Dir, "go.sum")); err == nil {
@@ -253,6 +257,31 @@ func (b goBuild) generate(ctx context.Context, work, sdk string) (module string,
 		}
 	}
 	return module, flags, b.writeMain(modDir, module, goSlessForm)
+}
+
+// The links an image's build names the function's and the SDK's
+// directories by, in its work directory.
+const (
+	goLinkedSource = "function"
+	goLinkedSDK    = "sdk"
+)
+
+// replaceDirs are the directories the generated go.mod replaces the
+// function's and the SDK's modules by: where they are, or, for an image,
+// links beside the generated module, by relative paths. The binary's build
+// information records these paths, which -trimpath leaves: an image holds
+// none of the building machine's, and the same source is the same image
+// from any checkout and cache.
+func (b goBuild) replaceDirs(work, sdk string) (src, sdkDir string, err error) {
+	if b.env == nil {
+		return b.src.Dir, sdk, nil
+	}
+	for link, target := range map[string]string{goLinkedSource: b.src.Dir, goLinkedSDK: sdk} {
+		if err := os.Symlink(target, filepath.Join(work, link)); err != nil {
+			return "", "", fmt.Errorf("create build module: %w", err)
+		}
+	}
+	return "../" + goLinkedSource, "../" + goLinkedSDK, nil
 }
 
 // functionModule returns the module path of the function's directory.
@@ -271,6 +300,9 @@ func (b goBuild) functionModule(work, version string) (string, []string, error) 
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return "", nil, fmt.Errorf("read go.mod: %w", err)
+	}
+	if b.env != nil {
+		gomod = filepath.Join(work, goLinkedSource, "go.mod") // where the go command looks
 	}
 	virtual := filepath.Join(work, "function.mod")
 	if err := os.WriteFile(virtual, fmt.Appendf(nil, "module %s\n\ngo %s\n", goFunctionModule, version), 0o644); err != nil {
@@ -329,6 +361,11 @@ func (b goBuild) explain(ctx context.Context, output []byte, modDir string, runE
 			file := goMessageFile(modDir, m[2])
 			if file == filepath.Join(modDir, "main.go") {
 				return b.handlerError(m[3])
+			}
+			// An image's build reads the source through a link: name
+			// the file where it is.
+			if rel, ok := strings.CutPrefix(file, filepath.Join(filepath.Dir(modDir), goLinkedSource)+string(filepath.Separator)); ok && b.env != nil {
+				file = filepath.Join(b.src.Dir, rel)
 			}
 			line = m[1] + file + m[3]
 		}
