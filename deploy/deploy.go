@@ -110,6 +110,12 @@ func Run(ctx context.Context, fns []manifests.Entry, o Options) ([]Deployed, err
 	return deployed, nil
 }
 
+// Source is what a build of fn's image needs of it.
+func Source(fn manifests.Entry) runtimes.Source {
+	return runtimes.Source{Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime, Dir: fn.SourceDir,
+		Handler: fn.Spec.EffectiveHandler(), Env: fn.Spec.EnvValues()}
+}
+
 // Repository is where the image of a Function goes in registry.
 func Repository(registry, namespace, name string) string {
 	return strings.TrimSuffix(registry, "/") + "/" + namespace + "/" + name
@@ -121,8 +127,7 @@ func (o Options) buildAndPush(ctx context.Context, fn manifests.Entry) (string, 
 	}
 	start := time.Now()
 	fmt.Fprintf(o.Progress, "%s: building %s\n", fn.Key(), fn.SourceDir)
-	img, err := o.Builder.Build(ctx, runtimes.Source{Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,
-		Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler()})
+	img, err := o.Builder.Build(ctx, Source(fn))
 	if err != nil {
 		return "", err
 	}

@@ -538,7 +538,7 @@ func (p *Platform) startLocked(ctx context.Context, e *entry) {
 	p.mu.Unlock()
 
 	p.sup.Set(supervisor.Workload{
-		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: env(fn),
+		Namespace: fn.Namespace, Name: fn.Name, Revision: fp, Process: proc, Env: fn.Spec.EnvValues(),
 		Concurrency: int(fn.Spec.Concurrency), Timeout: seconds(fn.Spec.TimeoutSeconds),
 		IdleTimeout: seconds(fn.Spec.IdleTimeoutSeconds), MaxDuration: seconds(fn.Spec.EffectiveMaxDurationSeconds()),
 		Drain: seconds(fn.Spec.EffectiveDrainSeconds()), Protocol: fn.Spec.Protocol, MaxBodyBytes: p.opts.MaxBodyBytes, ReadTimeout: p.opts.ReadTimeout,
@@ -589,13 +589,6 @@ func firstLine(msg string) string {
 	return line
 }
 
-func env(fn manifests.Entry) []string {
-	out := make([]string, 0, len(fn.Spec.Env))
-	for _, e := range fn.Spec.Env {
-		out = append(out, e.Name+"="+e.Value)
-	}
-	return out
-}
 
 func (p *Platform) remove(e *entry) {
 	fn := e.fn

@@ -38,10 +38,18 @@ type ImagePath struct{ From, To string }
 // dependencies are installed here, by this machine's pip or npm, for the
 // interpreter of the runtime's base (the same minor version: see
 // docs/kubernetes.md).
+//
+// A Python or Node handler is loaded here first (checkLoads), so that one
+// that cannot load fails the build as it would fail every start.
 func PrepareImage(ctx context.Context, src Source, opts Options) (Image, error) {
 	p, err := prepare(ctx, src, opts, true)
 	if err != nil {
 		return Image{}, err
+	}
+	if p.script != "" {
+		if err := checkLoads(ctx, p); err != nil {
+			return Image{}, err
+		}
 	}
 	return p.image(), nil
 }

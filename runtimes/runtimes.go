@@ -27,6 +27,9 @@ type Source struct {
 	// Command starts a Function without a runtime, its own server, in
 	// Dir.
 	Command []string
+	// Env are the Function's variables (NAME=value), which a module may
+	// read as it loads: an image's build loads the handler with them.
+	Env []string
 }
 
 // Process is how to start one instance of a prepared function. The

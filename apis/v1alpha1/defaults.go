@@ -134,6 +134,20 @@ func (s *FunctionSpec) EffectiveDrainSeconds() int32 {
 	return s.EffectiveMaxDurationSeconds()
 }
 
+// EnvValues are the Function's variables set by value, as NAME=value:
+// what the local platform gives its processes, and what a build's check
+// of a handler loads it with (a Secret's or a ConfigMap's is the
+// cluster's alone).
+func (s *FunctionSpec) EnvValues() []string {
+	out := make([]string, 0, len(s.Env))
+	for _, e := range s.Env {
+		if e.ValueFrom == nil {
+			out = append(out, e.Name+"="+e.Value)
+		}
+	}
+	return out
+}
+
 // EffectiveHandler is the handler to load: spec.handler, or the runtime's
 // conventional entry point when it is unset.
 func (s *FunctionSpec) EffectiveHandler() string {

@@ -149,8 +149,7 @@ func buildManifests(cmd *cobra.Command, b *fnimage.Builder, file, namespace, reg
 		if !fn.Built() {
 			continue
 		}
-		img, err := b.Build(cmd.Context(), runtimes.Source{Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime,
-			Dir: fn.SourceDir, Handler: fn.Spec.EffectiveHandler()})
+		img, err := b.Build(cmd.Context(), deploy.Source(fn))
 		if err != nil {
 			return fmt.Errorf("function %s: %w", fn.Key(), err)
 		}

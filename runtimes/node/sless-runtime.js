@@ -5,6 +5,7 @@
 //   PORT           port to listen on, at 127.0.0.1
 //   SLESS_SOURCE   directory of the handler's code (default: working directory)
 //   SLESS_HANDLER  module.function (default: index.handle)
+//   SLESS_LOAD_ONLY  set: load the handler and exit (0 when it loads), a build's check
 //
 // The handler is loaded with require before the port is opened, so GET
 // /healthz answers only once it is. Every other request is one call
@@ -263,10 +264,14 @@ function checkStatus(status) {
 }
 
 function main() {
-  const port = process.env.PORT || '';
-  if (!/^\d+$/.test(port)) fail(`PORT must be a port number, not ${JSON.stringify(port)}`);
   const source = path.resolve(process.env.SLESS_SOURCE || process.cwd());
   const name = process.env.SLESS_HANDLER || DEFAULT_HANDLER;
+  if (process.env.SLESS_LOAD_ONLY) { // a build's check: load, and say no more
+    loadHandler(source, name);
+    process.exit(0);
+  }
+  const port = process.env.PORT || '';
+  if (!/^\d+$/.test(port)) fail(`PORT must be a port number, not ${JSON.stringify(port)}`);
   const handler = loadHandler(source, name);
   // The platform's activator bounds a request's head (100 fields, 16 KiB:
   // docs/activator.md) and answers beyond it; behind it the runtime takes

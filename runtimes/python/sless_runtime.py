@@ -4,6 +4,7 @@ Environment (docs/runtimes.md):
   PORT           port to listen on, at 127.0.0.1
   SLESS_SOURCE   directory of the handler's code (default: working directory)
   SLESS_HANDLER  module.function (default: main.handle)
+  SLESS_LOAD_ONLY  set: load the handler and exit (0 when it loads), a build's check
 
 The handler is loaded before the port is opened, so GET /healthz answers
 only once it is. Every other request is one call handler(event); the
@@ -376,11 +377,14 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 def main():
+    source = os.path.abspath(os.environ.get("SLESS_SOURCE") or os.getcwd())
+    name = os.environ.get("SLESS_HANDLER") or DEFAULT_HANDLER
+    if os.environ.get("SLESS_LOAD_ONLY"):  # a build's check: load, and say no more
+        load_handler(source, name)
+        return
     port = os.environ.get("PORT", "")
     if not port.isdigit():
         fail(f"PORT must be a port number, not {port!r}")
-    source = os.path.abspath(os.environ.get("SLESS_SOURCE") or os.getcwd())
-    name = os.environ.get("SLESS_HANDLER") or DEFAULT_HANDLER
     server = Server(("127.0.0.1", int(port)), load_handler(source, name))
     # SIGTERM, the platform stopping the instance, ends serving: the
     # requests in flight finish and the process exits 0. Without a handler,
