@@ -589,7 +589,6 @@ func firstLine(msg string) string {
 	return line
 }
 
-
 func (p *Platform) remove(e *entry) {
 	fn := e.fn
 	p.cron.Remove(fn.Namespace, fn.Name)
