@@ -47,13 +47,32 @@ type Options struct {
 func Load(path, namespace string) ([]manifests.Entry, error) {
 	fns, errs := manifests.Load(path, manifests.LoadOptions{Kubernetes: true, AllowExternalSources: true, Namespace: namespace})
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("%d problems in the manifests, nothing built or applied:\n  %w", len(errs), errors.Join(errs...))
+		return nil, &ManifestErrors{Errs: errs}
 	}
 	if len(fns) == 0 {
 		return nil, fmt.Errorf("no Function in %s", path)
 	}
 	return fns, nil
 }
+
+// ManifestErrors are every problem Load found, each naming its file and,
+// where it has one, the function and field: nothing was done.
+type ManifestErrors struct{ Errs []error }
+
+func (e *ManifestErrors) Error() string {
+	var b strings.Builder
+	if len(e.Errs) == 1 {
+		b.WriteString("1 problem in the manifests, nothing done:")
+	} else {
+		fmt.Fprintf(&b, "%d problems in the manifests, nothing done:", len(e.Errs))
+	}
+	for _, err := range e.Errs {
+		b.WriteString("\n  " + strings.ReplaceAll(err.Error(), "\n", "\n    "))
+	}
+	return b.String()
+}
+
+func (e *ManifestErrors) Unwrap() []error { return e.Errs }
 
 // Deployed is a Function as it was applied.
 type Deployed struct {
@@ -79,13 +98,17 @@ func Run(ctx context.Context, fns []manifests.Entry, o Options) ([]Deployed, err
 		}
 		image, err := o.buildAndPush(ctx, fn)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("function %s: %w", fn.Key(), err))
+			errs = append(errs, NamingFunction(fn, err))
 			continue
 		}
 		deployed[i].Image = image
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("nothing applied:\n  %w", errors.Join(errs...))
+		what := "nothing applied"
+		if o.Client == nil {
+			what = "the others were pushed"
+		}
+		return nil, fmt.Errorf("%s, %s:\n  %w", countFailed(len(errs)), what, errors.Join(errs...))
 	}
 	if o.Client == nil {
 		return deployed, nil
@@ -114,6 +137,25 @@ func Run(ctx context.Context, fns []manifests.Entry, o Options) ([]Deployed, err
 func Source(fn manifests.Entry) runtimes.Source {
 	return runtimes.Source{Namespace: fn.Namespace, Name: fn.Name, Runtime: fn.Spec.Runtime, Dir: fn.SourceDir,
 		Handler: fn.Spec.EffectiveHandler(), Env: fn.Spec.EnvValues()}
+}
+
+// NamingFunction is err, about fn, saying which function it is about
+// unless it says so already, as the runtimes' build errors do ("go
+// function ns/name: ...", "python handler h of ns/name ...").
+func NamingFunction(fn manifests.Entry, err error) error {
+	msg, key := err.Error(), fn.Key().String()
+	if strings.Contains(msg, "function "+key) || strings.Contains(msg, " of "+key) {
+		return err
+	}
+	return fmt.Errorf("function %s: %w", key, err)
+}
+
+// countFailed says how many functions could not be built or pushed.
+func countFailed(n int) string {
+	if n == 1 {
+		return "1 function failed"
+	}
+	return fmt.Sprintf("%d functions failed", n)
 }
 
 // Repository is where the image of a Function goes in registry.

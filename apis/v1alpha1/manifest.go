@@ -38,16 +38,44 @@ func DecodeManifest(data []byte) ([]Function, error) {
 		fns  []Function
 		errs []error
 	)
-	for doc := range splitDocuments(data) {
-		fn, err := decodeDocument(doc.data)
+	for _, doc := range DecodeDocuments(data) {
 		switch {
-		case err != nil:
-			errs = append(errs, &DocumentError{Line: doc.line, Err: err})
-		case fn != nil:
-			fns = append(fns, *fn)
+		case doc.Err != nil:
+			errs = append(errs, &DocumentError{Line: doc.Line, Err: doc.Err})
+		case doc.Function != nil:
+			fns = append(fns, *doc.Function)
 		}
 	}
 	return fns, errors.Join(errs...)
+}
+
+// Document is one document of a manifest, as DecodeDocuments reads it.
+//
+// +kubebuilder:object:generate=false
+type Document struct {
+	// Line is the 1-based line of the manifest where the document starts.
+	Line int
+	// Function is what the document holds, when it could be decoded: also
+	// when it has unknown fields, so that its other problems can be found
+	// at once.
+	Function *Function
+	// Err is what is wrong with the document: unknown fields (each with
+	// its path, joined), values of the wrong type, not a Function.
+	Err error
+}
+
+// DecodeDocuments decodes every document of a manifest as DecodeManifest
+// does, keeping a Function that has unknown fields beside them. Empty
+// documents are left out.
+func DecodeDocuments(data []byte) []Document {
+	var docs []Document
+	for doc := range splitDocuments(data) {
+		fn, err := decodeDocument(doc.data)
+		if fn != nil || err != nil {
+			docs = append(docs, Document{Line: doc.line, Function: fn, Err: err})
+		}
+	}
+	return docs
 }
 
 func decodeDocument(data []byte) (*Function, error) {
@@ -81,7 +109,7 @@ func decodeDocument(data []byte) (*Function, error) {
 		return nil, err
 	}
 	if len(strict) > 0 {
-		return nil, errors.Join(strict...) // unknown fields, each with its path
+		return &fn, errors.Join(strict...) // unknown fields, each with its path
 	}
 	return &fn, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/deploy"
 	"sless.dev/sless/fnimage"
+	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/ociimage"
 	"sless.dev/sless/runtimes"
 )
@@ -142,19 +144,37 @@ func buildManifests(cmd *cobra.Command, b *fnimage.Builder, file, namespace, reg
 		}
 		return err
 	}
-	if err := os.MkdirAll(output, 0o755); err != nil {
-		return err
+	if info, err := os.Stat(output); err == nil && !info.IsDir() {
+		return usageError{fmt.Errorf("--output %s is a file: with -f it names a directory, for one archive per function", output)}
 	}
+	// Every function is built before any archive is written: a failure
+	// leaves no half of the outputs behind, and every failure is said.
+	type archive struct {
+		fn  manifests.Entry
+		img v1.Image
+	}
+	var archives []archive
+	var errs []error
 	for _, fn := range fns {
 		if !fn.Built() {
 			continue
 		}
 		img, err := b.Build(cmd.Context(), deploy.Source(fn))
 		if err != nil {
-			return fmt.Errorf("function %s: %w", fn.Key(), err)
+			errs = append(errs, deploy.NamingFunction(fn, err))
+			continue
 		}
-		if err := shipImage(cmd, img, "", filepath.Join(output, fn.Namespace+"-"+fn.Name+".tar")); err != nil {
-			return fmt.Errorf("function %s: %w", fn.Key(), err)
+		archives = append(archives, archive{fn, img})
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%d of %d functions failed to build, no archive written:\n  %w", len(errs), len(errs)+len(archives), errors.Join(errs...))
+	}
+	if err := os.MkdirAll(output, 0o755); err != nil {
+		return err
+	}
+	for _, a := range archives {
+		if err := shipImage(cmd, a.img, "", filepath.Join(output, a.fn.Namespace+"-"+a.fn.Name+".tar")); err != nil {
+			return deploy.NamingFunction(a.fn, err)
 		}
 	}
 	return nil

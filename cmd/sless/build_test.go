@@ -3,13 +3,16 @@ package main
 import (
 	"archive/tar"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"sless.dev/sless/internal/needs"
+	"sless.dev/sless/ociimage"
 )
 
 // Bad command lines of build and deploy are usage errors (exit 2) that
@@ -68,5 +71,77 @@ func TestBuildArchive(t *testing.T) {
 	}
 	if !names["oci-layout"] || !names["index.json"] || !strings.Contains(out, archive) {
 		t.Errorf("the archive holds %v; output %q", names, out)
+	}
+}
+
+// build -f builds every function before it writes any archive: each
+// failure is reported, its function named once, and nothing is written;
+// an --output that is a file is the flag at fault. A manifest's problems
+// are reported at once, unknown fields beside the others, one a line.
+func TestBuildManifestsReportsEverything(t *testing.T) {
+	needs.Commands(t, "python3")
+	dir := t.TempDir()
+	for name, content := range map[string]string{
+		"good/main.py":   "def handle(event):\n    return 1\n",
+		"broken/main.py": "def handle(event)\n",
+		"absent/main.py": "def other(event):\n    return 1\n",
+		"functions.yaml": "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: good}\nspec: {runtime: python, source: ./good}\n" +
+			"---\napiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: broken}\nspec: {runtime: python, source: ./broken}\n" +
+			"---\napiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: absent}\nspec: {runtime: python, source: ./absent}\n",
+	} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := filepath.Join(t.TempDir(), "base") // the good one's: no registry here
+	static, err := ociimage.Static()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ociimage.WriteLayout(base, static, "v1"); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "archives")
+	_, err = run("build", "-f", dir, "-o", out, "--cache-dir", t.TempDir(), "--base", "python="+base+":v1")
+	msg := fmt.Sprint(err)
+	for _, want := range []string{"2 of 3 functions failed to build, no archive written", "python handler main.handle of default/broken",
+		"SyntaxError", "python handler main.handle of default/absent", "has no function 'handle'"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("build -f of two broken functions: %v\nwant %q in it", err, want)
+		}
+	}
+	if n := strings.Count(msg, "default/broken"); n != 1 {
+		t.Errorf("default/broken is named %d times:\n%s", n, msg)
+	}
+	if _, err := os.Stat(out); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the archives' directory after a failed build: %v, want none", err)
+	}
+
+	file := filepath.Join(t.TempDir(), "archive.tar")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var u usageError
+	if _, err := run("build", "-f", dir, "-o", file); !errors.As(err, &u) || !strings.Contains(err.Error(), "--output "+file+" is a file") {
+		t.Errorf("build -f -o FILE: %v, want a usage error naming --output", err)
+	}
+
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: bad}\n"+
+		"spec: {runtime: python, source: ., colour: red, timeoutSeconds: -1, scale: {min: 5, max: 2}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = run("build", "-f", bad, "-o", out)
+	lines := strings.Split(fmt.Sprint(err), "\n")
+	if len(lines) != 4 || lines[0] != "3 problems in the manifests, nothing done:" || !strings.Contains(lines[1], `unknown field "spec.colour"`) ||
+		!strings.Contains(err.Error(), "spec.timeoutSeconds") || !strings.Contains(err.Error(), "spec.scale.min") || !strings.HasPrefix(lines[2], "  "+bad+": function default/bad: ") {
+		t.Errorf("build -f of a manifest with three problems:\n%v", err)
+	}
+	if _, err := run("build", "-f", strings.Replace(bad, "bad.yaml", "none.yaml", 1), "-o", out); err == nil {
+		t.Error("build -f of a missing manifest succeeded")
 	}
 }

@@ -135,23 +135,36 @@ func loadFile(file string, srcs sources) ([]Entry, []error) {
 	if err != nil {
 		return nil, []error{&FileError{File: file, Err: err}}
 	}
-	decoded, err := v1alpha1.DecodeManifest(data)
-	var errs []error
-	if err != nil {
-		for _, e := range unjoin(err) {
-			errs = append(errs, &FileError{File: file, Err: e})
+	var (
+		fns  []Entry
+		errs []error
+	)
+	for _, doc := range v1alpha1.DecodeDocuments(data) {
+		var problems []error // the document's, every one at once
+		if doc.Err != nil {
+			for _, e := range unjoin(doc.Err) {
+				problems = append(problems, &v1alpha1.DocumentError{Line: doc.Line, Err: e})
+			}
 		}
-	}
-	var fns []Entry
-	for i := range decoded {
-		fn := &decoded[i]
+		fn := doc.Function
+		if fn == nil {
+			for _, p := range problems {
+				errs = append(errs, &FileError{File: file, Err: p})
+			}
+			continue
+		}
 		if fn.Namespace == "" {
 			fn.Namespace = srcs.namespace
 		}
 		fn.Default()
-		if verrs := srcs.validate(fn); len(verrs) > 0 {
-			errs = append(errs, &FileError{File: file, Function: fn.Namespace + "/" + fn.Name,
-				Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, verrs.ToAggregate())})
+		for _, fe := range srcs.validate(fn) {
+			problems = append(problems, fe)
+		}
+		if len(problems) > 0 {
+			for _, p := range problems {
+				errs = append(errs, &FileError{File: file, Function: fn.Namespace + "/" + fn.Name,
+					Err: fmt.Errorf("function %s/%s: %w", fn.Namespace, fn.Name, p)})
+			}
 			continue
 		}
 		if fn.Spec.Source == "" { // an image to run as it is, on a cluster
