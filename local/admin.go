@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"fmt"
@@ -194,9 +195,12 @@ func writeUnknown(w http.ResponseWriter, r *http.Request) {
 	adminapi.WriteError(w, adminapi.Unknown(r.PathValue("namespace"), r.PathValue("name")))
 }
 
-// printTable shows the functions, their state and URL.
+// printTable shows the functions, their state and URL, in one write:
+// the log lines other goroutines write meanwhile come before or after it,
+// not between its cells (tabwriter writes a cell at a time).
 func (p *Platform) printTable() {
-	tw := tabwriter.NewWriter(p.opts.Out, 0, 4, 2, ' ', 0)
+	var table bytes.Buffer
+	tw := tabwriter.NewWriter(&table, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FUNCTION\tRUNTIME\tSTATE\tINSTANCES\tURL")
 	for _, st := range p.Functions() {
 		state := string(st.State)
@@ -209,5 +213,6 @@ func (p *Platform) printTable() {
 		fmt.Fprintf(tw, "%s/%s\t%s\t%s\t%d/%d\t%s\n", st.Namespace, st.Name, st.RuntimeShown(), state, st.Ready, st.Desired, st.URL)
 	}
 	_ = tw.Flush()
-	fmt.Fprintf(p.opts.Out, "console: http://%s/   admin API: http://%[1]s/v1/functions\n", p.AdminAddr())
+	fmt.Fprintf(&table, "console: http://%s/   admin API: http://%[1]s/v1/functions\n", p.AdminAddr())
+	_, _ = p.opts.Out.Write(table.Bytes())
 }
