@@ -4,8 +4,10 @@ package e2e
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -77,4 +79,40 @@ func layoutTags(t *testing.T, dir string) map[string]string {
 		tags[desc.Annotations["org.opencontainers.image.ref.name"]] = desc.Digest.String()
 	}
 	return tags
+}
+
+// An archive sless build writes loads into containerd (the path to a k3s
+// or kind node without a registry) under the name it was given, and
+// under the one sless build chose when it was given none.
+func TestArchiveImportsIntoContainerd(t *testing.T) {
+	if _, err := os.Stat(containerd); err != nil {
+		t.Fatalf("the cluster's containerd: %v (SLESS_E2E_CONTAINERD)", err)
+	}
+	const ns = "sless-e2e-archives" // a containerd namespace of the test's own
+	src := filepath.Join(root, "config/samples/functions/hello-go")
+	named := filepath.Join(t.TempDir(), "named.tar")
+	sless(t, "build", src, "--runtime", "go", "--handler", "Handle", "-o", named, "-t", "sless.test/e2e/hello:v1")
+	chosen := filepath.Join(t.TempDir(), "chosen.tar")
+	out := sless(t, "build", src, "--runtime", "go", "--handler", "Handle", "-o", chosen)
+	_, ref, ok := strings.Cut(strings.TrimSpace(out), "\t")
+	if !ok {
+		t.Fatalf("sless build printed %q, want the archive and its image's name", out)
+	}
+	ctr := func(args ...string) string {
+		t.Helper()
+		b, err := exec.Command("ctr", append([]string{"--address", containerd, "-n", ns}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ctr %s: %v\n%s", strings.Join(args, " "), err, b)
+		}
+		return string(b)
+	}
+	for _, want := range []struct{ archive, name string }{{named, "sless.test/e2e/hello:v1"}, {chosen, ref}} {
+		ctr("images", "import", want.archive)
+		t.Cleanup(func() {
+			_, _ = exec.Command("ctr", "--address", containerd, "-n", ns, "images", "rm", want.name).CombinedOutput()
+		})
+		if names := strings.Fields(ctr("images", "ls", "-q")); !slices.Contains(names, want.name) {
+			t.Errorf("containerd holds %q after importing %s, want %s", names, want.archive, want.name)
+		}
+	}
 }

@@ -160,8 +160,21 @@ func readLayout(dir, tag string) (v1.Image, error) {
 	return index.Image(found[0])
 }
 
-// refNameAnnotation tags an image in an OCI layout.
-const refNameAnnotation = "org.opencontainers.image.ref.name"
+// containerdName is tag as containerd and the kubelet name it: Docker
+// Hub's images as docker.io/library/....
+func containerdName(tag name.Tag) string {
+	if tag.RegistryStr() == name.DefaultRegistry {
+		return "docker.io/" + tag.RepositoryStr() + ":" + tag.TagStr()
+	}
+	return tag.Name()
+}
+
+// refNameAnnotation tags an image in an OCI layout; containerd's names it
+// whole when it imports the layout.
+const (
+	refNameAnnotation        = "org.opencontainers.image.ref.name"
+	containerdNameAnnotation = "io.containerd.image.name"
+)
 
 // Push writes img to the registry as ref and returns the reference by
 // digest, which names exactly what was pushed.
@@ -196,16 +209,28 @@ func WriteLayout(dir string, img v1.Image, tag string) error {
 	return nil
 }
 
-// WriteArchive writes img as an OCI archive, a tar of an OCI layout
-// tagged tag (`ctr images import`, skopeo's oci-archive:).
-func WriteArchive(file string, img v1.Image, tag string) (err error) {
+// WriteArchive writes img as an OCI archive, a tar of an OCI layout,
+// named ref (repository:tag): the layout's tag is ref's, and containerd's
+// annotation holds the whole name, which `ctr images import` gives the
+// image (skopeo's oci-archive:, kind load image-archive read the same).
+func WriteArchive(file string, img v1.Image, ref string) (err error) {
+	tag, err := name.NewTag(ref)
+	if err != nil {
+		return fmt.Errorf("image archive: %w", err)
+	}
 	dir, err := os.MkdirTemp(filepath.Dir(file), ".layout-*")
 	if err != nil {
 		return fmt.Errorf("image archive: %w", err)
 	}
 	defer os.RemoveAll(dir)
-	if err := WriteLayout(dir, img, tag); err != nil {
-		return err
+	p, err := layout.Write(dir, empty.Index)
+	if err != nil {
+		return fmt.Errorf("image layout %s: %w", dir, err)
+	}
+	if err := p.AppendImage(img, layout.WithAnnotations(map[string]string{
+		refNameAnnotation: tag.TagStr(), containerdNameAnnotation: containerdName(tag),
+	})); err != nil {
+		return fmt.Errorf("image layout %s: %w", dir, err)
 	}
 	f, err := os.Create(file)
 	if err != nil {

@@ -193,7 +193,7 @@ func TestShip(t *testing.T) {
 	}
 
 	archive := filepath.Join(t.TempDir(), "img.tar")
-	if err := WriteArchive(archive, img, "one"); err != nil {
+	if err := WriteArchive(archive, img, "registry.test/fns/img:one"); err != nil {
 		t.Fatal(err)
 	}
 	names := archiveNames(t, archive)

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	imageref "github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -67,6 +69,7 @@ func newBuildCommand() *cobra.Command {
 		images                   imageFlags
 		file, runtime, handler   string
 		name, push, output, regy string
+		tag                      string
 		namespace                string
 	)
 	cmd := &cobra.Command{
@@ -84,6 +87,12 @@ image. The image is pushed (--push) or written as an OCI archive (--output).
 			b, err := images.builder(cmd)
 			if err != nil {
 				return err
+			}
+			if tag != "" && (file != "" || output == "") {
+				return usageError{fmt.Errorf("--tag names the archive of one function (-o FILE): --push names a pushed image, and -f names each archive after its function")}
+			}
+			if _, err := imageref.NewTag(cmp.Or(tag, "x")); err != nil {
+				return usageError{fmt.Errorf("--tag %q: want REPOSITORY:TAG (%w)", tag, err)}
 			}
 			if file != "" {
 				if len(args) > 0 || runtime != "" {
@@ -113,7 +122,10 @@ image. The image is pushed (--push) or written as an OCI archive (--output).
 			if err != nil {
 				return err
 			}
-			return shipImage(cmd, img, push, output)
+			if push != "" {
+				return pushImage(cmd, img, push)
+			}
+			return writeArchive(cmd, img, output, cmp.Or(tag, archiveName(img, "default", name)))
 		},
 	}
 	f := cmd.Flags()
@@ -125,6 +137,7 @@ image. The image is pushed (--push) or written as an OCI archive (--output).
 	f.StringVar(&name, "name", "", "the function's name, which its Go binary is named after (default: DIR's name)")
 	f.StringVar(&push, "push", "", "push the image as this reference and print it by digest")
 	f.StringVarP(&output, "output", "o", "", "write an OCI archive (with -f: a directory, one archive per function)")
+	f.StringVarP(&tag, "tag", "t", "", "the name of the archived image, REPOSITORY:TAG, as ctr images import gives it (default localhost/default/NAME:<digest>)")
 	f.StringVar(&regy, "registry", os.Getenv("SLESS_REGISTRY"), "with -f: push each image to REGISTRY/<namespace>/<name> (default $SLESS_REGISTRY)")
 	return cmd
 }
@@ -173,7 +186,8 @@ func buildManifests(cmd *cobra.Command, b *fnimage.Builder, file, namespace, reg
 		return err
 	}
 	for _, a := range archives {
-		if err := shipImage(cmd, a.img, "", filepath.Join(output, a.fn.Namespace+"-"+a.fn.Name+".tar")); err != nil {
+		file := filepath.Join(output, a.fn.Namespace+"-"+a.fn.Name+".tar")
+		if err := writeArchive(cmd, a.img, file, archiveName(a.img, a.fn.Namespace, a.fn.Name)); err != nil {
 			return deploy.NamingFunction(a.fn, err)
 		}
 	}
@@ -182,20 +196,36 @@ func buildManifests(cmd *cobra.Command, b *fnimage.Builder, file, namespace, reg
 
 // shipImage pushes img to push or writes it to the archive output, and
 // prints where it went.
-func shipImage(cmd *cobra.Command, img v1.Image, push, output string) error {
-	if push != "" {
-		ref, err := ociimage.Push(cmd.Context(), img, push)
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintln(cmd.OutOrStdout(), ref)
+func pushImage(cmd *cobra.Command, img v1.Image, push string) error {
+	ref, err := ociimage.Push(cmd.Context(), img, push)
+	if err != nil {
 		return err
 	}
-	if err := ociimage.WriteArchive(output, img, "latest"); err != nil {
-		return err
-	}
-	_, err := fmt.Fprintln(cmd.OutOrStdout(), output)
+	_, err = fmt.Fprintln(cmd.OutOrStdout(), ref)
 	return err
+}
+
+// writeArchive writes img as the OCI archive output, named ref, and
+// prints both: `ctr images import` (k3s, kind's load) gives the image that
+// name, which a Function's image field then names.
+func writeArchive(cmd *cobra.Command, img v1.Image, output, ref string) error {
+	if err := ociimage.WriteArchive(output, img, ref); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", output, ref)
+	return err
+}
+
+// archiveName names a function's archived image when the user names none:
+// localhost/NAMESPACE/NAME, tagged with its digest's first hex digits, so
+// that a new build is a new name (a :latest would have the kubelet pull
+// it from a registry that does not have it) and the same source the same.
+func archiveName(img v1.Image, namespace, name string) string {
+	tag := "build"
+	if d, err := img.Digest(); err == nil {
+		tag = d.Hex[:12]
+	}
+	return "localhost/" + namespace + "/" + name + ":" + tag
 }
 
 func newDeployCommand() *cobra.Command {

@@ -2,12 +2,14 @@ package main
 
 import (
 	"archive/tar"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -33,6 +35,9 @@ func TestBuildBadInput(t *testing.T) {
 		{"-f without a destination", []string{"build", "-f", dir}, "--registry to push to or --output"},
 		{"deploy without a registry", []string{"deploy", "-f", dir, "--registry", ""}, "--registry"},
 		{"deploy without manifests", []string{"deploy", "--registry", "r"}, "-f FILE|DIR"},
+		{"a tag with --push", []string{"build", dir, "--runtime", "go", "--push", "r/x", "-t", "r/x:1"}, "--tag names the archive of one function"},
+		{"a tag with -f", []string{"build", "-f", dir, "-o", dir, "-t", "r/x:1"}, "--tag names the archive of one function"},
+		{"a bad tag", []string{"build", dir, "--runtime", "go", "-o", "x.tar", "-t", "Bad Name"}, `--tag "Bad Name": want REPOSITORY:TAG`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := run(tc.args...)
@@ -44,7 +49,32 @@ func TestBuildBadInput(t *testing.T) {
 	}
 }
 
-// sless build writes a Go sample's image as an OCI archive.
+// archiveIndex is the index.json of an OCI archive.
+func archiveIndex(t *testing.T, archive string) (index struct {
+	Manifests []struct{ Annotations map[string]string }
+}) {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for tr := tar.NewReader(f); ; {
+		h, err := tr.Next()
+		if err != nil {
+			t.Fatalf("no index.json in %s: %v", archive, err)
+		}
+		if h.Name == "index.json" {
+			if err := json.NewDecoder(tr).Decode(&index); err != nil {
+				t.Fatal(err)
+			}
+			return index
+		}
+	}
+}
+
+// sless build writes a Go sample's image as an OCI archive, named for
+// containerd's import: localhost/default/NAME:<digest> unless --tag says.
 func TestBuildArchive(t *testing.T) {
 	needs.Commands(t, "go")
 	archive := filepath.Join(t.TempDir(), "hello.tar")
@@ -71,6 +101,20 @@ func TestBuildArchive(t *testing.T) {
 	}
 	if !names["oci-layout"] || !names["index.json"] || !strings.Contains(out, archive) {
 		t.Errorf("the archive holds %v; output %q", names, out)
+	}
+	index := archiveIndex(t, archive)
+	want := regexp.MustCompile(`^localhost/default/hello-go:[0-9a-f]{12}$`)
+	if len(index.Manifests) != 1 || !want.MatchString(index.Manifests[0].Annotations["io.containerd.image.name"]) ||
+		!strings.Contains(out, index.Manifests[0].Annotations["io.containerd.image.name"]) {
+		t.Errorf("the archive's index %+v, printed %q: want it named %s, and the name printed", index, out, want)
+	}
+
+	out, err = run("build", "../../config/samples/functions/hello-go", "--runtime", "go", "--handler", "Handle",
+		"--cache-dir", t.TempDir(), "-o", archive, "-t", "hello:v1")
+	index = archiveIndex(t, archive)
+	if err != nil || len(index.Manifests) != 1 || index.Manifests[0].Annotations["io.containerd.image.name"] != "docker.io/library/hello:v1" ||
+		index.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "v1" {
+		t.Errorf("build -t hello:v1: %v, index %+v", err, index)
 	}
 }
 
