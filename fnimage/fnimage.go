@@ -59,7 +59,7 @@ func (b *Builder) Base(ctx context.Context, rt v1alpha1.Runtime) (v1.Image, erro
 	}
 	img, err := ociimage.Read(ctx, ref)
 	if err != nil {
-		return nil, fmt.Errorf("base image of %s functions: %w", rt, err)
+		return nil, fmt.Errorf("base image of %s functions: %w (make images writes the bases; --base %s=IMAGE or --base-registry names another)", rt, err, rt)
 	}
 	return img, nil
 }

@@ -35,7 +35,7 @@ type imageFlags struct {
 func (f *imageFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.cacheDir, "cache-dir", "", "builds and installed dependencies (default: the user cache directory/sless, as sless dev's)")
 	fs.StringVar(&f.baseRegistry, "base-registry", os.Getenv("SLESS_BASE_REGISTRY"),
-		"registry of the runtime base images runtime-python and runtime-node (default $SLESS_BASE_REGISTRY, else "+fnimage.DefaultBaseRegistry+")")
+		"registry of the runtime base images runtime-python and runtime-node (default $SLESS_BASE_REGISTRY, else those make images wrote beside this binary, in images/, else "+fnimage.DefaultBaseRegistry+")")
 	fs.StringArrayVar(&f.bases, "base", nil, "RUNTIME=IMAGE: another base image for a runtime's functions, in a registry or an OCI layout directory (repeatable)")
 }
 
@@ -57,7 +57,32 @@ func (f *imageFlags) builder(cmd *cobra.Command) (*fnimage.Builder, error) {
 		}
 		b.Bases[v1alpha1.Runtime(rt)] = ref
 	}
+	if f.baseRegistry == "" {
+		for rt, ref := range localBases() {
+			if _, set := b.Bases[rt]; !set {
+				b.Bases[rt] = ref
+			}
+		}
+	}
 	return b, nil
+}
+
+// localBases are the runtime bases `make images` wrote beside this sless
+// binary (bin/images/runtime-*, OCI layouts), which a checkout's build
+// uses before any registry's: a new user has them, not ghcr.io's.
+func localBases() map[v1alpha1.Runtime]string {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	out := map[v1alpha1.Runtime]string{}
+	for _, rt := range []v1alpha1.Runtime{v1alpha1.RuntimePython, v1alpha1.RuntimeNode} {
+		dir := filepath.Join(filepath.Dir(exe), "images", fnimage.BaseName(rt))
+		if _, err := os.Stat(filepath.Join(dir, "oci-layout")); err == nil {
+			out[rt] = dir + ":" + fnimage.BaseTag
+		}
+	}
+	return out
 }
 
 func validRuntime(rt v1alpha1.Runtime) bool {

@@ -189,3 +189,41 @@ func TestBuildManifestsReportsEverything(t *testing.T) {
 		t.Error("build -f of a missing manifest succeeded")
 	}
 }
+
+// Without --base or a base registry, a build takes the runtime bases
+// `make images` wrote beside the sless binary (bin/images); without them,
+// its error says how to have one.
+func TestBuildLocalBases(t *testing.T) {
+	needs.Commands(t, "python3")
+	t.Setenv("SLESS_BASE_REGISTRY", "")
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "main.py"), []byte("def handle(event):\n    return 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	archive := filepath.Join(t.TempDir(), "py.tar")
+	// A base registry that cannot answer: the local bases are the default
+	// only when no registry is named.
+	_, err = run("build", src, "--runtime", "python", "-o", archive, "--cache-dir", t.TempDir(), "--base-registry", "127.0.0.1:1")
+	if err == nil || !strings.Contains(err.Error(), "make images writes the bases; --base python=IMAGE or --base-registry names another") {
+		t.Errorf("a build with an unreachable base registry: %v, want how to have a base", err)
+	}
+	images := filepath.Join(filepath.Dir(exe), "images")
+	if _, err := os.Stat(images); err == nil {
+		t.Fatalf("%s exists: the test binary's directory is not its own", images)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(images) })
+	static, err := ociimage.Static()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ociimage.WriteLayout(filepath.Join(images, "runtime-python"), static, "latest"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run("build", src, "--runtime", "python", "-o", archive, "--cache-dir", t.TempDir()); err != nil {
+		t.Errorf("a build with the bases beside the binary: %v", err)
+	}
+}
