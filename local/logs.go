@@ -34,6 +34,9 @@ type LogLine struct {
 	// this one because the follower read too slowly. A line that only
 	// reports them has no instance and no text.
 	Dropped int `json:"dropped,omitempty"`
+	// Removed, the last line of a followed stream, says the function was
+	// removed: no line will come.
+	Removed bool `json:"removed,omitempty"`
 }
 
 // logs keeps each function's latest output lines for the admin API (at
@@ -59,6 +62,8 @@ type follower struct {
 	// once it has read what came before, without waiting for a next line.
 	gap     chan struct{}
 	dropped int // guarded by logs.mu
+	// removed is closed when the function is removed.
+	removed chan struct{}
 }
 
 // get returns key's log, made when missing. Called with l.mu held.
@@ -115,14 +120,17 @@ func (l *logs) takeDropped(fl *follower) (n int, ok bool) {
 	return n, true
 }
 
-// forget drops a removed function's lines; its followers, if any, go on
-// following (a function added back under the name writes to them).
+// forget drops a removed function's lines, and tells its followers, whose
+// streams end saying so: a follower would otherwise wait on in silence.
 func (l *logs) forget(namespace, name string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := types.NamespacedName{Namespace: namespace, Name: name}
 	if f := l.fns[key]; f != nil {
-		f.lines, f.bytes = nil, 0
+		for fl := range f.followers {
+			close(fl.removed)
+		}
+		f.lines, f.bytes, f.followers = nil, 0, map[*follower]struct{}{}
 		l.dropIfEmpty(key, f)
 	}
 }
@@ -168,7 +176,7 @@ func (l *logs) follow(namespace, name string, since time.Time, n int) (tail []Lo
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := types.NamespacedName{Namespace: namespace, Name: name}
-	fl = &follower{lines: make(chan LogLine, followerQueue), gap: make(chan struct{}, 1)}
+	fl = &follower{lines: make(chan LogLine, followerQueue), gap: make(chan struct{}, 1), removed: make(chan struct{})}
 	l.get(key).followers[fl] = struct{}{}
 	stop = func() {
 		l.mu.Lock()
@@ -212,6 +220,22 @@ func parseLogsQuery(r *http.Request, now time.Time) (logsQuery, error) {
 		}
 	}
 	return q, nil
+}
+
+// streamEnd writes the lines fl still has queued, then the line saying
+// the function was removed.
+func (l *logs) streamEnd(enc *json.Encoder, fl *follower) {
+	for {
+		select {
+		case ll := <-fl.lines:
+			if enc.Encode(ll) != nil {
+				return
+			}
+		default:
+			_ = enc.Encode(LogLine{Time: time.Now(), Removed: true})
+			return
+		}
+	}
 }
 
 // serveLogs answers GET .../logs?since=&tail=&follow=: {"lines":[...]},
@@ -270,6 +294,10 @@ func (l *logs) stream(w http.ResponseWriter, r *http.Request, ns, name string, q
 			flush()
 		case <-fl.gap:
 			gap = true
+		case <-fl.removed:
+			l.streamEnd(enc, fl)
+			flush()
+			return
 		}
 		if !gap || len(fl.lines) > 0 {
 			continue

@@ -87,24 +87,43 @@ func TestLogsSince(t *testing.T) {
 	})
 }
 
-// A removed function's lines go; a follower of it stays until it leaves,
-// and then nothing of the function is kept.
+// A removed function's lines go, and its followers are told: a stream
+// writes what it had queued, then a last line saying the function was
+// removed, and ends; a function added back under the name is not theirs.
 func TestLogsForget(t *testing.T) {
 	var l logs
 	l.add("ns", "fn", "ns/fn#1", "one")
-	_, fl, stop := l.follow("ns", "fn", time.Time{}, allLines)
+	key := types.NamespacedName{Namespace: "ns", Name: "fn"}
+	followers := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		if f := l.fns[key]; f != nil {
+			return len(f.followers)
+		}
+		return 0
+	}
+	w := newGatedWriter(false) // it reads nothing until the function is gone
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.stream(w, httptest.NewRequest(http.MethodGet, "/", nil), "ns", "fn", logsQuery{follow: true})
+	}()
+	eventually.True(t, "the stream following", func() bool { return followers() == 1 })
+	l.add("ns", "fn", "ns/fn#1", "two")
 	l.forget("ns", "fn")
 	if got := l.tail("ns", "fn", time.Time{}, allLines); len(got) != 0 {
 		t.Errorf("after forget: %+v", got)
 	}
-	l.add("ns", "fn", "ns/fn#9", "back")
-	if ll := <-fl.lines; ll.Line != "back" {
-		t.Errorf("follower got %+v, want the line of the function added back", ll)
+	l.add("ns", "fn", "ns/fn#9", "back") // a function added back: not the stream's
+	close(w.gate)
+	<-done
+	got := w.lines(t)
+	if len(got) != 2 || got[0].Line != "two" || !got[1].Removed {
+		t.Errorf("the stream wrote %+v, want the line queued, then the one saying the function was removed", got)
 	}
 	l.forget("ns", "fn")
-	stop()
-	if len(l.fns) != 0 {
-		t.Errorf("kept %d functions after forget and the follower's leaving", len(l.fns))
+	if len(l.fns) != 0 || followers() != 0 {
+		t.Errorf("kept %d functions after forget and the stream's end", len(l.fns))
 	}
 }
 

@@ -290,7 +290,7 @@ func newLogsCommand() *cobra.Command {
 	cmd.Flags().StringVar(&since, "since", "", "only lines since an age (5m) or a time (RFC 3339)")
 	cmd.Flags().IntVar(&tail, "tail", 0, "only the last N lines kept, all by default (0: none; with -f, only new lines)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		_, _, path := functionPath(args[0])
+		ns, name, path := functionPath(args[0])
 		q := url.Values{}
 		if since != "" {
 			q.Set("since", since)
@@ -318,14 +318,14 @@ func newLogsCommand() *cobra.Command {
 			return nil
 		}
 		q.Set("follow", "true")
-		return c.follow(cmd, path+"/logs?"+q.Encode(), out)
+		return c.follow(cmd, ns+"/"+name, path+"/logs?"+q.Encode(), out)
 	}
 	return cmd
 }
 
-// follow prints a followed log stream until it ends or the command is
-// interrupted.
-func (c *adminClient) follow(cmd *cobra.Command, path string, out io.Writer) error {
+// follow prints fn's followed log stream until it ends, the function is
+// removed, or the command is interrupted.
+func (c *adminClient) follow(cmd *cobra.Command, fn, path string, out io.Writer) error {
 	resp, err := c.do(path, &http.Client{}) // no timeout: it streams
 	if err != nil {
 		return err
@@ -338,12 +338,15 @@ func (c *adminClient) follow(cmd *cobra.Command, path string, out io.Writer) err
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
+		var ll local.LogLine
+		err := json.Unmarshal(sc.Bytes(), &ll)
 		if c.output == "json" {
 			fmt.Fprintln(out, sc.Text())
-			continue
 		}
-		var ll local.LogLine
-		if json.Unmarshal(sc.Bytes(), &ll) != nil {
+		if err == nil && ll.Removed {
+			return fmt.Errorf("function %s was removed: no more lines will come", fn)
+		}
+		if c.output == "json" || err != nil {
 			continue
 		}
 		if ll.Dropped > 0 {

@@ -550,3 +550,41 @@ func requirePython3(t *testing.T) {
 	t.Helper()
 	needs.Commands(t, "python3")
 }
+
+// logs -f of a function whose manifest is removed prints the lines it had
+// left, then ends saying so, exit 1, instead of waiting on in silence.
+func TestCLILogsFollowEndsWithFunction(t *testing.T) {
+	requirePython3(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{
+		"gone.yaml":    "apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: gone}\nspec: {runtime: python, source: ./gone}\n",
+		"gone/main.py": "def handle(e):\n    print('gone served', flush=True)\n    return 'gone'\n",
+	})
+	p, _ := runPlatform(t, dir, "", func(o *local.Options) { o.Poll = 100 * time.Millisecond }) // to see the manifest go
+	admin := "http://" + p.AdminAddr()
+	eventually.True(t, "gone known", func() bool { _, err := sless(t, admin, "describe", "gone"); return err == nil })
+
+	var followed syncbuf.Buffer
+	ended := make(chan error, 1)
+	go func() {
+		root := newRootCommand()
+		root.SetOut(&followed)
+		root.SetArgs([]string{"logs", "gone", "-f", "--admin", admin})
+		ended <- root.ExecuteContext(context.Background())
+	}()
+	eventually.True(t, "a followed line", func() bool {
+		_, _ = sless(t, admin, "invoke", "gone")
+		return strings.Contains(followed.String(), "gone served")
+	})
+	if err := os.Remove(filepath.Join(dir, "gone.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if err == nil || err.Error() != "function default/gone was removed: no more lines will come" {
+			t.Errorf("logs -f of a removed function: %v", err)
+		}
+	case <-time.After(eventually.Within):
+		t.Error("logs -f did not end with its function")
+	}
+}
