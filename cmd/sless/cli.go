@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"sigs.k8s.io/yaml"
 
 	"sless.dev/sless/adminapi"
@@ -368,7 +370,7 @@ func (c *adminClient) follow(cmd *cobra.Command, fn, path string, out io.Writer)
 }
 
 func newInvokeCommand() *cobra.Command {
-	var data, method string
+	var data, method, save string
 	var headers []string
 	cmd := &cobra.Command{
 		Use:   "invoke NAMESPACE/NAME [PATH]",
@@ -379,6 +381,7 @@ func newInvokeCommand() *cobra.Command {
 	cmd.Flags().StringVarP(&data, "data", "d", "", "the request body, or @FILE to send a file as it is, or @- to send standard input")
 	cmd.Flags().StringVarP(&method, "request", "X", "", "the method (GET, or POST with a body)")
 	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "a request header, 'Name: value' (repeatable)")
+	cmd.Flags().StringVar(&save, "save", "", "write the answer's body to this file (- : to the terminal, binary or not)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		_, _, path := functionPath(args[0])
 		var st local.FunctionStatus
@@ -408,10 +411,19 @@ func newInvokeCommand() *cobra.Command {
 			// The status and the time to the head at once, then the body as
 			// it arrives: a stream's events show as the function sends them.
 			fmt.Fprintf(out, "%s in %s\n", resp.Status, time.Since(start).Round(10*time.Microsecond))
-			w := &lastByte{w: out}
-			_, err := io.Copy(w, resp.Body)
-			if w.last != 0 && w.last != '\n' {
-				fmt.Fprintln(out)
+			dst, closeDst, err := bodyDestination(out, save)
+			if err != nil {
+				return err
+			}
+			w := &lastByte{w: dst}
+			_, err = io.Copy(w, resp.Body)
+			err = errors.Join(err, closeDst())
+			if (save == "" || save == "-") && w.last != 0 && w.last != '\n' {
+				fmt.Fprintln(out) // the body went to out: end its line
+			}
+			if errors.Is(err, errBinary) {
+				return fmt.Errorf("the answer is binary (%s): not written to the terminal; --save FILE writes it to a file, --save - here anyway",
+					cmp.Or(resp.Header.Get("Content-Type"), "no Content-Type"))
 			}
 			if err != nil {
 				return fmt.Errorf("invoke %s/%s: the answer was cut: %w", st.Namespace, st.Name, err)
@@ -449,6 +461,41 @@ func requestBody(data string, stdin io.Reader) (io.Reader, int64, error) {
 		return nil, 0, fmt.Errorf("-d @%s: %w", file, err)
 	}
 	return f, info.Size(), nil // the client closes it
+}
+
+// errBinary is textOnly's refusal.
+var errBinary = errors.New("binary output to a terminal")
+
+// bodyDestination is where invoke writes an answer's body: the file save
+// names, out as it is for "-", or out refusing binary when it is a
+// terminal, as curl does: bytes a terminal takes for control sequences
+// can leave it unusable.
+func bodyDestination(out io.Writer, save string) (io.Writer, func() error, error) {
+	switch save {
+	case "-":
+		return out, func() error { return nil }, nil
+	case "":
+		if f, ok := out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			return textOnly{out}, func() error { return nil }, nil
+		}
+		return out, func() error { return nil }, nil
+	}
+	f, err := os.Create(save)
+	if err != nil {
+		return nil, nil, usageError{fmt.Errorf("--save: %w", err)}
+	}
+	return f, f.Close, nil
+}
+
+// textOnly writes text and refuses a write holding a NUL byte, the mark
+// of binary content that curl goes by.
+type textOnly struct{ w io.Writer }
+
+func (t textOnly) Write(p []byte) (int, error) {
+	if bytes.IndexByte(p, 0) >= 0 {
+		return 0, errBinary
+	}
+	return t.w.Write(p)
 }
 
 // lastByte is a writer that remembers the last byte written through it.

@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
@@ -153,6 +156,30 @@ func TestCLI(t *testing.T) {
 				out, _ := cli(t, "logs", "default/hi")
 				return strings.Contains(out, want)
 			})
+		}
+	})
+	t.Run("InvokeBinary", func(t *testing.T) {
+		// To a terminal (a real pseudo-terminal), bytes are refused, as
+		// curl refuses them; --save writes them to a file, and to a pipe
+		// they pass.
+		pts := pseudoTerminal(t)
+		root := newRootCommand()
+		root.SetOut(pts)
+		root.SetErr(pts)
+		root.SetArgs([]string{"invoke", "hi", "?binary=1", "--admin", d.admin})
+		err := root.ExecuteContext(context.Background())
+		if err == nil || !strings.Contains(err.Error(), "the answer is binary (application/octet-stream): not written to the terminal; --save FILE") {
+			t.Errorf("invoke of bytes to a terminal: %v", err)
+		}
+		file := filepath.Join(t.TempDir(), "body")
+		if out, err := cli(t, "invoke", "hi", "?binary=1", "--save", file); err != nil || !strings.HasPrefix(out, "200 OK in ") {
+			t.Fatalf("invoke --save: %v\n%s", err, out)
+		}
+		if b, err := os.ReadFile(file); err != nil || string(b) != "\x89PNG\r\n\x1a\n\x00\x00" {
+			t.Errorf("--save wrote %q, %v", b, err)
+		}
+		if out, err := cli(t, "invoke", "hi", "?binary=1"); err != nil || !strings.Contains(out, "PNG") {
+			t.Errorf("invoke of bytes to a pipe: %v %q", err, out)
 		}
 	})
 	t.Run("InvokeStreams", func(t *testing.T) {
@@ -587,4 +614,29 @@ func TestCLILogsFollowEndsWithFunction(t *testing.T) {
 	case <-time.After(eventually.Within):
 		t.Error("logs -f did not end with its function")
 	}
+}
+
+// pseudoTerminal opens a pseudo-terminal (/dev/ptmx) and returns its
+// terminal side, its other side read and dropped until the test ends.
+func pseudoTerminal(t *testing.T) *os.File {
+	t.Helper()
+	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("open /dev/ptmx: %v", err)
+	}
+	t.Cleanup(func() { _ = ptmx.Close() })
+	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock the pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("the pseudo-terminal's number: %v", err)
+	}
+	pts, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = pts.Close() })
+	go func() { _, _ = io.Copy(io.Discard, ptmx) }()
+	return pts
 }

@@ -27,7 +27,8 @@ spec:
 `
 
 // devHandler is hi: it prints a line per request (its method, path,
-// body and X-Test header), holds it ?sleep=seconds, and fails it with ?fail.
+// body and X-Test header), holds it ?sleep=seconds, fails it with ?fail,
+// and answers bytes with ?binary.
 const devHandler = `import os, time
 def handle(e):
     print('serving', e['method'], e['path'], 'body=' + e['body'], 'x-test=' + e['headers'].get('x-test', ''), flush=True)
@@ -36,6 +37,8 @@ def handle(e):
         raise ValueError('asked to fail')
     if 'until' in e['query']:
         return stream(e['query']['until'])
+    if 'binary' in e['query']:
+        return b'\x89PNG\r\n\x1a\n\x00\x00'
     return 'hi'
 
 def stream(flag):
