@@ -113,8 +113,8 @@ func TestBuildArchive(t *testing.T) {
 		"--cache-dir", t.TempDir(), "-o", archive, "-t", "hello:v1")
 	index = archiveIndex(t, archive)
 	if err != nil || len(index.Manifests) != 1 || index.Manifests[0].Annotations["io.containerd.image.name"] != "docker.io/library/hello:v1" ||
-		index.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "v1" {
-		t.Errorf("build -t hello:v1: %v, index %+v", err, index)
+		index.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "v1" || !strings.HasSuffix(out, "\thello:v1\n") {
+		t.Errorf("build -t hello:v1: %v, printed %q, index %+v", err, out, index)
 	}
 }
 
