@@ -219,14 +219,22 @@ func kubectl(t *testing.T, args ...string) (string, error) {
 // sless runs the sless CLI, failing the test when it fails.
 func sless(t *testing.T, args ...string) string {
 	t.Helper()
+	out, err := runSless(args...)
+	if err != nil {
+		t.Fatalf("sless %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// runSless runs the sless CLI on the cluster, returning its output (stdout
+// and stderr) and how it ended.
+func runSless(args ...string) (string, error) {
 	cmd := exec.Command(slessBin, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "SLESS_REGISTRY="+registry, "SLESS_BASE_REGISTRY="+bases)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("sless %s: %v\n%s", strings.Join(args, " "), err, out.String())
-	}
-	return out.String()
+	err := cmd.Run()
+	return out.String(), err
 }
 
 // answer is a function's answer through the activator.

@@ -23,16 +23,40 @@ import (
 )
 
 // runtimes are the function runtimes, each with a function whose source,
-// one file, fails as it loads, printing "boom at start".
+// one file, fails as it loads in a pod, printing "boom at start" (only
+// there: sless deploy refuses a Python or Node handler that does not load
+// on the machine, before anything reaches the cluster), and one that fails
+// everywhere (Go's is the same: its build runs nothing).
 var runtimes = []struct {
-	runtime              v1alpha1.Runtime
-	file, handler, crash string
+	runtime                        v1alpha1.Runtime
+	file, handler, crash, crashNow string
 }{
-	{v1alpha1.RuntimeGo, "crash.go", "Handle", "package crash\n\nimport (\n\t\"context\"\n\n\t\"sless.dev/sless/runtimes/go/sless\"\n)\n\n" +
-		"func init() { panic(\"boom at start\") }\n\nfunc Handle(context.Context, sless.Event) (any, error) { return nil, nil }\n"},
-	{v1alpha1.RuntimePython, "main.py", "main.handle", "raise RuntimeError('boom at start')\n\ndef handle(event):\n    return 'never'\n"},
-	{v1alpha1.RuntimeNode, "index.js", "index.handle", "throw new Error('boom at start');\n"},
+	{v1alpha1.RuntimeGo, "crash.go", "Handle", goCrash, goCrash},
+	{v1alpha1.RuntimePython, "main.py", "main.handle",
+		"import os\n\nif os.environ.get('KUBERNETES_SERVICE_HOST'):\n    raise RuntimeError('boom at start')\n\ndef handle(event):\n    return 'never'\n",
+		"raise RuntimeError('boom at start')\n\ndef handle(event):\n    return 'never'\n"},
+	{v1alpha1.RuntimeNode, "index.js", "index.handle",
+		"if (process.env.KUBERNETES_SERVICE_HOST) throw new Error('boom at start');\nexports.handle = () => 'never';\n",
+		"throw new Error('boom at start');\n"},
 }
+
+const goCrash = `package crash
+
+import (
+	"context"
+	"os"
+
+	"sless.dev/sless/runtimes/go/sless"
+)
+
+func init() {
+	if os.Getenv("KUBERNETES_SERVICE_HOST") != "" {
+		panic("boom at start")
+	}
+}
+
+func Handle(context.Context, sless.Event) (any, error) { return nil, nil }
+`
 
 // failsFast checks that a function whose instances cannot start answered
 // 503 with its cause and a Retry-After, well before its timeoutSeconds
@@ -76,19 +100,44 @@ func TestImageThatDoesNotExist(t *testing.T) {
 	}
 }
 
-// A function that crashes as it starts answers 503 quoting its output, in
-// every runtime.
+// A function that crashes as it starts in its pod answers 503 quoting its
+// output, in every runtime. One whose Python or Node handler does not load
+// at all is refused by sless deploy, with the cause, and nothing is applied.
 func TestCrashOnStart(t *testing.T) {
 	ns := namespace(t, "e2e-crash")
+	file := crashManifest(t, func(r int) string { return runtimes[r].crashNow })
+	out, err := runSless("deploy", "-f", file, "-n", ns)
+	if err == nil || !strings.Contains(out, "2 functions failed, nothing applied") || strings.Count(out, "boom at start") < 2 {
+		t.Errorf("sless deploy of handlers that do not load: %v\n%s\nwant it refused, quoting both causes", err, out)
+	}
+	var fns v1alpha1.FunctionList
+	if err := cluster.c.List(context.Background(), &fns, client.InNamespace(ns)); err != nil || len(fns.Items) > 0 {
+		t.Errorf("functions after the refused deploy: %d %v, want none", len(fns.Items), err)
+	}
+
+	sless(t, "deploy", "-f", crashManifest(t, func(r int) string { return runtimes[r].crash }), "-n", ns)
+	for _, r := range runtimes {
+		t.Run(string(r.runtime), func(t *testing.T) {
+			t.Parallel()
+			name := "crash-" + string(r.runtime)
+			failsFast(t, function(t, ns, name), mustInvokeKnown(t, ns, name, ""), "boom at start", "crashed")
+		})
+	}
+}
+
+// crashManifest writes a function crash-RUNTIME for each runtime, its one
+// file source(r) for runtimes[r], and returns their manifest.
+func crashManifest(t *testing.T, source func(r int) string) string {
+	t.Helper()
 	dir := t.TempDir()
 	var docs []string
-	for _, r := range runtimes {
+	for i, r := range runtimes {
 		name := "crash-" + string(r.runtime)
 		src := filepath.Join(dir, name)
 		if err := os.MkdirAll(src, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(src, r.file), []byte(r.crash), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(src, r.file), []byte(source(i)), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		docs = append(docs, fmt.Sprintf("apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: %s}\n"+
@@ -98,14 +147,7 @@ func TestCrashOnStart(t *testing.T) {
 	if err := os.WriteFile(file, []byte(strings.Join(docs, "---\n")), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sless(t, "deploy", "-f", file, "-n", ns)
-	for _, r := range runtimes {
-		t.Run(string(r.runtime), func(t *testing.T) {
-			t.Parallel()
-			name := "crash-" + string(r.runtime)
-			failsFast(t, function(t, ns, name), mustInvokeKnown(t, ns, name, ""), "boom at start", "crashed")
-		})
-	}
+	return file
 }
 
 // adminWrites are the admin API's writes, each on function fn: none may

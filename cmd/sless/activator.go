@@ -61,7 +61,8 @@ Invocation records go to PostgreSQL with --database-url (or
 SLESS_DATABASE_URL), to memory without.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx := cmd.Context()
+			ctx, serving, end := servingLife(cmd.Context())
+			defer end()
 			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 			restCfg, err := ctrlconfig.GetConfig()
 			if err != nil {
@@ -132,7 +133,8 @@ SLESS_DATABASE_URL), to memory without.`,
 				Admin: activator.AdminServer{Activator: a, Registry: reg, Records: store, Guard: guard, API: kubeadmin.Handler(api, whole),
 					ConsoleFor:    func(token string) http.Handler { return console.Handler{Token: token} },
 					AcceptRecords: true, Log: log}}
-			return srv.Run(ctx, servingLn, adminLn)
+			serving()
+			return srv.Run(cmd.Context(), servingLn, adminLn)
 		},
 	}
 	f := cmd.Flags()
@@ -198,6 +200,19 @@ func adminBackend(cfg *rest.Config, feed *kubewatch.ActivatorFeed, tl *timeline.
 // activators, which guard the API: an install is never open); the
 // autoscaler only reads it, to send with cron fires. It returns once the
 // guard holds that token, or refuses and says why.
+// servingLife returns the context of what the activator serves with (its
+// watches, the autoscaler's client, the records, the admin token): a signal
+// before serving ends it, but once serving is called only end does, after
+// the server's propagation delay and drain. An activator told to stop keeps
+// serving for those; with its watches stopped at the signal it answered
+// "unknown function" for a Function created meanwhile, and sent requests to
+// instances already gone.
+func servingLife(signal context.Context) (ctx context.Context, serving, end func()) {
+	ctx, end = context.WithCancel(context.WithoutCancel(signal))
+	stop := context.AfterFunc(signal, end)
+	return ctx, func() { stop() }, end
+}
+
 func adminGuard(ctx context.Context, cfg *rest.Config, name string, generate bool, log *slog.Logger) (*adminauth.Guard, error) {
 	guard := &adminauth.Guard{}
 	if token := os.Getenv("SLESS_ADMIN_TOKEN"); token != "" {

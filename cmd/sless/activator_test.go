@@ -70,13 +70,15 @@ func TestActivatorCommand(t *testing.T) {
 // TestActivatorRolloutRefusesNothing: on SIGTERM `sless activator` turns
 // unready and takes new connections for --propagation-delay before it
 // drains, so the clients its Service still sends it until the endpoints
-// change are served, not refused. (It closed its listener at once.)
+// change are served, not refused (it closed its listener at once); and it
+// watches on meanwhile, so a Function created then is served, not unknown
+// (its watch stopped at the signal).
 func TestActivatorRolloutRefusesNothing(t *testing.T) {
 	cfg := controlplane.Start(t)
 	serving, admin := testfn.FreePort(t), testfn.FreePort(t)
 	cmd, exited := startSless(t, nil, []string{"KUBECONFIG=" + writeKubeconfig(t, cfg)}, "activator",
 		"--listen", "127.0.0.1:"+strconv.Itoa(serving), "--admin", "127.0.0.1:"+strconv.Itoa(admin),
-		"--propagation-delay", "5s", "--drain", "5s")
+		"--propagation-delay", "8s", "--drain", "5s")
 	readyz := "http://127.0.0.1:" + strconv.Itoa(admin) + "/readyz"
 	waitStatus(t, readyz, http.StatusOK)
 
@@ -112,6 +114,16 @@ func TestActivatorRolloutRefusesNothing(t *testing.T) {
 	waitStatus(t, readyz, http.StatusServiceUnavailable)
 	before := served.Load()
 	eventually.TrueWithin(t, 10*time.Second, "load served while unready", func() bool { return served.Load() > before+50 })
+	late := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: "late", Namespace: "default"},
+		Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeNode, Image: "x", TimeoutSeconds: 1}}
+	if err := controlplane.Client(t, cfg).Create(context.Background(), late); err != nil {
+		t.Fatal(err)
+	}
+	// Known, it waits for an instance until its timeout: 504.
+	eventually.TrueWithin(t, 5*time.Second, "a Function created while unready served", func() bool {
+		code, _ := fetch(t, "http://127.0.0.1:"+strconv.Itoa(serving)+"/fn/default/late", "")
+		return code == http.StatusGatewayTimeout
+	})
 	close(stop)
 	wg.Wait()
 	if n := failed.Load(); n > 0 {
