@@ -6,7 +6,6 @@ package postgres
 import (
 	"context"
 	"embed"
-	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -15,10 +14,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/tern/v2/migrate"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"sless.dev/sless/internal/httpmetrics"
+	"sless.dev/sless/internal/pgstore"
 	"sless.dev/sless/invocation"
 )
 
@@ -83,12 +82,11 @@ type Store struct {
 //go:embed migrations/*.sql
 var migrations embed.FS
 
-// connectTimeout bounds a connection's setup when the URL sets none: a
-// host that does not answer is an outage, not a hang.
-const connectTimeout = 5 * time.Second
-
 // versionTable is tern's record of the migrations applied.
 const versionTable = "sless_schema_version"
+
+// table is the records' table, partitioned by day.
+var table = pgstore.Daily{Table: "sless_invocations", Column: "started_at", Lock: 0x51e55_7ec0}
 
 // Open connects to the database at url, migrates its schema, creates the
 // partitions around now and returns the store; Start writes its records. A
@@ -96,60 +94,31 @@ const versionTable = "sless_schema_version"
 // the password.
 func Open(ctx context.Context, url string, reg prometheus.Registerer, opts Options) (*Store, error) {
 	opts.defaults()
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		// Not err: pgx's message quotes the URL, password and all, when
-		// it cannot tell where the password is.
-		return nil, errors.New("database URL: not a PostgreSQL URL or connection string")
-	}
-	cfg.MaxConns = opts.MaxConns
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = connectTimeout
-	}
-	cfg.ConnConfig.RuntimeParams["application_name"] = "sless-invocation-records"
-	s := &Store{opts: opts, host: fmt.Sprintf("%s:%d/%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
-		records: make(chan invocation.Record, opts.Buffer)}
+	s := &Store{opts: opts, records: make(chan invocation.Record, opts.Buffer)}
+	var err error
 	if s.metrics, err = newMetrics(reg); err != nil {
 		return nil, err
 	}
-	if s.pool, err = pgxpool.NewWithConfig(ctx, cfg); err != nil {
-		return nil, fmt.Errorf("database %s: %w", s.host, err)
+	if s.pool, s.host, err = pgstore.Open(ctx, url, "sless-invocation-records", opts.MaxConns); err != nil {
+		return nil, err
 	}
-	if err := s.migrate(ctx); err != nil {
-		s.pool.Close()
-		return nil, fmt.Errorf("database %s: %w", s.host, err)
+	sub, err := fs.Sub(migrations, "migrations")
+	if err == nil {
+		err = pgstore.Migrate(ctx, s.pool, sub, versionTable)
 	}
-	if err := s.maintain(ctx, time.Now()); err != nil {
+	if err == nil {
+		err = s.maintain(ctx, time.Now())
+	}
+	if err != nil {
 		s.pool.Close()
 		return nil, fmt.Errorf("database %s: %w", s.host, err)
 	}
 	return s, nil
 }
 
-// migrate brings the schema to the latest version. tern holds an advisory
-// lock meanwhile, so that processes starting at once take turns, and the
-// later ones find nothing to do.
-func (s *Store) migrate(ctx context.Context) error {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
-	}
-	defer conn.Release()
-	m, err := migrate.NewMigrator(ctx, conn.Conn(), versionTable)
-	if err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	sub, err := fs.Sub(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	if err := m.LoadMigrations(sub); err != nil {
-		return fmt.Errorf("migrations: %w", err)
-	}
-	if err := m.Migrate(ctx); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	return nil
+// maintain keeps the partitions: new days ahead, old ones dropped.
+func (s *Store) maintain(ctx context.Context, now time.Time) error {
+	return table.Maintain(ctx, s.pool, now, s.opts.Retention)
 }
 
 // Start writes the records added in the background, on a context of its
@@ -181,7 +150,9 @@ func (s *Store) Add(r invocation.Record) {
 // days ahead, old ones dropped), until ctx ends; then it writes what is
 // buffered, within the write timeout.
 func (s *Store) run(ctx context.Context) {
-	go s.maintainEvery(ctx, time.Hour)
+	go pgstore.Every(ctx, time.Hour, func(now time.Time) error { return s.maintain(ctx, now) }, func(err error) {
+		s.opts.Log.Warn("invocation records: partition maintenance", "database", s.host, "err", err)
+	})
 	batch := make([]invocation.Record, 0, s.opts.BatchSize)
 	flush := time.NewTimer(s.opts.FlushInterval)
 	flush.Stop()

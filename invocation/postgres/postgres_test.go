@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/pgstore"
 	"sless.dev/sless/internal/pgtest"
 	"sless.dev/sless/internal/syncbuf"
 	"sless.dev/sless/invocation"
@@ -177,7 +178,7 @@ func TestRetention(t *testing.T) {
 		s.Add(invocation.Record{Namespace: "ns", Function: "fn", Trigger: "http", Status: 200, Start: now.Add(-age)})
 	}
 	eventually.True(t, "written", func() bool { return written(s) == 4 })
-	if got := partitions(t, s); !strings.Contains(got, partitionPrefix+now.AddDate(0, 0, daysAhead).Format(dayLayout)) {
+	if got := partitions(t, s); !strings.Contains(got, table.Partition(now.AddDate(0, 0, pgstore.DaysAhead))) {
 		t.Errorf("partitions %s, want the days ahead made", got)
 	}
 	if err := s.maintain(context.Background(), now); err != nil {
@@ -191,16 +192,14 @@ func TestRetention(t *testing.T) {
 	if len(starts) != 2 {
 		t.Errorf("records left %v, want the two within 3 days", starts)
 	}
-	if got := partitions(t, s); strings.Contains(got, partitionPrefix+now.AddDate(0, 0, -5).Format(dayLayout)) {
+	if got := partitions(t, s); strings.Contains(got, table.Partition(now.AddDate(0, 0, -5))) {
 		t.Errorf("partitions %s, want none older than the retention", got)
 	}
 }
 
 func partitions(t *testing.T, s *Store) string {
 	t.Helper()
-	rows, _ := s.pool.Query(context.Background(), `select c.relname from pg_inherits i join pg_class c on c.oid = i.inhrelid
-		where i.inhparent = 'sless_invocations'::regclass order by 1`)
-	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	names, err := table.Partitions(context.Background(), s.pool)
 	if err != nil {
 		t.Fatal(err)
 	}

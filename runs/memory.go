@@ -1,0 +1,324 @@
+package runs
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"crypto/sha256"
+	"sync"
+	"time"
+
+	"sless.dev/sless/invocation"
+)
+
+// Defaults of the stores.
+const (
+	DefaultKeyWindow = 24 * time.Hour
+	DefaultRetention = 7 * 24 * time.Hour
+	// DefaultMaxRuns bounds the in-memory store.
+	DefaultMaxRuns = 100_000
+)
+
+// Memory keeps runs in the process: `sless dev` without a database. What
+// it holds ends with the process. It holds at most MaxRuns: a full store
+// drops its oldest ended run for a new one, and refuses one (ErrFull) when
+// every run it holds is still queued or running.
+type Memory struct {
+	// KeyWindow, Retention and MaxRuns default to DefaultKeyWindow,
+	// DefaultRetention and DefaultMaxRuns; set before first use.
+	KeyWindow, Retention time.Duration
+	MaxRuns              int
+
+	mu        sync.Mutex
+	runs      map[ID]*entry
+	functions map[functionKey]*queue
+	keys      map[idempotencyKey]keyUse
+	ended     []ID // in the order runs ended, the oldest first; may name runs gone
+	seq       uint64
+}
+
+type functionKey struct{ namespace, name string }
+
+type idempotencyKey struct {
+	function functionKey
+	key      string
+}
+
+type keyUse struct {
+	run    ID
+	digest [sha256.Size]byte
+	at     time.Time
+}
+
+// entry is a run with what only the store sees.
+type entry struct {
+	run        Run
+	request    Request
+	result     Result
+	notBefore  time.Time // a queued run's next attempt
+	leaseUntil time.Time // a running run's lease
+	expiresAt  time.Time // a queued run expires then
+	seq        uint64    // submission order, among runs due at once
+	index      int       // in its function's queue while queued, -1 otherwise
+}
+
+// queue is a function's queued runs, the first due first, and its runs
+// running.
+type queue struct {
+	due     dueHeap
+	running map[ID]*entry
+}
+
+// NewMemory returns an empty in-memory store.
+func NewMemory() *Memory {
+	return &Memory{runs: map[ID]*entry{}, functions: map[functionKey]*queue{}, keys: map[idempotencyKey]keyUse{}}
+}
+
+func (m *Memory) queue(k functionKey) *queue {
+	q := m.functions[k]
+	if q == nil {
+		q = &queue{running: map[ID]*entry{}}
+		m.functions[k] = q
+	}
+	return q
+}
+
+// Submit implements Store.
+func (m *Memory) Submit(_ context.Context, s Submission) (Run, bool, error) {
+	now := time.Now()
+	fn := functionKey{s.Namespace, s.Function}
+	digest := Digest(&s.Request)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	key := idempotencyKey{fn, s.IdempotencyKey}
+	if s.IdempotencyKey != "" {
+		if use, ok := m.keys[key]; ok && now.Sub(use.at) < cmp.Or(m.KeyWindow, DefaultKeyWindow) {
+			if use.digest != digest {
+				return Run{}, false, ErrKeyConflict
+			}
+			if e, ok := m.runs[use.run]; ok {
+				return e.run, false, nil
+			}
+		}
+	}
+	if !m.makeRoom() {
+		return Run{}, false, ErrFull
+	}
+	m.seq++
+	e := &entry{run: Run{ID: NewID(), Namespace: s.Namespace, Function: s.Function, State: Queued, CreatedAt: now},
+		request: s.Request, notBefore: now, expiresAt: now.Add(s.MaxAge), seq: m.seq}
+	m.runs[e.run.ID] = e
+	heap.Push(&m.queue(fn).due, e)
+	if s.IdempotencyKey != "" {
+		m.keys[key] = keyUse{run: e.run.ID, digest: digest, at: now}
+	}
+	return e.run, true, nil
+}
+
+// makeRoom drops the oldest ended runs until one more fits; false when
+// none is left to drop.
+func (m *Memory) makeRoom() bool {
+	for len(m.runs) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) {
+		if len(m.ended) == 0 {
+			return false
+		}
+		delete(m.runs, m.ended[0])
+		m.ended = m.ended[1:]
+	}
+	return true
+}
+
+// Get implements Store.
+func (m *Memory) Get(_ context.Context, id ID) (Run, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.runs[id]
+	if !ok {
+		return Run{}, ErrNotFound
+	}
+	return e.run, nil
+}
+
+// Result implements Store.
+func (m *Memory) Result(_ context.Context, id ID) (Run, Result, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.runs[id]
+	switch {
+	case !ok:
+		return Run{}, Result{}, ErrNotFound
+	case !e.run.State.Ended():
+		return e.run, Result{}, ErrNotEnded
+	}
+	return e.run, e.result, nil
+}
+
+// Cancel implements Store.
+func (m *Memory) Cancel(_ context.Context, id ID) (Run, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.runs[id]
+	if !ok {
+		return Run{}, ErrNotFound
+	}
+	if !e.run.State.Ended() {
+		m.end(e, Cancelled, CancelledError)
+	}
+	return e.run, nil
+}
+
+// end ends a queued or running run in state s, taking it out of its
+// function's queue.
+func (m *Memory) end(e *entry, s State, why string) {
+	q := m.queue(functionKey{e.run.Namespace, e.run.Function})
+	if e.index >= 0 && e.run.State == Queued {
+		heap.Remove(&q.due, e.index)
+	}
+	delete(q.running, e.run.ID)
+	now := time.Now()
+	e.run.State, e.run.CompletedAt = s, &now
+	if why != "" {
+		e.run.Error = invocation.TruncateError(why)
+	}
+	m.ended = append(m.ended, e.run.ID)
+}
+
+// Claim implements Store.
+func (m *Memory) Claim(_ context.Context, namespace, function string, lease time.Duration) (Attempt, bool, error) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	q := m.functions[functionKey{namespace, function}]
+	if q == nil {
+		return Attempt{}, false, nil
+	}
+	e := q.lapsed(now)
+	if e == nil {
+		if len(q.due) == 0 || q.due[0].notBefore.After(now) {
+			return Attempt{}, false, nil
+		}
+		e = heap.Pop(&q.due).(*entry)
+	}
+	e.run.State, e.run.Attempts, e.leaseUntil = Running, e.run.Attempts+1, now.Add(lease)
+	if e.run.StartedAt == nil {
+		e.run.StartedAt = &now
+	}
+	q.running[e.run.ID] = e
+	return Attempt{Run: e.run, Request: e.request, Number: e.run.Attempts}, true, nil
+}
+
+// lapsed returns the running run whose lease ran out first, if one did.
+func (q *queue) lapsed(now time.Time) *entry {
+	var first *entry
+	for _, e := range q.running {
+		if e.leaseUntil.Before(now) && (first == nil || e.leaseUntil.Before(first.leaseUntil)) {
+			first = e
+		}
+	}
+	return first
+}
+
+// Finish implements Store.
+func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
+	if err := o.Check(); err != nil {
+		return Run{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.runs[a.Run.ID]
+	switch {
+	case !ok:
+		return Run{}, ErrNotFound
+	case e.run.State != Running || e.run.Attempts != a.Number:
+		return e.run, ErrAttemptOver
+	}
+	if o.Result.Status > 0 {
+		e.run.Status, e.result = o.Result.Status, o.Result
+	}
+	e.run.Error = invocation.TruncateError(o.Error)
+	if o.State == Queued {
+		q := m.queue(functionKey{e.run.Namespace, e.run.Function})
+		delete(q.running, e.run.ID)
+		e.run.State, e.notBefore = Queued, o.RetryAt
+		heap.Push(&q.due, e)
+		return e.run, nil
+	}
+	m.end(e, o.State, "")
+	return e.run, nil
+}
+
+// Expire implements Store; it also forgets the runs ended before the
+// retention and the idempotency keys past their window.
+func (m *Memory) Expire(context.Context) (int, error) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, q := range m.functions {
+		for _, e := range q.expired(now) {
+			m.end(e, Expired, ExpiredError)
+			n++
+		}
+	}
+	m.forget(now)
+	return n, nil
+}
+
+// expired lists the queued runs past their expiry.
+func (q *queue) expired(now time.Time) []*entry {
+	var old []*entry
+	for _, e := range q.due {
+		if e.expiresAt.Before(now) {
+			old = append(old, e)
+		}
+	}
+	return old
+}
+
+// forget drops the runs ended before the retention, and the keys past
+// their window.
+func (m *Memory) forget(now time.Time) {
+	cutoff := now.Add(-cmp.Or(m.Retention, DefaultRetention))
+	for len(m.ended) > 0 {
+		e, ok := m.runs[m.ended[0]]
+		if ok && e.run.CompletedAt.After(cutoff) {
+			break
+		}
+		delete(m.runs, m.ended[0])
+		m.ended = m.ended[1:]
+	}
+	window := cmp.Or(m.KeyWindow, DefaultKeyWindow)
+	for k, use := range m.keys {
+		if now.Sub(use.at) >= window {
+			delete(m.keys, k)
+		}
+	}
+}
+
+// dueHeap orders queued runs by their next attempt, then by submission.
+type dueHeap []*entry
+
+func (h dueHeap) Len() int { return len(h) }
+func (h dueHeap) Less(i, j int) bool {
+	if c := h[i].notBefore.Compare(h[j].notBefore); c != 0 {
+		return c < 0
+	}
+	return h[i].seq < h[j].seq
+}
+func (h dueHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *dueHeap) Push(x any) {
+	e := x.(*entry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *dueHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	e.index = -1
+	*h = old[:len(old)-1]
+	return e
+}

@@ -1,0 +1,335 @@
+// Package postgres keeps runs in PostgreSQL, where invocation records
+// live: a run is committed before Submit returns, claims take each due run
+// once across every process sharing the database (FOR UPDATE SKIP
+// LOCKED), and retention drops whole days.
+package postgres
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"sless.dev/sless/internal/pgstore"
+	"sless.dev/sless/invocation"
+	"sless.dev/sless/runs"
+)
+
+// Options configure a Store; the zero value of each field is its default.
+type Options struct {
+	// Retention is how long runs are kept after their creation, in
+	// whole days (runs.DefaultRetention).
+	Retention time.Duration
+	// KeyWindow is how long an Idempotency-Key answers its first run
+	// (runs.DefaultKeyWindow).
+	KeyWindow time.Duration
+	// MaxConns bounds the store's connections (4).
+	MaxConns int32
+	Log      *slog.Logger
+}
+
+func (o *Options) defaults() {
+	o.Retention = cmp.Or(o.Retention, runs.DefaultRetention)
+	o.KeyWindow = cmp.Or(o.KeyWindow, runs.DefaultKeyWindow)
+	o.MaxConns = cmp.Or(o.MaxConns, 4)
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Store is the PostgreSQL run store.
+type Store struct {
+	opts Options
+	pool *pgxpool.Pool
+	host string
+}
+
+var _ runs.Store = (*Store)(nil)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// versionTable is tern's record of the runs' migrations, apart from the
+// invocation records' so that either schema moves on its own.
+const versionTable = "sless_runs_schema_version"
+
+// table is the runs' table, partitioned by the day runs were created.
+var table = pgstore.Daily{Table: "sless_runs", Column: "created_at", Lock: 0x51e55_0f_2a}
+
+// Open connects to the database at url, migrates its schema and creates
+// the partitions around now; Maintain keeps them. A bad URL or an
+// unreachable database is an error naming the host, never the password.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	opts.defaults()
+	pool, host, err := pgstore.Open(ctx, url, "sless-runs", opts.MaxConns)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{opts: opts, pool: pool, host: host}
+	sub, err := fs.Sub(migrations, "migrations")
+	if err == nil {
+		err = pgstore.Migrate(ctx, pool, sub, versionTable)
+	}
+	if err == nil {
+		err = s.maintain(ctx, time.Now())
+	}
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database %s: %w", host, err)
+	}
+	return s, nil
+}
+
+// Close closes the store's connections.
+func (s *Store) Close() { s.pool.Close() }
+
+// Maintain keeps the partitions and forgets the idempotency keys past
+// their window, every period until ctx ends.
+func (s *Store) Maintain(ctx context.Context, period time.Duration) {
+	pgstore.Every(ctx, period, func(now time.Time) error { return s.maintain(ctx, now) }, func(err error) {
+		s.opts.Log.Warn("runs: maintenance", "database", s.host, "err", err)
+	})
+}
+
+func (s *Store) maintain(ctx context.Context, now time.Time) error {
+	if err := table.Maintain(ctx, s.pool, now, s.opts.Retention); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, "delete from sless_run_keys where created_at < $1", now.Add(-s.opts.KeyWindow))
+	return err
+}
+
+// now is the store's clock: Go's, at the database's precision, so that a
+// run's times read back equal what Submit answered.
+func now() time.Time { return time.Now().Truncate(time.Microsecond) }
+
+// runColumns are what a Run is read from, in scanRun's order.
+const runColumns = "id, namespace, function, state, attempts, created_at, started_at, completed_at, status, error"
+
+func scanRun(row pgx.Row) (runs.Run, error) {
+	var r runs.Run
+	err := row.Scan(&r.ID, &r.Namespace, &r.Function, &r.State, &r.Attempts, &r.CreatedAt, &r.StartedAt,
+		&r.CompletedAt, &r.Status, &r.Error)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, runs.ErrNotFound
+	}
+	return r, err
+}
+
+// Submit implements runs.Store: the run is committed when it returns.
+func (s *Store) Submit(ctx context.Context, sub runs.Submission) (runs.Run, bool, error) {
+	at := now()
+	header, err := json.Marshal(nonNil(sub.Request.Header))
+	if err != nil {
+		return runs.Run{}, false, err
+	}
+	var r runs.Run
+	var existing runs.ID
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		id := runs.NewID()
+		if sub.IdempotencyKey != "" {
+			if existing, err = s.useKey(ctx, tx, sub, id, at); err != nil || existing != "" {
+				return err
+			}
+		}
+		r, err = scanRun(tx.QueryRow(ctx, `insert into sless_runs (id, namespace, function, state, created_at,
+			not_before, expires_at, method, path, header, body) values ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10)
+			returning `+runColumns, id, sub.Namespace, sub.Function, runs.Queued, at, at.Add(sub.MaxAge),
+			sub.Request.Method, sub.Request.Path, header, nonNil(sub.Request.Body)))
+		return err
+	})
+	if err != nil {
+		return runs.Run{}, false, s.fail("submit", err)
+	}
+	if existing != "" {
+		r, err = s.Get(ctx, existing)
+		return r, false, err
+	}
+	return r, true, nil
+}
+
+// useKey takes sub's idempotency key for run id, or returns the run it
+// names. Of submissions with one key at once, the first to insert it
+// makes the run; the others wait for its commit, then read it.
+func (s *Store) useKey(ctx context.Context, tx pgx.Tx, sub runs.Submission, id runs.ID, at time.Time) (runs.ID, error) {
+	digest := runs.Digest(&sub.Request)
+	if _, err := tx.Exec(ctx, "delete from sless_run_keys where namespace = $1 and function = $2 and key = $3 and created_at < $4",
+		sub.Namespace, sub.Function, sub.IdempotencyKey, at.Add(-s.opts.KeyWindow)); err != nil {
+		return "", err
+	}
+	tag, err := tx.Exec(ctx, `insert into sless_run_keys (namespace, function, key, digest, run_id, created_at)
+		values ($1, $2, $3, $4, $5, $6) on conflict do nothing`, sub.Namespace, sub.Function, sub.IdempotencyKey, digest[:], id, at)
+	if err != nil || tag.RowsAffected() == 1 {
+		return "", err
+	}
+	var used []byte
+	var run runs.ID
+	if err := tx.QueryRow(ctx, "select digest, run_id from sless_run_keys where namespace = $1 and function = $2 and key = $3",
+		sub.Namespace, sub.Function, sub.IdempotencyKey).Scan(&used, &run); err != nil {
+		return "", err
+	}
+	if !bytes.Equal(used, digest[:]) {
+		return "", runs.ErrKeyConflict
+	}
+	return run, nil
+}
+
+// fail wraps a store error with what failed, keeping the store's own
+// errors as they are.
+func (s *Store) fail(what string, err error) error {
+	for _, own := range []error{runs.ErrNotFound, runs.ErrKeyConflict, runs.ErrNotEnded, runs.ErrAttemptOver} {
+		if errors.Is(err, own) {
+			return err
+		}
+	}
+	return fmt.Errorf("runs: %s: database %s: %w", what, s.host, err)
+}
+
+// Get implements runs.Store.
+func (s *Store) Get(ctx context.Context, id runs.ID) (runs.Run, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, "select "+runColumns+" from sless_runs where id = $1", id))
+	if err != nil {
+		return r, s.fail("get", err)
+	}
+	return r, nil
+}
+
+// Result implements runs.Store.
+func (s *Store) Result(ctx context.Context, id runs.ID) (runs.Run, runs.Result, error) {
+	var res runs.Result
+	var r runs.Run
+	err := s.pool.QueryRow(ctx, "select "+runColumns+", content_type, result, result_truncated, result_size from sless_runs where id = $1", id).
+		Scan(&r.ID, &r.Namespace, &r.Function, &r.State, &r.Attempts, &r.CreatedAt, &r.StartedAt, &r.CompletedAt,
+			&r.Status, &r.Error, &res.ContentType, &res.Body, &res.Truncated, &res.BodySize)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return r, res, runs.ErrNotFound
+	case err != nil:
+		return r, res, s.fail("result", err)
+	case !r.State.Ended():
+		return r, runs.Result{}, runs.ErrNotEnded
+	}
+	res.Status = r.Status
+	return r, res, nil
+}
+
+// Cancel implements runs.Store.
+func (s *Store) Cancel(ctx context.Context, id runs.ID) (runs.Run, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, `update sless_runs set state = $2, completed_at = $3, error = 'cancelled'
+		where id = $1 and state in ('queued', 'running') returning `+runColumns, id, runs.Cancelled, now()))
+	if errors.Is(err, runs.ErrNotFound) {
+		return s.Get(ctx, id) // ended already, or unknown
+	}
+	if err != nil {
+		return r, s.fail("cancel", err)
+	}
+	return r, nil
+}
+
+// Claim implements runs.Store. A running run's not_before is its lease's
+// end: the one index orders queued runs by when they are due and finds
+// the running ones whose lease ran out.
+func (s *Store) Claim(ctx context.Context, namespace, function string, lease time.Duration) (runs.Attempt, bool, error) {
+	at := now()
+	var a runs.Attempt
+	var header []byte
+	err := s.pool.QueryRow(ctx, `update sless_runs r set state = $4, attempts = r.attempts + 1,
+			started_at = coalesce(r.started_at, $3), not_before = $5
+		from (select id, created_at from sless_runs where namespace = $1 and function = $2
+			and state in ('queued', 'running') and not_before <= $3
+			order by not_before, created_at limit 1 for update skip locked) due
+		where r.id = due.id and r.created_at = due.created_at
+		returning `+prefixed("r.", runColumns)+", r.method, r.path, r.header, r.body",
+		namespace, function, at, runs.Running, at.Add(lease)).
+		Scan(&a.Run.ID, &a.Run.Namespace, &a.Run.Function, &a.Run.State, &a.Run.Attempts, &a.Run.CreatedAt,
+			&a.Run.StartedAt, &a.Run.CompletedAt, &a.Run.Status, &a.Run.Error,
+			&a.Request.Method, &a.Request.Path, &header, &a.Request.Body)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return a, false, nil
+	}
+	if err != nil {
+		return a, false, s.fail("claim", err)
+	}
+	if err := json.Unmarshal(header, &a.Request.Header); err != nil {
+		return a, false, fmt.Errorf("runs: run %s: its header: %w", a.Run.ID, err)
+	}
+	a.Number = a.Run.Attempts
+	return a, true, nil
+}
+
+// Finish implements runs.Store.
+func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (runs.Run, error) {
+	if err := o.Check(); err != nil {
+		return runs.Run{}, err
+	}
+	at := now()
+	var completed *time.Time
+	notBefore := o.RetryAt
+	if o.State != runs.Queued {
+		completed, notBefore = &at, at
+	}
+	var result []byte
+	if o.Result.Status > 0 {
+		result = nonNil(o.Result.Body)
+	}
+	r, err := scanRun(s.pool.QueryRow(ctx, `update sless_runs set state = $4, not_before = $5, completed_at = $6,
+			error = $7, status = case when $8 > 0 then $8 else status end,
+			content_type = case when $8 > 0 then $9 else content_type end, result = coalesce($10, result),
+			result_truncated = case when $8 > 0 then $11 else result_truncated end,
+			result_size = case when $8 > 0 then $12 else result_size end
+		where id = $1 and created_at = $2 and state = 'running' and attempts = $3
+		returning `+runColumns, a.Run.ID, a.Run.CreatedAt, a.Number, o.State, notBefore, completed,
+		invocation.TruncateError(o.Error), o.Result.Status, o.Result.ContentType, result, o.Result.Truncated, o.Result.BodySize))
+	if errors.Is(err, runs.ErrNotFound) {
+		if r, err = s.Get(ctx, a.Run.ID); err == nil {
+			err = runs.ErrAttemptOver
+		}
+		return r, err
+	}
+	if err != nil {
+		return r, s.fail("finish", err)
+	}
+	return r, nil
+}
+
+// Expire implements runs.Store.
+func (s *Store) Expire(ctx context.Context) (int, error) {
+	at := now()
+	tag, err := s.pool.Exec(ctx, `update sless_runs set state = $2, completed_at = $1, error = $3
+		where state = 'queued' and expires_at < $1`, at, runs.Expired, runs.ExpiredError)
+	if err != nil {
+		return 0, s.fail("expire", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// prefixed qualifies each of a list of columns with prefix.
+func prefixed(prefix, columns string) string {
+	var b bytes.Buffer
+	for i, c := range bytes.Split([]byte(columns), []byte(", ")) {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(prefix)
+		b.Write(c)
+	}
+	return b.String()
+}
+
+// nonNil is s, or an empty slice for nil: the columns are not null, and
+// JSON's empty header is [].
+func nonNil[S ~[]E, E any](s S) S {
+	if s == nil {
+		return S{}
+	}
+	return s
+}

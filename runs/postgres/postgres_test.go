@@ -1,0 +1,132 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/pgstore"
+	"sless.dev/sless/internal/pgtest"
+	"sless.dev/sless/runs"
+	"sless.dev/sless/runs/runstest"
+)
+
+func open(t *testing.T, opts Options) *Store {
+	t.Helper()
+	url, _ := pgtest.DB(t)
+	s, err := Open(context.Background(), url, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestStore(t *testing.T) {
+	runstest.TestStore(t, func(t *testing.T) runs.Store { return open(t, Options{}) })
+}
+
+// Runs outlive the process that took them: a store opened again on the
+// database finds them queued, and the one whose attempt was lost with the
+// process is due again once its lease runs out.
+func TestRunsOutliveTheStore(t *testing.T) {
+	ctx := context.Background()
+	url, _ := pgtest.DB(t)
+	first, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub := runs.Submission{Namespace: "default", Function: "fn", Request: runs.Request{Method: "GET", Path: "/"}, MaxAge: time.Hour}
+	var ids []runs.ID
+	for range 3 {
+		r, _, err := first.Submit(ctx, sub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, r.ID)
+	}
+	if _, ok, err := first.Claim(ctx, "default", "fn", 300*time.Millisecond); !ok || err != nil {
+		t.Fatalf("claim: %t %v", ok, err)
+	}
+	first.Close()
+
+	second, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	claimed := map[runs.ID]int{}
+	eventually.True(t, "every run claimed again", func() bool {
+		a, ok, err := second.Claim(ctx, "default", "fn", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			claimed[a.Run.ID] = a.Number
+		}
+		return len(claimed) == len(ids)
+	})
+	if claimed[ids[0]] != 2 || claimed[ids[1]] != 1 || claimed[ids[2]] != 1 {
+		t.Errorf("attempts %v, want the lost one's second and the others' first", claimed)
+	}
+}
+
+// A database that cannot be reached refuses a submission with an error
+// naming it, and no run is made; once back, submissions are taken again.
+func TestDatabaseDown(t *testing.T) {
+	ctx := context.Background()
+	url, name := pgtest.DB(t)
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sub := runs.Submission{Namespace: "default", Function: "fn", Request: runs.Request{Method: "GET", Path: "/"}, MaxAge: time.Hour}
+	pgtest.SetReachable(t, name, false)
+	if _, created, err := s.Submit(ctx, sub); err == nil || created || !strings.Contains(err.Error(), name) {
+		t.Errorf("submit while the database is down: created %t, %v; want an error naming the database", created, err)
+	}
+	pgtest.SetReachable(t, name, true)
+	eventually.True(t, "submissions taken again", func() bool {
+		_, created, err := s.Submit(ctx, sub)
+		return err == nil && created
+	})
+	var n int
+	if err := s.pool.QueryRow(ctx, "select count(*) from sless_runs").Scan(&n); err != nil || n != 1 {
+		t.Errorf("%d runs stored (%v), want the one taken", n, err)
+	}
+}
+
+// Retention drops the days of runs past it, and the idempotency keys past
+// their window are forgotten: the key makes a new run.
+func TestRetention(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, Options{Retention: 3 * 24 * time.Hour})
+	sub := runs.Submission{Namespace: "default", Function: "fn", Request: runs.Request{Method: "GET", Path: "/"},
+		IdempotencyKey: "k", MaxAge: time.Hour}
+	r, _, err := s.Submit(ctx, sub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().AddDate(0, 0, 5)
+	if err := s.maintain(ctx, later); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, r.ID); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("a run past the retention: %v, want it gone", err)
+	}
+	names, err := table.Partitions(ctx, s.pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(names, " "); strings.Contains(got, table.Partition(time.Now())) ||
+		!strings.Contains(got, table.Partition(later.AddDate(0, 0, pgstore.DaysAhead))) {
+		t.Errorf("partitions %s, want today's dropped and the days ahead of the later day made", got)
+	}
+	if again, created, err := s.Submit(ctx, sub); err != nil || !created || again.ID == r.ID {
+		t.Errorf("the key after its window: %s created %t %v, want a new run", again.ID, created, err)
+	}
+}

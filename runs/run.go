@@ -1,0 +1,183 @@
+// Package runs holds the asynchronous invocations of functions: a run is
+// a request stored before its caller is told it was accepted, attempted at
+// least once, and kept with its result until its retention ends. This
+// package is the run's contract (its states, its fields, the store every
+// component shares) and the in-memory store `sless dev` uses without a
+// database; runs/postgres is the durable one.
+package runs
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is where a run is in its life. A run starts Queued, is Running
+// while an attempt holds it, and ends in one of the other four; it may go
+// back from Running to Queued to be attempted again.
+type State string
+
+// The states of a run.
+const (
+	Queued    State = "queued"
+	Running   State = "running"
+	Succeeded State = "succeeded"
+	Failed    State = "failed"
+	Cancelled State = "cancelled"
+	Expired   State = "expired"
+)
+
+// Ended says whether a run in state s will change no more.
+func (s State) Ended() bool {
+	return s == Succeeded || s == Failed || s == Cancelled || s == Expired
+}
+
+// ID names a run. It is the capability to read it: 128 random bits and
+// more, so that no one finds a run they were not given.
+type ID string
+
+// NewID returns a new random run ID (26 characters of base32, 130 bits).
+func NewID() ID { return ID(rand.Text()) }
+
+// Request is what a caller asked a run to do: the function's request.
+type Request struct {
+	Method string `json:"method"`
+	// Path is the request's path under the function's route, with its
+	// query: "/" at least.
+	Path   string      `json:"path"`
+	Header [][2]string `json:"header,omitempty"`
+	Body   []byte      `json:"-"`
+}
+
+// Digest identifies what a request asks, for Idempotency-Key: the same key
+// for another request is a conflict.
+func Digest(r *Request) [sha256.Size]byte {
+	h := sha256.New()
+	for _, s := range []string{r.Method, "\x00", r.Path, "\x00"} {
+		h.Write([]byte(s))
+	}
+	h.Write(r.Body)
+	return [sha256.Size]byte(h.Sum(nil))
+}
+
+// Submission is a run asked for.
+type Submission struct {
+	Namespace, Function string
+	Request             Request
+	// IdempotencyKey, when set, makes the submission once only within
+	// the store's key window: the same key and request for the same
+	// function answer the first run.
+	IdempotencyKey string
+	// MaxAge bounds how long the run may wait queued before it is
+	// Expired.
+	MaxAge time.Duration
+}
+
+// Run is a run as its readers see it.
+type Run struct {
+	ID        ID     `json:"id"`
+	Namespace string `json:"namespace"`
+	Function  string `json:"function"`
+	State     State  `json:"state"`
+	// Attempts counts the attempts started, the one running included.
+	Attempts    int        `json:"attempts"`
+	CreatedAt   time.Time  `json:"createdAt"`
+	StartedAt   *time.Time `json:"startedAt,omitempty"`
+	CompletedAt *time.Time `json:"completedAt,omitempty"`
+	// Status is the function's HTTP status in the last attempt that got
+	// one (0 before).
+	Status int `json:"status,omitempty"`
+	// Error says, in words a user can act on, why the last attempt
+	// failed, or why the run ended as it did (invocation.MaxErrorBytes at
+	// most).
+	Error string `json:"error,omitempty"`
+}
+
+// Result is a function's answer to a run's last attempt.
+type Result struct {
+	Status      int
+	ContentType string
+	// Body is the answer's body, up to the store's bound; Truncated
+	// says it was larger and BodySize is its whole size then.
+	Body      []byte
+	Truncated bool
+	BodySize  int64
+}
+
+// Attempt is a run claimed for an attempt: the request to send and the
+// attempt's number, which fences its outcome (Finish takes the outcome of
+// the run's current attempt only).
+type Attempt struct {
+	Run     Run
+	Request Request
+	// Number is the attempt's number, from 1.
+	Number int
+}
+
+// Outcome is how an attempt ended.
+type Outcome struct {
+	// State is the run's state after it: Succeeded or Failed to end it,
+	// Queued to attempt it again at RetryAt.
+	State   State
+	RetryAt time.Time
+	// Result is the function's answer, when it gave one (Status > 0).
+	Result Result
+	// Error is why the attempt failed, empty when it did not.
+	Error string
+}
+
+// Check says whether o is an outcome a store takes: one that ends the
+// run, or queues it again.
+func (o Outcome) Check() error {
+	if o.State != Succeeded && o.State != Failed && o.State != Queued {
+		return fmt.Errorf("runs: an attempt's outcome is succeeded, failed or queued, not %q", o.State)
+	}
+	return nil
+}
+
+// The errors of runs the platform ended.
+const (
+	CancelledError = "cancelled"
+	ExpiredError   = "expired: queued longer than the function's async.maxAge"
+)
+
+// Errors of a store.
+var (
+	ErrNotFound = errors.New("no such run")
+	// ErrKeyConflict: an Idempotency-Key already names another request.
+	ErrKeyConflict = errors.New("the Idempotency-Key was used for another request to this function")
+	// ErrNotEnded: a run's result was asked before it ended.
+	ErrNotEnded = errors.New("the run has not ended")
+	// ErrFull: the store holds as many runs as it may.
+	ErrFull = errors.New("the run store is full")
+	// ErrAttemptOver: the outcome of an attempt that no longer holds its
+	// run (its lease ran out and another attempt took it, or the run was
+	// cancelled) is not taken.
+	ErrAttemptOver = errors.New("the attempt no longer holds the run")
+)
+
+// Store keeps runs. Every method is safe for concurrent use, by one
+// process or (runs/postgres) by every process sharing the database.
+type Store interface {
+	// Submit stores a new run, or with an IdempotencyKey seen before
+	// answers the run it made (created false).
+	Submit(ctx context.Context, s Submission) (r Run, created bool, err error)
+	Get(ctx context.Context, id ID) (Run, error)
+	// Result is an ended run's answer; ErrNotEnded before.
+	Result(ctx context.Context, id ID) (Run, Result, error)
+	// Cancel ends a queued or running run as Cancelled; an ended run is
+	// left as it is. The run is returned as it is after.
+	Cancel(ctx context.Context, id ID) (Run, error)
+	// Claim takes the oldest run of a function that is due (queued and
+	// its retry time reached, or running with its lease run out) for an
+	// attempt leased until now+lease; ok false when none is due.
+	Claim(ctx context.Context, namespace, function string, lease time.Duration) (a Attempt, ok bool, err error)
+	// Finish records an attempt's outcome; ErrAttemptOver when the
+	// attempt no longer holds the run.
+	Finish(ctx context.Context, a Attempt, o Outcome) (Run, error)
+	// Expire ends as Expired the queued runs past their MaxAge.
+	Expire(ctx context.Context) (int, error)
+}

@@ -1,0 +1,334 @@
+// Package runstest holds the tests every runs.Store must pass, so that the
+// in-memory store and PostgreSQL's keep one contract.
+package runstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/runs"
+)
+
+// TestStore runs the contract's tests, each on a new empty store from
+// open.
+func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
+	for _, tc := range []struct {
+		name string
+		test func(t *testing.T, s runs.Store)
+	}{
+		{"SubmitAndGet", testSubmitAndGet},
+		{"IdempotencyKey", testIdempotencyKey},
+		{"ClaimInOrder", testClaimInOrder},
+		{"Finish", testFinish},
+		{"Retry", testRetry},
+		{"LeaseLapses", testLeaseLapses},
+		{"Cancel", testCancel},
+		{"Expire", testExpire},
+		{"ClaimedOnce", testClaimedOnce},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, open(t)) })
+	}
+}
+
+var ctx = context.Background()
+
+// request is a request with every field set, distinct by n.
+func request(n int) runs.Request {
+	return runs.Request{Method: "POST", Path: fmt.Sprintf("/orders?n=%d", n),
+		Header: [][2]string{{"Content-Type", "application/json"}, {"X-Tag", "a"}, {"X-Tag", "b"}},
+		Body:   []byte(fmt.Sprintf(`{"n": %d, "bytes": "\u0000\xff"}`, n))}
+}
+
+func submit(t *testing.T, s runs.Store, sub runs.Submission) runs.Run {
+	t.Helper()
+	if sub.Namespace == "" {
+		sub.Namespace, sub.Function = "default", "fn"
+	}
+	if sub.MaxAge == 0 {
+		sub.MaxAge = time.Hour
+	}
+	r, created, err := s.Submit(ctx, sub)
+	if err != nil || !created {
+		t.Fatalf("submit: created %t, %v", created, err)
+	}
+	return r
+}
+
+func get(t *testing.T, s runs.Store, id runs.ID) runs.Run {
+	t.Helper()
+	r, err := s.Get(ctx, id)
+	if err != nil {
+		t.Fatalf("get %s: %v", id, err)
+	}
+	return r
+}
+
+func claim(t *testing.T, s runs.Store, lease time.Duration) (runs.Attempt, bool) {
+	t.Helper()
+	a, ok, err := s.Claim(ctx, "default", "fn", lease)
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	return a, ok
+}
+
+func mustClaim(t *testing.T, s runs.Store) runs.Attempt {
+	t.Helper()
+	a, ok := claim(t, s, time.Hour)
+	if !ok {
+		t.Fatal("claim: no run due, want one")
+	}
+	return a
+}
+
+func testSubmitAndGet(t *testing.T, s runs.Store) {
+	before := time.Now()
+	r := submit(t, s, runs.Submission{Request: request(1)})
+	if len(r.ID) < 26 || r.State != runs.Queued || r.Attempts != 0 || r.Namespace != "default" || r.Function != "fn" ||
+		r.CreatedAt.Before(before.Add(-time.Second)) || r.StartedAt != nil || r.CompletedAt != nil {
+		t.Errorf("submitted: %+v", r)
+	}
+	if got := get(t, s, r.ID); got.ID != r.ID || got.State != runs.Queued || !got.CreatedAt.Equal(r.CreatedAt) {
+		t.Errorf("get: %+v, want %+v", got, r)
+	}
+	if other := submit(t, s, runs.Submission{Request: request(1)}); other.ID == r.ID {
+		t.Errorf("two submissions without a key have one id %s", r.ID)
+	}
+	if _, err := s.Get(ctx, runs.NewID()); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("get of an unknown id: %v, want ErrNotFound", err)
+	}
+	if _, _, err := s.Result(ctx, r.ID); !errors.Is(err, runs.ErrNotEnded) {
+		t.Errorf("result of a queued run: %v, want ErrNotEnded", err)
+	}
+}
+
+func testIdempotencyKey(t *testing.T, s runs.Store) {
+	first := submit(t, s, runs.Submission{Request: request(1), IdempotencyKey: "k1"})
+	again, created, err := s.Submit(ctx, runs.Submission{Namespace: "default", Function: "fn", Request: request(1),
+		IdempotencyKey: "k1", MaxAge: time.Hour})
+	if err != nil || created || again.ID != first.ID {
+		t.Errorf("the same key and request: %s created %t %v, want the first run %s", again.ID, created, err, first.ID)
+	}
+	_, _, err = s.Submit(ctx, runs.Submission{Namespace: "default", Function: "fn", Request: request(2),
+		IdempotencyKey: "k1", MaxAge: time.Hour})
+	if !errors.Is(err, runs.ErrKeyConflict) {
+		t.Errorf("the same key for another request: %v, want ErrKeyConflict", err)
+	}
+	if other := submit(t, s, runs.Submission{Namespace: "default", Function: "other", Request: request(1),
+		IdempotencyKey: "k1"}); other.ID == first.ID {
+		t.Error("the same key for another function answered the first function's run")
+	}
+	// Concurrent submissions with one key make one run.
+	var wg sync.WaitGroup
+	ids := make([]runs.ID, 8)
+	for i := range ids {
+		wg.Go(func() {
+			r, _, err := s.Submit(ctx, runs.Submission{Namespace: "default", Function: "fn", Request: request(3),
+				IdempotencyKey: "k3", MaxAge: time.Hour})
+			if err != nil {
+				t.Errorf("concurrent submit: %v", err)
+			}
+			ids[i] = r.ID
+		})
+	}
+	wg.Wait()
+	if ids[0] == "" || slices.ContainsFunc(ids, func(id runs.ID) bool { return id != ids[0] }) {
+		t.Errorf("concurrent submissions with one key: %v, want one run", ids)
+	}
+}
+
+func testClaimInOrder(t *testing.T, s runs.Store) {
+	if _, ok := claim(t, s, time.Hour); ok {
+		t.Fatal("claimed a run from an empty store")
+	}
+	var ids []runs.ID
+	for n := range 3 {
+		ids = append(ids, submit(t, s, runs.Submission{Request: request(n)}).ID)
+	}
+	submit(t, s, runs.Submission{Namespace: "default", Function: "other", Request: request(9)})
+	for n, id := range ids {
+		a := mustClaim(t, s)
+		if a.Run.ID != id || a.Number != 1 || a.Run.State != runs.Running || a.Run.Attempts != 1 || a.Run.StartedAt == nil {
+			t.Errorf("claim %d: %+v (attempt %d), want %s running, attempt 1", n, a.Run, a.Number, id)
+		}
+		if want := request(n); a.Request.Method != want.Method || a.Request.Path != want.Path ||
+			!slices.Equal(a.Request.Header, want.Header) || string(a.Request.Body) != string(want.Body) {
+			t.Errorf("claim %d: request %+v, want %+v", n, a.Request, want)
+		}
+		if got := get(t, s, id); got.State != runs.Running || got.Attempts != 1 {
+			t.Errorf("run %d after its claim: %+v", n, got)
+		}
+	}
+	if a, ok := claim(t, s, time.Hour); ok {
+		t.Errorf("claimed %+v: every run of the function is running", a.Run)
+	}
+}
+
+func testFinish(t *testing.T, s runs.Store) {
+	r := submit(t, s, runs.Submission{Request: request(1)})
+	a := mustClaim(t, s)
+	result := runs.Result{Status: 201, ContentType: "text/csv", Body: []byte("a,b\n1,2\n"), Truncated: true, BodySize: 1 << 20}
+	done, err := s.Finish(ctx, a, runs.Outcome{State: runs.Succeeded, Result: result})
+	if err != nil || done.State != runs.Succeeded || done.Status != 201 || done.CompletedAt == nil || done.Attempts != 1 {
+		t.Fatalf("finish: %+v %v", done, err)
+	}
+	got, res, err := s.Result(ctx, r.ID)
+	if err != nil || got.State != runs.Succeeded || res.Status != 201 || res.ContentType != "text/csv" ||
+		string(res.Body) != string(result.Body) || !res.Truncated || res.BodySize != 1<<20 {
+		t.Errorf("result: %+v %+v %v", got, res, err)
+	}
+	if _, err := s.Finish(ctx, a, runs.Outcome{State: runs.Failed}); !errors.Is(err, runs.ErrAttemptOver) {
+		t.Errorf("finish again: %v, want ErrAttemptOver", err)
+	}
+	if got := get(t, s, r.ID); got.State != runs.Succeeded {
+		t.Errorf("after a second finish: %+v", got)
+	}
+}
+
+func testRetry(t *testing.T, s runs.Store) {
+	r := submit(t, s, runs.Submission{Request: request(1)})
+	a := mustClaim(t, s)
+	retryAt := time.Now().Add(300 * time.Millisecond)
+	q, err := s.Finish(ctx, a, runs.Outcome{State: runs.Queued, RetryAt: retryAt,
+		Result: runs.Result{Status: 503, Body: []byte("busy")}, Error: "the function answered 503"})
+	if err != nil || q.State != runs.Queued || q.Status != 503 || q.Error != "the function answered 503" || q.CompletedAt != nil {
+		t.Fatalf("finish for a retry: %+v %v", q, err)
+	}
+	second, ok := claim(t, s, time.Hour)
+	if ok && time.Now().Before(retryAt) {
+		t.Fatalf("claimed %+v before its retry time", second.Run)
+	}
+	if !ok {
+		eventually.True(t, "the run due again", func() bool {
+			second, ok = claim(t, s, time.Hour)
+			return ok
+		})
+	}
+	if second.Run.ID != r.ID || second.Number != 2 {
+		t.Errorf("retried: %+v attempt %d, want %s attempt 2", second.Run, second.Number, r.ID)
+	}
+	done, err := s.Finish(ctx, second, runs.Outcome{State: runs.Failed, Result: runs.Result{Status: 500}, Error: "the function answered 500"})
+	if err != nil || done.State != runs.Failed || done.Attempts != 2 || done.Error != "the function answered 500" {
+		t.Errorf("failed: %+v %v", done, err)
+	}
+}
+
+func testLeaseLapses(t *testing.T, s runs.Store) {
+	r := submit(t, s, runs.Submission{Request: request(1)})
+	first, ok := claim(t, s, 200*time.Millisecond)
+	if !ok {
+		t.Fatal("no run due")
+	}
+	var second runs.Attempt
+	eventually.True(t, "the run claimed again once its lease ran out", func() bool {
+		a, ok := claim(t, s, time.Hour)
+		second = a
+		return ok
+	})
+	if second.Run.ID != r.ID || second.Number != 2 || second.Run.Attempts != 2 {
+		t.Errorf("claimed again: %+v attempt %d", second.Run, second.Number)
+	}
+	if _, err := s.Finish(ctx, first, runs.Outcome{State: runs.Succeeded}); !errors.Is(err, runs.ErrAttemptOver) {
+		t.Errorf("the lapsed attempt's outcome: %v, want ErrAttemptOver", err)
+	}
+	if done, err := s.Finish(ctx, second, runs.Outcome{State: runs.Succeeded, Result: runs.Result{Status: 200}}); err != nil ||
+		done.State != runs.Succeeded {
+		t.Errorf("the second attempt's outcome: %+v %v", done, err)
+	}
+}
+
+func testCancel(t *testing.T, s runs.Store) {
+	queued := submit(t, s, runs.Submission{Request: request(1)})
+	running := submit(t, s, runs.Submission{Request: request(2)})
+	if c, err := s.Cancel(ctx, queued.ID); err != nil || c.State != runs.Cancelled || c.CompletedAt == nil {
+		t.Errorf("cancel a queued run: %+v %v", c, err)
+	}
+	a := mustClaim(t, s)
+	if a.Run.ID != running.ID {
+		t.Errorf("claimed %s, want %s: a cancelled run never starts", a.Run.ID, running.ID)
+	}
+	if c, err := s.Cancel(ctx, running.ID); err != nil || c.State != runs.Cancelled {
+		t.Errorf("cancel a running run: %+v %v", c, err)
+	}
+	if _, err := s.Finish(ctx, a, runs.Outcome{State: runs.Succeeded}); !errors.Is(err, runs.ErrAttemptOver) {
+		t.Errorf("a cancelled run's attempt's outcome: %v, want ErrAttemptOver", err)
+	}
+	ended := submit(t, s, runs.Submission{Request: request(3)})
+	if _, err := s.Finish(ctx, mustClaim(t, s), runs.Outcome{State: runs.Succeeded}); err != nil {
+		t.Fatal(err)
+	}
+	if c, err := s.Cancel(ctx, ended.ID); err != nil || c.State != runs.Succeeded {
+		t.Errorf("cancel an ended run: %+v %v, want it left succeeded", c, err)
+	}
+	if _, err := s.Cancel(ctx, runs.NewID()); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("cancel an unknown run: %v, want ErrNotFound", err)
+	}
+	if _, ok := claim(t, s, time.Hour); ok {
+		t.Error("a run was due after all were cancelled or ended")
+	}
+}
+
+func testExpire(t *testing.T, s runs.Store) {
+	old := submit(t, s, runs.Submission{Request: request(1), MaxAge: 100 * time.Millisecond})
+	young := submit(t, s, runs.Submission{Request: request(2), MaxAge: time.Hour})
+	eventually.True(t, "the old run expired", func() bool {
+		n, err := s.Expire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n == 1
+	})
+	if r := get(t, s, old.ID); r.State != runs.Expired || r.Error == "" || r.CompletedAt == nil {
+		t.Errorf("expired run: %+v", r)
+	}
+	if r := get(t, s, young.ID); r.State != runs.Queued {
+		t.Errorf("young run: %+v, want it queued", r)
+	}
+	if a := mustClaim(t, s); a.Run.ID != young.ID {
+		t.Errorf("claimed %s, want the young run", a.Run.ID)
+	}
+}
+
+// testClaimedOnce: claims racing over a function's runs take each run
+// once.
+func testClaimedOnce(t *testing.T, s runs.Store) {
+	const total = 40
+	for n := range total {
+		submit(t, s, runs.Submission{Request: request(n)})
+	}
+	var mu sync.Mutex
+	seen := map[runs.ID]int{}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for {
+				a, ok, err := s.Claim(ctx, "default", "fn", time.Hour)
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if !ok {
+					return
+				}
+				mu.Lock()
+				seen[a.Run.ID]++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != total {
+		t.Errorf("%d runs claimed, want %d", len(seen), total)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("run %s claimed %d times", id, n)
+		}
+	}
+}
