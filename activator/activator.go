@@ -89,6 +89,8 @@ type Activator struct {
 	// h2 carries the requests that came over HTTP/2 to the instances'
 	// queue-proxies, in h2c.
 	h2 *forward.ReverseProxy
+	// runs is set by EnableRuns, before serving; nil, runs are refused.
+	runs *runner
 }
 
 // trusted reports whether a client at ip is one of the trusted proxies.
@@ -317,6 +319,10 @@ const UnknownFunction = "unknown function"
 func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	rt, rest, ok := a.routes.match(ctx.Request.Header.RequestURI(), ctx.Host(), a.cfg.Domain)
+	if !ok && bytes.HasPrefix(ctx.Request.Header.RequestURI(), []byte(RunsPath)) {
+		a.serveRuns(ctx)
+		return
+	}
 	if !ok || rt == nil || !rt.fn.HTTP {
 		msg := UnknownFunction
 		if rt != nil && rt.fn.DisabledHTTP != "" {
@@ -359,6 +365,10 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	}
 	deadline := start.Add(rt.fn.Timeout)
 	cc, _ := ctx.Conn().(*forward.Conn)
+	if wantsAsync(&req.Header) {
+		a.submit(ctx, rt, start, cc)
+		return
+	}
 	held, err := forward.HoldBody(req, cc, deadline)
 	if err != nil {
 		f := forward.Classify(err)

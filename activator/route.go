@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"sless.dev/sless/runs"
 )
 
 // RouteSpec is what the activator knows of one function.
@@ -30,6 +32,8 @@ type RouteSpec struct {
 	// Triggers are the function's triggers by name, which the fire route
 	// checks: it fires an enabled cron trigger only.
 	Triggers map[string]Trigger `json:"triggers,omitempty"`
+	// Runs is how the function's runs are attempted.
+	Runs runs.Policy `json:"runs"`
 }
 
 // Trigger is one of a function's triggers, as the fire route sees it.

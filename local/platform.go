@@ -36,6 +36,7 @@ import (
 	"sless.dev/sless/local/manifests"
 	"sless.dev/sless/local/supervisor"
 	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/runs"
 	"sless.dev/sless/runtimes"
 	"sless.dev/sless/timeline"
 )
@@ -74,6 +75,9 @@ type Options struct {
 	// routes of them (an in-memory ring when nil). The platform only adds
 	// to it: its owner writes and closes it.
 	Records RecordStore
+	// Runs keeps the runs (an in-memory store when nil, whose runs end
+	// with the process). Its owner closes it.
+	Runs runs.Store
 	// Registry, when set, is where the platform registers its metrics and
 	// what its /metrics serves, so that the metrics of its owner's parts
 	// (the records store) show there too.
@@ -222,6 +226,10 @@ func New(opts Options) (*Platform, error) {
 	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Domain: Domain, Dial: p.sup.Dial}, p.pokes, timeline.Tee(p.records, p.timeline), p.reg, opts.Log); err != nil {
 		return nil, err
 	}
+	if opts.Runs == nil {
+		opts.Runs = runs.NewMemory()
+	}
+	p.act.EnableRuns(opts.Runs, activator.RunsConfig{})
 	cronMetrics, err := scheduler.NewMetrics(p.reg)
 	if err != nil {
 		return nil, err
@@ -266,6 +274,7 @@ func (p *Platform) Run(ctx context.Context) error {
 		}
 	})
 	go p.deliverPokes(bg)
+	go p.act.Dispatch(bg)
 	// The scheduler stops as the drain begins: a fire or a warm-up then
 	// would start an instance only to stop it.
 	go p.cron.Run(ctx)

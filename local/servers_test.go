@@ -24,7 +24,11 @@ const serversDir = "../config/samples/servers"
 func TestOwnServers(t *testing.T) {
 	needs.Commands(t, "python3", "node")
 	p := runPlatform(t, serversDir, 500*time.Millisecond)
-	for _, name := range []string{"server-node", "server-python"} {
+	names := []string{"server-node", "server-python"}
+	for _, name := range names {
+		p.waitFor(name+" loaded", 30*time.Second, func() bool { st := p.status(name).State; return st == "idle" || st == "ready" })
+	}
+	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			req, _ := http.NewRequest(http.MethodGet, "http://"+p.Addr()+"/fn/default/"+name+"/", nil)
 			req.Header.Set("X-Forwarded-Proto", "https") // a caller's claim, not the platform's

@@ -234,6 +234,7 @@ func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
 	}
 	if o.Result.Status > 0 {
 		e.run.Status, e.result = o.Result.Status, o.Result
+		e.run.ResultSize, e.run.ResultTruncated = o.Result.BodySize, o.Result.Truncated
 	}
 	e.run.Error = invocation.TruncateError(o.Error)
 	if o.State == Queued {
@@ -293,6 +294,33 @@ func (m *Memory) forget(now time.Time) {
 			delete(m.keys, k)
 		}
 	}
+}
+
+// Pending implements Store.
+func (m *Memory) Pending(context.Context) ([]Demand, error) {
+	now := time.Now()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Demand
+	for k, q := range m.functions {
+		if len(q.due) == 0 && len(q.running) == 0 {
+			delete(m.functions, k)
+			continue
+		}
+		d := Demand{Namespace: k.namespace, Function: k.name, Queued: len(q.due), Running: len(q.running)}
+		for _, e := range q.due {
+			if !e.notBefore.After(now) {
+				d.Due++
+			}
+		}
+		for _, e := range q.running {
+			if e.leaseUntil.Before(now) {
+				d.Due++
+			}
+		}
+		out = append(out, d)
+	}
+	return out, nil
 }
 
 // dueHeap orders queued runs by their next attempt, then by submission.

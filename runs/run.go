@@ -90,6 +90,10 @@ type Run struct {
 	// Status is the function's HTTP status in the last attempt that got
 	// one (0 before).
 	Status int `json:"status,omitempty"`
+	// ResultSize is the size of that answer's body; ResultTruncated says
+	// it was too large to keep whole (the result holds its start).
+	ResultSize      int64 `json:"resultSize,omitempty"`
+	ResultTruncated bool  `json:"resultTruncated,omitempty"`
 	// Error says, in words a user can act on, why the last attempt
 	// failed, or why the run ended as it did (invocation.MaxErrorBytes at
 	// most).
@@ -180,4 +184,16 @@ type Store interface {
 	Finish(ctx context.Context, a Attempt, o Outcome) (Run, error)
 	// Expire ends as Expired the queued runs past their MaxAge.
 	Expire(ctx context.Context) (int, error)
+	// Pending is the demand of every function with runs not ended.
+	Pending(ctx context.Context) ([]Demand, error)
+}
+
+// Demand is a function's runs not ended: what its instances have to do,
+// for the dispatcher to claim and the autoscaler to scale for.
+type Demand struct {
+	Namespace, Function string
+	Queued, Running     int
+	// Due counts the runs to claim now: queued and due, or running with
+	// their lease run out.
+	Due int
 }

@@ -49,6 +49,7 @@ func (f *Function) Default() {
 		s.Protocol = ProtocolHTTP1
 	}
 	s.Scale.setDefaults()
+	s.Async.setDefaults()
 	if len(s.Triggers) == 0 {
 		s.Triggers = []Trigger{{Name: DefaultTriggerName, HTTP: &HTTPTrigger{}}}
 	}

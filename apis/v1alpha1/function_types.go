@@ -191,6 +191,11 @@ type FunctionSpec struct {
 	// +kubebuilder:default={}
 	Scale Scale `json:"scale,omitempty"`
 
+	// Async bounds the function's runs (Prefer: respond-async).
+	// +optional
+	// +kubebuilder:default={}
+	Async Async `json:"async,omitempty"`
+
 	// Triggers are the ways the function is invoked. A Function without
 	// triggers gets one HTTP trigger named "http".
 	// +optional

@@ -97,6 +97,7 @@ func validateSpec(s *FunctionSpec, mode Mode, p *field.Path) field.ErrorList {
 	}
 	errs = append(errs, inRange(p.Child("concurrency"), s.Concurrency, 0, maxConcurrency)...)
 	errs = append(errs, validateScale(&s.Scale, p.Child("scale"))...)
+	errs = append(errs, validateAsync(&s.Async, p.Child("async"))...)
 	return append(errs, validateTriggers(s.Triggers, mode, p.Child("triggers"))...)
 }
 

@@ -171,6 +171,11 @@ func TestValidate(t *testing.T) {
 			f.Spec.Triggers[1].Cron.PreWarm = &metav1.Duration{Duration: 2 * time.Hour}
 		}, want: []string{`spec.scale.window: Invalid value: "1s": must be between 6s and 1h0m0s`,
 			`spec.scale.scaleToZeroGracePeriod: Invalid value: "-1s"`, `spec.triggers[1].cron.preWarm: Invalid value: "2h0m0s"`}},
+		{name: "async bounds", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Async = Async{MaxAttempts: 101, Concurrency: -1, MinBackoff: &metav1.Duration{Duration: time.Minute},
+				MaxBackoff: &metav1.Duration{Duration: time.Second}, MaxAge: &metav1.Duration{Duration: 48 * time.Hour}}
+		}, want: []string{`spec.async.maxAttempts: Invalid value: 101`, `spec.async.concurrency: Invalid value: -1`,
+			`spec.async.minBackoff: Invalid value: "1m0s": must not exceed maxBackoff`, `spec.async.maxAge: Invalid value: "48h0m0s"`}},
 		{name: "two trigger kinds", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].Cron = &CronTrigger{Schedule: "@hourly", Timezone: "UTC"} },
 			want: []string{`spec.triggers[0]: Invalid value: "web": exactly one of http, cron or rabbitmq must be set, found 2`}},
 		{name: "no trigger kind", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].HTTP = nil },

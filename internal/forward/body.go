@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"sync"
@@ -44,4 +45,32 @@ func ReleaseBody(req *fasthttp.Request, buf *[]byte) {
 		req.ResetBody()
 		heldBodies.Put(buf)
 	}
+}
+
+// ReadBody reads a request's whole body into a new slice, up to limit
+// bytes (ErrBodyTooLarge beyond), giving the client cc's read timeout for
+// each read, up to deadline: for a request that is kept, not forwarded (a
+// run's). An error is the client's (Classify).
+func ReadBody(req *fasthttp.Request, cc *Conn, deadline time.Time, limit int64) ([]byte, error) {
+	if cl := req.Header.ContentLength(); cl > 0 && int64(cl) > limit {
+		return nil, ErrBodyTooLarge
+	}
+	stream := req.BodyStream()
+	if stream == nil {
+		if b := req.Body(); int64(len(b)) <= limit {
+			return bytes.Clone(b), nil
+		}
+		return nil, ErrBodyTooLarge
+	}
+	src := clientBody{r: stream, cc: cc, deadline: deadline}
+	b, err := io.ReadAll(io.LimitReader(&src, limit+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %d bytes read", bodyError(src.err), len(b))
+	case int64(len(b)) > limit:
+		return nil, ErrBodyTooLarge
+	case req.Header.ContentLength() > 0 && len(b) < req.Header.ContentLength():
+		return nil, fmt.Errorf("%w: %d of %d bytes", ErrBadBody, len(b), req.Header.ContentLength())
+	}
+	return b, nil
 }

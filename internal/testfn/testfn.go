@@ -214,6 +214,12 @@ func (h *handler) echo(w http.ResponseWriter, r *http.Request) {
 	if code, err := strconv.Atoi(r.URL.Query().Get("status")); err == nil {
 		w.WriteHeader(code)
 	}
+	// ?fail-attempts=n answers 503 to a run's first n attempts.
+	if n, err := strconv.Atoi(r.URL.Query().Get("fail-attempts")); err == nil {
+		if at, _ := strconv.Atoi(r.Header.Get(wire.RunAttemptHeader)); at <= n {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}
 	_ = json.NewEncoder(w).Encode(e)
 }
 

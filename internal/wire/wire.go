@@ -111,6 +111,10 @@ const (
 	RoutingKeyHeader    = HeaderPrefix + "Routing-Key"
 	QueueHeader         = HeaderPrefix + "Queue"
 	DeliveryCountHeader = HeaderPrefix + "Delivery-Count"
+	// A run's id, and its attempt's number (1 the first time): the
+	// function can tell a run attempted again by its id.
+	RunIDHeader      = HeaderPrefix + "Run-Id"
+	RunAttemptHeader = HeaderPrefix + "Run-Attempt"
 )
 
 // NonRootUID is the user (and group) sless's images run as, and the

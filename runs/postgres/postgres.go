@@ -113,12 +113,12 @@ func (s *Store) maintain(ctx context.Context, now time.Time) error {
 func now() time.Time { return time.Now().Truncate(time.Microsecond) }
 
 // runColumns are what a Run is read from, in scanRun's order.
-const runColumns = "id, namespace, function, state, attempts, created_at, started_at, completed_at, status, error"
+const runColumns = "id, namespace, function, state, attempts, created_at, started_at, completed_at, status, error, result_size, result_truncated"
 
 func scanRun(row pgx.Row) (runs.Run, error) {
 	var r runs.Run
 	err := row.Scan(&r.ID, &r.Namespace, &r.Function, &r.State, &r.Attempts, &r.CreatedAt, &r.StartedAt,
-		&r.CompletedAt, &r.Status, &r.Error)
+		&r.CompletedAt, &r.Status, &r.Error, &r.ResultSize, &r.ResultTruncated)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, runs.ErrNotFound
 	}
@@ -207,9 +207,9 @@ func (s *Store) Get(ctx context.Context, id runs.ID) (runs.Run, error) {
 func (s *Store) Result(ctx context.Context, id runs.ID) (runs.Run, runs.Result, error) {
 	var res runs.Result
 	var r runs.Run
-	err := s.pool.QueryRow(ctx, "select "+runColumns+", content_type, result, result_truncated, result_size from sless_runs where id = $1", id).
+	err := s.pool.QueryRow(ctx, "select "+runColumns+", content_type, result from sless_runs where id = $1", id).
 		Scan(&r.ID, &r.Namespace, &r.Function, &r.State, &r.Attempts, &r.CreatedAt, &r.StartedAt, &r.CompletedAt,
-			&r.Status, &r.Error, &res.ContentType, &res.Body, &res.Truncated, &res.BodySize)
+			&r.Status, &r.Error, &r.ResultSize, &r.ResultTruncated, &res.ContentType, &res.Body)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return r, res, runs.ErrNotFound
@@ -218,7 +218,7 @@ func (s *Store) Result(ctx context.Context, id runs.ID) (runs.Run, runs.Result, 
 	case !r.State.Ended():
 		return r, runs.Result{}, runs.ErrNotEnded
 	}
-	res.Status = r.Status
+	res.Status, res.BodySize, res.Truncated = r.Status, r.ResultSize, r.ResultTruncated
 	return r, res, nil
 }
 
@@ -251,7 +251,7 @@ func (s *Store) Claim(ctx context.Context, namespace, function string, lease tim
 		returning `+prefixed("r.", runColumns)+", r.method, r.path, r.header, r.body",
 		namespace, function, at, runs.Running, at.Add(lease)).
 		Scan(&a.Run.ID, &a.Run.Namespace, &a.Run.Function, &a.Run.State, &a.Run.Attempts, &a.Run.CreatedAt,
-			&a.Run.StartedAt, &a.Run.CompletedAt, &a.Run.Status, &a.Run.Error,
+			&a.Run.StartedAt, &a.Run.CompletedAt, &a.Run.Status, &a.Run.Error, &a.Run.ResultSize, &a.Run.ResultTruncated,
 			&a.Request.Method, &a.Request.Path, &header, &a.Request.Body)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, false, nil
@@ -310,6 +310,25 @@ func (s *Store) Expire(ctx context.Context) (int, error) {
 		return 0, s.fail("expire", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// Pending implements runs.Store.
+func (s *Store) Pending(ctx context.Context) ([]runs.Demand, error) {
+	rows, err := s.pool.Query(ctx, `select namespace, function, count(*) filter (where state = 'queued'),
+			count(*) filter (where state = 'running'), count(*) filter (where not_before <= $1)
+		from sless_runs where state in ('queued', 'running') group by namespace, function`, now())
+	if err != nil {
+		return nil, s.fail("pending", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runs.Demand, error) {
+		var d runs.Demand
+		err := row.Scan(&d.Namespace, &d.Function, &d.Queued, &d.Running, &d.Due)
+		return d, err
+	})
+	if err != nil {
+		return nil, s.fail("pending", err)
+	}
+	return out, nil
 }
 
 // prefixed qualifies each of a list of columns with prefix.

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +32,7 @@ func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
 		{"Cancel", testCancel},
 		{"Expire", testExpire},
 		{"ClaimedOnce", testClaimedOnce},
+		{"Pending", testPending},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, open(t)) })
 	}
@@ -175,7 +177,8 @@ func testFinish(t *testing.T, s runs.Store) {
 	a := mustClaim(t, s)
 	result := runs.Result{Status: 201, ContentType: "text/csv", Body: []byte("a,b\n1,2\n"), Truncated: true, BodySize: 1 << 20}
 	done, err := s.Finish(ctx, a, runs.Outcome{State: runs.Succeeded, Result: result})
-	if err != nil || done.State != runs.Succeeded || done.Status != 201 || done.CompletedAt == nil || done.Attempts != 1 {
+	if err != nil || done.State != runs.Succeeded || done.Status != 201 || done.CompletedAt == nil || done.Attempts != 1 ||
+		done.ResultSize != 1<<20 || !done.ResultTruncated {
 		t.Fatalf("finish: %+v %v", done, err)
 	}
 	got, res, err := s.Result(ctx, r.ID)
@@ -330,5 +333,34 @@ func testClaimedOnce(t *testing.T, s runs.Store) {
 		if n != 1 {
 			t.Errorf("run %s claimed %d times", id, n)
 		}
+	}
+}
+
+func testPending(t *testing.T, s runs.Store) {
+	pending := func() []runs.Demand {
+		t.Helper()
+		ds, err := s.Pending(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(ds, func(a, b runs.Demand) int { return strings.Compare(a.Function, b.Function) })
+		return ds
+	}
+	if ds := pending(); len(ds) != 0 {
+		t.Errorf("pending in an empty store: %+v", ds)
+	}
+	for n := range 3 {
+		submit(t, s, runs.Submission{Request: request(n)})
+	}
+	submit(t, s, runs.Submission{Namespace: "default", Function: "other", Request: request(9)})
+	a := mustClaim(t, s)
+	if _, err := s.Finish(ctx, a, runs.Outcome{State: runs.Queued, RetryAt: time.Now().Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	mustClaim(t, s)
+	want := []runs.Demand{{Namespace: "default", Function: "fn", Queued: 2, Running: 1, Due: 1},
+		{Namespace: "default", Function: "other", Queued: 1, Due: 1}}
+	if got := pending(); !slices.Equal(got, want) {
+		t.Errorf("pending %+v, want %+v", got, want)
 	}
 }

@@ -1,0 +1,206 @@
+package activator
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"k8s.io/apimachinery/pkg/types"
+
+	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/runs"
+)
+
+// leaseMargin is what a run's lease adds to its function's longest
+// request: an attempt that outlives its lease could overlap the next.
+const leaseMargin = 30 * time.Second
+
+// expireEvery is how many of the dispatcher's looks pass between two
+// expiries of the runs queued too long.
+const expireEvery = 20
+
+// Dispatch attempts the runs due of the functions the activator serves,
+// each through the same throttling, instances and records as a request,
+// until ctx ends. It looks every RunsConfig.Interval, and at once when a
+// run is submitted here or an attempt ends. The attempts under way when
+// ctx ends go on to their end; one cut short (the process ended) is
+// attempted again once its lease runs out.
+func (a *Activator) Dispatch(ctx context.Context) {
+	r := a.runs
+	if r == nil {
+		return
+	}
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	failing := false // the store failed at the last look: said once
+	for n := 0; ; n++ {
+		err := a.dispatchDue(ctx)
+		if err == nil && n%expireEvery == 0 {
+			_, err = r.store.Expire(ctx)
+		}
+		switch {
+		case err != nil && ctx.Err() == nil && !failing:
+			a.log.Warn("runs: the store cannot be read: no run is attempted until it can", "err", err)
+		case err == nil && failing:
+			a.log.Info("runs: the store can be read again")
+		}
+		failing = err != nil
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-r.wake:
+		}
+	}
+}
+
+// dispatchDue claims the runs due of every function served, each up to
+// its concurrency, and starts their attempts.
+func (a *Activator) dispatchDue(ctx context.Context) error {
+	pending, err := a.runs.store.Pending(ctx)
+	if err != nil {
+		return err
+	}
+	for _, d := range pending {
+		if d.Due == 0 {
+			continue
+		}
+		// A run of a function not served here waits: another activator
+		// may serve it, or its Function come back before it expires.
+		if rt := a.routes.get(d.Namespace, d.Function); rt != nil {
+			if err := a.claim(ctx, rt, d.Due); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// claim takes up to due runs of rt, within its concurrency, and starts
+// their attempts.
+func (a *Activator) claim(ctx context.Context, rt *route, due int) error {
+	key := types.NamespacedName{Namespace: rt.fn.Namespace, Name: rt.fn.Name}
+	lease := max(rt.fn.MaxDuration, rt.fn.Timeout) + leaseMargin
+	for range due {
+		if !a.runs.reserve(key, max(rt.fn.Runs.Concurrency, 1)) {
+			return nil
+		}
+		at, ok, err := a.runs.store.Claim(ctx, rt.fn.Namespace, rt.fn.Name, lease)
+		if err != nil || !ok {
+			a.runs.release(key)
+			return err
+		}
+		go func() {
+			defer a.runs.release(key)
+			// Its outcome is stored even as the dispatcher stops.
+			a.attempt(context.WithoutCancel(ctx), rt, at)
+		}()
+	}
+	return nil
+}
+
+// reserve takes one of a function's attempts in flight, if fewer than
+// limit are.
+func (r *runner) reserve(key types.NamespacedName, limit int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inFlight[key] >= limit {
+		return false
+	}
+	r.inFlight[key]++
+	return true
+}
+
+// release gives back an attempt reserve took, and wakes the dispatcher:
+// another run may be due.
+func (r *runner) release(key types.NamespacedName) {
+	r.mu.Lock()
+	if r.inFlight[key]--; r.inFlight[key] == 0 {
+		delete(r.inFlight, key)
+	}
+	r.mu.Unlock()
+	r.poke()
+}
+
+// attempt sends a run's request to the function once, as a request from
+// its caller, and records its outcome: the run ends or is queued again,
+// as the function's policy says.
+func (a *Activator) attempt(ctx context.Context, rt *route, at runs.Attempt) {
+	start := time.Now()
+	rctx := new(fasthttp.RequestCtx)
+	var req fasthttp.Request
+	runRequest(&req, at)
+	rctx.Init(&req, fireAddr, nil)
+	res := a.serve(rctx, rt, start.Add(rt.fn.Timeout), nil)
+	result := runs.Result{Status: res.code, ContentType: string(rctx.Response.Header.ContentType())}
+	if res.body != nil {
+		a.readResult(rt, start, &res, &result)
+	} else {
+		a.keep(&result, rctx.Response.Body())
+	}
+	res.trigger = "run"
+	a.finish(rctx, rt, start, res)
+
+	answer := runs.Answer{Status: res.code, Failure: res.err}
+	if s, err := strconv.Atoi(string(rctx.Response.Header.Peek("Retry-After"))); err == nil && s > 0 {
+		answer.RetryAfter = time.Duration(s) * time.Second
+	}
+	o := rt.fn.Runs.Outcome(at.Number, answer, time.Now())
+	o.Result = result
+	if _, err := a.runs.store.Finish(ctx, at, o); err != nil {
+		// Over (cancelled, or its lease ran out): its outcome is not
+		// the run's. Else the run is attempted again once its lease
+		// runs out: at least once.
+		if !errors.Is(err, runs.ErrAttemptOver) {
+			a.log.Warn("runs: an attempt's outcome could not be stored; the run will be attempted again",
+				"run", at.Run.ID, "attempt", at.Number, "err", err)
+		}
+	}
+}
+
+// runRequest builds the request of a run's attempt: the caller's, with
+// the run's id and the attempt's number.
+func runRequest(req *fasthttp.Request, at runs.Attempt) {
+	req.Header.SetMethod(at.Request.Method)
+	req.SetRequestURI(at.Request.Path)
+	for _, f := range at.Request.Header {
+		if f[0] == "Host" {
+			req.Header.SetHost(f[1])
+		} else {
+			req.Header.Add(f[0], f[1])
+		}
+	}
+	req.Header.Set(wire.RunIDHeader, string(at.Run.ID))
+	req.Header.Set(wire.RunAttemptHeader, strconv.Itoa(at.Number))
+	req.SetBody(at.Request.Body)
+}
+
+// readResult reads a streamed answer to its end within the function's
+// bounds, keeping its start, and gives its instance back. An answer cut
+// midway fails the attempt.
+func (a *Activator) readResult(rt *route, start time.Time, res *result, into *runs.Result) {
+	res.body.Bound(start.Add(max(rt.fn.MaxDuration, rt.fn.Timeout)), rt.fn.IdleTimeout)
+	var kept bytes.Buffer
+	n, _ := io.Copy(&kept, io.LimitReader(res.body, int64(a.runs.cfg.MaxResultBytes)))
+	rest, _ := io.Copy(io.Discard, res.body)
+	_ = res.body.Close()
+	res.lease.Release()
+	into.Body, into.BodySize, into.Truncated = kept.Bytes(), n+rest, rest > 0
+	if f, cut := res.body.Cut(); cut {
+		res.code, res.err = f.Code, "answer cut: "+f.Cause
+		into.Status = f.Code
+	}
+}
+
+// keep keeps an answer's body, up to the bound.
+func (a *Activator) keep(into *runs.Result, body []byte) {
+	into.BodySize = int64(len(body))
+	if len(body) > a.runs.cfg.MaxResultBytes {
+		body, into.Truncated = body[:a.runs.cfg.MaxResultBytes], true
+	}
+	into.Body = bytes.Clone(body)
+}

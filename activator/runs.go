@@ -1,0 +1,292 @@
+package activator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+	"k8s.io/apimachinery/pkg/types"
+
+	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/runs"
+)
+
+// RunsConfig bounds the activator's runs; the zero value of each field is
+// its default.
+type RunsConfig struct {
+	// MaxBodyBytes bounds a run's request body (413 beyond).
+	MaxBodyBytes int64
+	// MaxResultBytes bounds the answer's body a run keeps: the rest is
+	// counted, not kept.
+	MaxResultBytes int
+	// MaxWait bounds a GET /runs/{id}?wait=.
+	MaxWait time.Duration
+	// Interval is how often the dispatcher looks for runs due, besides
+	// when one is submitted here or an attempt ends.
+	Interval time.Duration
+}
+
+// Defaults of RunsConfig.
+const (
+	DefaultRunMaxBodyBytes   = 1 << 20
+	DefaultRunMaxResultBytes = 256 << 10
+	DefaultRunMaxWait        = time.Minute
+	DefaultRunInterval       = 250 * time.Millisecond
+	// maxIdempotencyKey bounds an Idempotency-Key.
+	maxIdempotencyKey = 255
+)
+
+// RunsPath begins the paths of the runs API on the invocation port:
+// /runs/{id} and /runs/{id}/result. It is not a function's path: a
+// function routed by host keeps its own /runs/.
+const RunsPath = "/runs/"
+
+// runner is the activator's runs: their store, and the dispatcher's count
+// of each function's attempts in flight.
+type runner struct {
+	store runs.Store
+	cfg   RunsConfig
+	// wake tells the dispatcher to look for runs due now.
+	wake chan struct{}
+
+	mu       sync.Mutex
+	inFlight map[types.NamespacedName]int
+}
+
+// EnableRuns makes the activator take runs (Prefer: respond-async) into
+// store, serve the runs API and, with Dispatch, attempt them. Call it
+// before serving: without it, a run is refused (501).
+func (a *Activator) EnableRuns(store runs.Store, cfg RunsConfig) {
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultRunMaxBodyBytes
+	}
+	if cfg.MaxResultBytes == 0 {
+		cfg.MaxResultBytes = DefaultRunMaxResultBytes
+	}
+	if cfg.MaxWait == 0 {
+		cfg.MaxWait = DefaultRunMaxWait
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultRunInterval
+	}
+	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{}}
+}
+
+// wantsAsync says whether a request prefers an asynchronous answer
+// (RFC 7240's respond-async).
+func wantsAsync(h *fasthttp.RequestHeader) bool {
+	v := h.Peek("Prefer")
+	if len(v) == 0 {
+		return false
+	}
+	for pref := range bytes.SplitSeq(v, []byte(",")) {
+		name, _, _ := bytes.Cut(pref, []byte(";"))
+		name, _, _ = bytes.Cut(name, []byte("="))
+		if bytes.EqualFold(bytes.TrimSpace(name), []byte("respond-async")) {
+			return true
+		}
+	}
+	return false
+}
+
+// runAccepted is the body of a 202: the run, and where to read it.
+type runAccepted struct {
+	ID       runs.ID    `json:"id"`
+	State    runs.State `json:"state"`
+	Location string     `json:"location"`
+}
+
+// submit stores the request as a run of rt and answers 202 with its id,
+// or, when it cannot be stored, why, having stored nothing. The request
+// is the one the function would get, its platform fields set.
+func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time, cc *forward.Conn) {
+	if a.runs == nil {
+		a.fail(ctx, fasthttp.StatusNotImplemented, "runs are not taken here: the activator keeps them in a database it has none of (--database-url)", rt)
+		return
+	}
+	h := &ctx.Request.Header
+	if len(h.Peek("Upgrade")) > 0 {
+		a.fail(ctx, fasthttp.StatusBadRequest, "a run cannot switch protocols: send it without Upgrade", rt)
+		return
+	}
+	key := string(h.Peek("Idempotency-Key"))
+	if len(key) > maxIdempotencyKey {
+		a.fail(ctx, fasthttp.StatusBadRequest, "Idempotency-Key is longer than "+strconv.Itoa(maxIdempotencyKey)+" bytes", rt)
+		return
+	}
+	body, err := forward.ReadBody(&ctx.Request, cc, start.Add(rt.fn.Timeout), a.runs.cfg.MaxBodyBytes)
+	if err != nil {
+		f := forward.Classify(err)
+		if errors.Is(err, forward.ErrBodyTooLarge) {
+			f.Cause = "a run's body is at most " + strconv.FormatInt(a.runs.cfg.MaxBodyBytes, 10) + " bytes"
+		}
+		a.fail(ctx, f.Code, f.Message(), rt)
+		return
+	}
+	h.Del("Prefer")
+	req := runs.Request{Method: string(h.Method()), Path: string(h.RequestURI()), Body: body}
+	for k, v := range h.All() {
+		if !bytes.EqualFold(k, []byte("Content-Length")) && !bytes.EqualFold(k, []byte("Transfer-Encoding")) {
+			req.Header = append(req.Header, [2]string{string(k), string(v)})
+		}
+	}
+	r, created, err := a.runs.store.Submit(ctx, runs.Submission{Namespace: rt.fn.Namespace, Function: rt.fn.Name,
+		Request: req, IdempotencyKey: key, MaxAge: rt.fn.Runs.MaxAge})
+	switch {
+	case errors.Is(err, runs.ErrKeyConflict):
+		a.fail(ctx, fasthttp.StatusUnprocessableEntity, err.Error(), rt)
+		return
+	case err != nil:
+		a.log.Warn("runs: a run could not be stored", "namespace", rt.fn.Namespace, "function", rt.fn.Name, "err", err)
+		ctx.Response.Header.Set("Retry-After", "1")
+		a.fail(ctx, fasthttp.StatusServiceUnavailable, "the run could not be stored, nothing was kept: "+err.Error(), rt)
+		return
+	}
+	if created {
+		a.runs.poke()
+	}
+	location := RunsPath + string(r.ID)
+	ctx.Response.Header.Set("Location", location)
+	ctx.Response.Header.Set("Preference-Applied", "respond-async")
+	a.writeJSON(ctx, fasthttp.StatusAccepted, runAccepted{ID: r.ID, State: r.State, Location: location})
+}
+
+// poke wakes the dispatcher, without waiting.
+func (r *runner) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// serveRuns serves the runs API: GET /runs/{id} (?wait= holds the answer
+// until the run ends, within MaxWait), GET /runs/{id}/result and DELETE
+// /runs/{id}. The id is the capability: it is unguessable.
+func (a *Activator) serveRuns(ctx *fasthttp.RequestCtx) {
+	if a.runs == nil {
+		a.fail(ctx, fasthttp.StatusNotFound, "no runs here: the activator keeps them in a database it has none of (--database-url)", nil)
+		return
+	}
+	rest := strings.TrimPrefix(string(ctx.Path()), RunsPath)
+	id, sub, _ := strings.Cut(rest, "/")
+	method := string(ctx.Method())
+	switch {
+	case id == "" || (sub != "" && sub != "result"):
+		a.fail(ctx, fasthttp.StatusNotFound, "no such route: a run is at /runs/{id}, its answer at /runs/{id}/result", nil)
+	case sub == "result" && method == fasthttp.MethodGet:
+		a.runResult(ctx, runs.ID(id))
+	case sub == "" && method == fasthttp.MethodGet:
+		a.getRun(ctx, runs.ID(id))
+	case sub == "" && method == fasthttp.MethodDelete:
+		r, err := a.runs.store.Cancel(ctx, runs.ID(id))
+		a.answerRun(ctx, r, err)
+	default:
+		ctx.Response.Header.Set("Allow", "GET, DELETE")
+		a.fail(ctx, fasthttp.StatusMethodNotAllowed, method+" is not a method of a run", nil)
+	}
+}
+
+// getRun answers a run, once it ended when asked to wait.
+func (a *Activator) getRun(ctx *fasthttp.RequestCtx, id runs.ID) {
+	var wait time.Duration
+	if v := ctx.QueryArgs().Peek("wait"); len(v) > 0 {
+		d, err := time.ParseDuration(string(v))
+		if err != nil || d < 0 {
+			a.fail(ctx, fasthttp.StatusBadRequest, "wait is a duration such as 30s, not "+strconv.Quote(string(v)), nil)
+			return
+		}
+		wait = min(d, a.runs.cfg.MaxWait)
+	}
+	var gone <-chan struct{}
+	if cc, ok := ctx.Conn().(*forward.Conn); ok {
+		gone = cc.Gone()
+	}
+	r, err := a.runs.awaitEnd(ctx, id, wait, gone)
+	a.answerRun(ctx, r, err)
+}
+
+// awaitEnd reads a run until it has ended, wait passes or gone closes.
+// The store is read again after 50 ms, then less often, to 1 s: a run
+// may end in another activator.
+func (r *runner) awaitEnd(ctx context.Context, id runs.ID, wait time.Duration, gone <-chan struct{}) (runs.Run, error) {
+	deadline := time.Now().Add(wait)
+	pause := 50 * time.Millisecond
+	for {
+		run, err := r.store.Get(ctx, id)
+		left := time.Until(deadline)
+		if err != nil || run.State.Ended() || left <= 0 {
+			return run, err
+		}
+		t := time.NewTimer(min(pause, left))
+		select {
+		case <-t.C:
+		case <-gone:
+			t.Stop()
+			return run, nil
+		}
+		pause = min(2*pause, time.Second)
+	}
+}
+
+// answerRun answers a run as JSON, or the error reading it.
+func (a *Activator) answerRun(ctx *fasthttp.RequestCtx, r runs.Run, err error) {
+	switch {
+	case errors.Is(err, runs.ErrNotFound):
+		a.fail(ctx, fasthttp.StatusNotFound, "no such run", nil)
+	case err != nil:
+		a.runsUnavailable(ctx, err)
+	default:
+		a.writeJSON(ctx, fasthttp.StatusOK, r)
+	}
+}
+
+// runResult answers an ended run's answer as the function gave it.
+func (a *Activator) runResult(ctx *fasthttp.RequestCtx, id runs.ID) {
+	r, res, err := a.runs.store.Result(ctx, id)
+	switch {
+	case errors.Is(err, runs.ErrNotFound):
+		a.fail(ctx, fasthttp.StatusNotFound, "no such run", nil)
+	case errors.Is(err, runs.ErrNotEnded) || err == nil && res.Status == 0:
+		why := "the run is " + string(r.State) + ": it has no answer yet"
+		if r.State.Ended() {
+			why = "the run ended " + string(r.State) + " without an answer"
+		}
+		a.fail(ctx, fasthttp.StatusConflict, why, nil)
+	case err != nil:
+		a.runsUnavailable(ctx, err)
+	default:
+		ctx.Response.SetStatusCode(res.Status)
+		if res.ContentType != "" {
+			ctx.Response.Header.SetContentType(res.ContentType)
+		} else {
+			ctx.Response.Header.SetNoDefaultContentType(true)
+		}
+		ctx.Response.SetBody(res.Body)
+	}
+}
+
+// runsUnavailable answers a read of the runs that failed: the store is
+// out of reach for now.
+func (a *Activator) runsUnavailable(ctx *fasthttp.RequestCtx, err error) {
+	a.log.Warn("runs: the store could not be read", "err", err)
+	ctx.Response.Header.Set("Retry-After", "1")
+	a.fail(ctx, fasthttp.StatusServiceUnavailable, "the runs cannot be read now: "+err.Error(), nil)
+}
+
+// writeJSON answers v as JSON with code.
+func (a *Activator) writeJSON(ctx *fasthttp.RequestCtx, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		a.log.Error("runs: encode an answer", "err", err)
+		code, b = fasthttp.StatusInternalServerError, []byte(`{"error":"the answer could not be encoded"}`)
+	}
+	ctx.Response.SetStatusCode(code)
+	ctx.Response.Header.SetContentType("application/json")
+	ctx.Response.SetBody(b)
+}

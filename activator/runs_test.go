@@ -1,0 +1,233 @@
+package activator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/testfn"
+	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/invocation"
+	"sless.dev/sless/runs"
+)
+
+// runsPolicy attempts a run three times, 10 ms apart.
+var runsPolicy = runs.Policy{MaxAttempts: 3, MinBackoff: 10 * time.Millisecond, MaxBackoff: 10 * time.Millisecond,
+	MaxAge: time.Hour, Concurrency: 10}
+
+// startRuns serves an activator taking runs into a store in memory, with
+// function ns/hello on one instance and ns/idle on none.
+func startRuns(t *testing.T) (*Activator, string, runs.Store) {
+	t.Helper()
+	a := newActivator(t, Config{}, &countingPoker{})
+	store := runs.NewMemory()
+	a.EnableRuns(store, RunsConfig{MaxBodyBytes: 1 << 10, Interval: 20 * time.Millisecond})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second, Runs: runsPolicy})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "idle", HTTP: true, Timeout: time.Hour, Runs: runsPolicy})
+	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Dispatch(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return a, serveActivator(t, a), store
+}
+
+// call sends a request, its header given as name, value pairs, and
+// returns the answer with its body read.
+func call(t *testing.T, method, url, body string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, b
+}
+
+// submitRun submits a run and returns its id, failing unless it was
+// accepted.
+func submitRun(t *testing.T, base, path, body string, header ...string) runs.ID {
+	t.Helper()
+	resp, b := call(t, http.MethodPost, base+path, body, append([]string{"Prefer", "respond-async"}, header...)...)
+	var accepted runAccepted
+	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &accepted) != nil || accepted.State != runs.Queued ||
+		len(accepted.ID) < 26 || resp.Header.Get("Location") != "/runs/"+string(accepted.ID) ||
+		accepted.Location != resp.Header.Get("Location") || resp.Header.Get("Preference-Applied") != "respond-async" {
+		t.Fatalf("submit %s: %d %v %s", path, resp.StatusCode, resp.Header, b)
+	}
+	return accepted.ID
+}
+
+// awaitRun waits for a run to end, through GET /runs/{id}?wait=.
+func awaitRun(t *testing.T, base string, id runs.ID) runs.Run {
+	t.Helper()
+	var r runs.Run
+	eventually.True(t, "run "+string(id)+" ended", func() bool {
+		resp, b := call(t, http.MethodGet, base+"/runs/"+string(id)+"?wait=5s", "")
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &r) != nil {
+			t.Fatalf("run %s: %d %s", id, resp.StatusCode, b)
+		}
+		return r.State.Ended()
+	})
+	return r
+}
+
+// A run is stored and answered 202 at once; the function gets the
+// caller's request with the run's id and attempt, not the caller's
+// forgeries of them; the run ends succeeded and its result is the
+// function's answer as it gave it.
+func TestRunSucceeds(t *testing.T) {
+	a, base, _ := startRuns(t)
+	id := submitRun(t, base, "/fn/ns/hello/echo?x=1", "payload", "X-Tag", "a", "X-Tag", "b",
+		wire.RunIDHeader, "forged", "Idempotency-Key", "k1")
+	r := awaitRun(t, base, id)
+	if r.State != runs.Succeeded || r.Attempts != 1 || r.Status != 200 || r.Namespace != "ns" || r.Function != "hello" ||
+		r.StartedAt == nil || r.CompletedAt == nil || r.Error != "" {
+		t.Errorf("run: %+v", r)
+	}
+	resp, b := call(t, http.MethodGet, base+"/runs/"+string(id)+"/result", "")
+	var e testfn.Echo
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &e) != nil {
+		t.Fatalf("result: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	if e.Method != http.MethodPost || e.URI != "/echo?x=1" || string(e.Body) != "payload" ||
+		!slices.Equal(e.Headers["X-Tag"], []string{"a", "b"}) || !slices.Equal(e.Headers[wire.RunIDHeader], []string{string(id)}) ||
+		!slices.Equal(e.Headers[wire.RunAttemptHeader], []string{"1"}) || e.Headers["Prefer"] != nil ||
+		!slices.Equal(e.Headers["X-Forwarded-Prefix"], []string{"/fn/ns/hello"}) || len(e.Headers["X-Request-Id"]) != 1 {
+		t.Errorf("the function got %+v", e)
+	}
+	recs, _ := a.sink.(*invocation.Ring).Recent(10)
+	if len(recs) != 1 || recs[0].Trigger != "run" || recs[0].Status != 200 {
+		t.Errorf("records %+v, want the attempt's, trigger run", recs)
+	}
+}
+
+// An attempt that fails in a way another may not is attempted again,
+// after the backoff; one that fails for good, or the last, ends the run
+// failed, its answer kept.
+func TestRunAttempts(t *testing.T) {
+	_, base, _ := startRuns(t)
+	for _, tc := range []struct {
+		path     string
+		state    runs.State
+		attempts int
+		status   int
+		err      string
+	}{
+		{"/echo?fail-attempts=1", runs.Succeeded, 2, 200, ""},
+		{"/echo?status=404", runs.Failed, 1, 404, "the function answered 404"},
+		{"/echo?status=500", runs.Failed, 3, 500, "the function answered 500 (attempt 3 of 3)"},
+	} {
+		id := submitRun(t, base, "/fn/ns/hello"+tc.path, "")
+		r := awaitRun(t, base, id)
+		if r.State != tc.state || r.Attempts != tc.attempts || r.Status != tc.status || r.Error != tc.err {
+			t.Errorf("%s: %s after %d attempts, status %d, error %q; want %s after %d, %d, %q",
+				tc.path, r.State, r.Attempts, r.Status, r.Error, tc.state, tc.attempts, tc.status, tc.err)
+		}
+		if resp, _ := call(t, http.MethodGet, base+"/runs/"+string(id)+"/result", ""); resp.StatusCode != tc.status {
+			t.Errorf("%s: result %d, want %d", tc.path, resp.StatusCode, tc.status)
+		}
+	}
+}
+
+// A run not ended has no result yet (409); cancelled, it ends, and a
+// cancelled run's attempt is not its outcome.
+func TestRunCancel(t *testing.T) {
+	_, base, store := startRuns(t)
+	id := submitRun(t, base, "/fn/ns/idle/", "")
+	eventually.True(t, "the run attempted", func() bool {
+		r, err := store.Get(context.Background(), id)
+		return err == nil && r.State == runs.Running
+	})
+	if resp, b := call(t, http.MethodGet, base+"/runs/"+string(id)+"/result", ""); resp.StatusCode != http.StatusConflict ||
+		!bytes.Contains(b, []byte("the run is running")) {
+		t.Errorf("result of a running run: %d %s, want 409 naming its state", resp.StatusCode, b)
+	}
+	resp, b := call(t, http.MethodDelete, base+"/runs/"+string(id), "")
+	var r runs.Run
+	if resp.StatusCode != 200 || json.Unmarshal(b, &r) != nil || r.State != runs.Cancelled {
+		t.Errorf("cancel: %d %s", resp.StatusCode, b)
+	}
+	if resp, b := call(t, http.MethodGet, base+"/runs/"+string(id)+"/result", ""); resp.StatusCode != http.StatusConflict ||
+		!bytes.Contains(b, []byte("ended cancelled without an answer")) {
+		t.Errorf("result of a cancelled run: %d %s", resp.StatusCode, b)
+	}
+}
+
+// What cannot be a run is refused with the reason, and nothing is kept.
+func TestRunRefused(t *testing.T) {
+	_, base, store := startRuns(t)
+	async := []string{"Prefer", "respond-async"}
+	for _, tc := range []struct {
+		name, method, path, body string
+		header                   []string
+		code                     int
+		says                     string
+	}{
+		{"body too large", "POST", "/fn/ns/hello/", strings.Repeat("x", 2<<10), async, 413, "a run's body is at most 1024 bytes"},
+		{"unknown function", "POST", "/fn/ns/nobody/", "", async, 404, UnknownFunction},
+		{"key too long", "POST", "/fn/ns/hello/", "", append([]string{"Idempotency-Key", strings.Repeat("k", 256)}, async...), 400, "Idempotency-Key"},
+		{"unknown run", "GET", "/runs/" + string(runs.NewID()), "", nil, 404, "no such run"},
+		{"no id", "GET", "/runs/", "", nil, 404, "no such route"},
+		{"bad wait", "GET", "/runs/x?wait=soon", "", nil, 400, "wait is a duration"},
+		{"bad method", "PUT", "/runs/x", "", nil, 405, "PUT is not a method of a run"},
+	} {
+		resp, b := call(t, tc.method, base+tc.path, tc.body, tc.header...)
+		if resp.StatusCode != tc.code || !bytes.Contains(b, []byte(tc.says)) {
+			t.Errorf("%s: %d %s, want %d saying %q", tc.name, resp.StatusCode, b, tc.code, tc.says)
+		}
+	}
+	if p, _ := store.Pending(context.Background()); len(p) != 0 {
+		t.Errorf("runs kept: %+v", p)
+	}
+}
+
+// The same Idempotency-Key and request answer the first run; the key with
+// another request is a conflict.
+func TestRunIdempotencyKey(t *testing.T) {
+	_, base, _ := startRuns(t)
+	first := submitRun(t, base, "/fn/ns/idle/", "one", "Idempotency-Key", "k")
+	resp, b := call(t, http.MethodPost, base+"/fn/ns/idle/", "one", "Prefer", "respond-async", "Idempotency-Key", "k")
+	var again runAccepted
+	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &again) != nil || again.ID != first || again.State == "" {
+		t.Errorf("the same key and request: %d %s, want run %s in its state", resp.StatusCode, b, first)
+	}
+	resp, b = call(t, http.MethodPost, base+"/fn/ns/idle/", "two", "Prefer", "respond-async", "Idempotency-Key", "k")
+	if resp.StatusCode != http.StatusUnprocessableEntity || !bytes.Contains(b, []byte("Idempotency-Key was used for another request")) {
+		t.Errorf("the key with another body: %d %s, want 422", resp.StatusCode, b)
+	}
+}
+
+// An activator without a store refuses runs, saying why, and serves the
+// same request without the preference as ever.
+func TestRunsDisabled(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second})
+	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
+	base := serveActivator(t, a)
+	if resp, b := call(t, http.MethodPost, base+"/fn/ns/hello/", "", "Prefer", "respond-async"); resp.StatusCode != http.StatusNotImplemented ||
+		!bytes.Contains(b, []byte("--database-url")) {
+		t.Errorf("a run without a store: %d %s, want 501", resp.StatusCode, b)
+	}
+	if resp, _ := call(t, http.MethodPost, base+"/fn/ns/hello/", "", "Prefer", "return=minimal"); resp.StatusCode != 200 {
+		t.Errorf("another preference: %d, want the function's 200", resp.StatusCode)
+	}
+}
