@@ -17,7 +17,7 @@ import (
 
 // leaseMargin is what a run's lease adds to its function's longest
 // request: an attempt that outlives its lease could overlap the next.
-const leaseMargin = 30 * time.Second
+const leaseMargin = 10 * time.Second
 
 // expireEvery is how many of the dispatcher's looks pass between two
 // expiries of the runs queued too long.

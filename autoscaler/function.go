@@ -19,6 +19,9 @@ type Target struct {
 	// Queues are the RabbitMQ queues the function consumes: each asks for
 	// instances by its depth, read each second with WithQueueReader.
 	Queues []Queue
+	// RunConcurrency bounds the function's runs attempted at once: what
+	// its runs ask for instances for (WithRuns).
+	RunConcurrency int
 }
 
 // Metric is the load signal a function scales on.
@@ -43,6 +46,7 @@ func TargetFor(fn *v1alpha1.Function) Target {
 			Target: float64(s.Target) * float64(s.TargetUtilization) / 100,
 		},
 	}
+	out.RunConcurrency = int(fn.Spec.Async.Concurrency)
 	if s.Window != nil {
 		out.Spec.StableWindow = s.Window.Duration
 	}

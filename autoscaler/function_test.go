@@ -20,7 +20,7 @@ func TestTargetFor(t *testing.T) {
 		triggers []v1alpha1.Trigger
 		want     Target
 	}{
-		{"defaults", v1alpha1.Scale{}, nil, Target{Namespace: "default", Name: "f", Spec: kpa.Spec{
+		{"defaults", v1alpha1.Scale{}, nil, Target{Namespace: "default", Name: "f", RunConcurrency: v1alpha1.DefaultAsyncConcurrency, Spec: kpa.Spec{
 			Min: 0, Max: v1alpha1.DefaultMaxScale, Initial: 1, Target: float64(v1alpha1.DefaultTarget) * 0.7,
 			StableWindow: 60 * time.Second, ScaleToZeroGrace: 30 * time.Second}}},
 		{"all set, rps", v1alpha1.Scale{Min: 2, Max: 5, Initial: &zero, Target: 10, TargetUtilization: 50,
@@ -29,8 +29,9 @@ func TestTargetFor(t *testing.T) {
 			[]v1alpha1.Trigger{{Name: "web", HTTP: &v1alpha1.HTTPTrigger{}},
 				{Name: "orders", RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "orders", TargetQueueLength: 3, ActivationQueueLength: 2}},
 				{Name: "off", Enabled: ptr.To(false), RabbitMQ: &v1alpha1.RabbitMQTrigger{Queue: "off"}}},
-			Target{Queues: []Queue{{Name: "orders", Target: 3, Activation: 2}}, Namespace: "default", Name: "f", Metric: MetricRPS, Spec: kpa.Spec{
-				Min: 2, Max: 5, Initial: 0, Target: 5, StableWindow: 20 * time.Second, ScaleToZeroGrace: time.Second}}},
+			Target{Queues: []Queue{{Name: "orders", Target: 3, Activation: 2}}, Namespace: "default", Name: "f", Metric: MetricRPS,
+				RunConcurrency: v1alpha1.DefaultAsyncConcurrency, Spec: kpa.Spec{
+					Min: 2, Max: 5, Initial: 0, Target: 5, StableWindow: 20 * time.Second, ScaleToZeroGrace: time.Second}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

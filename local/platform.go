@@ -210,7 +210,10 @@ func New(opts Options) (*Platform, error) {
 	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, ReadinessGrace: opts.ReadinessGrace,
 		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: timeline.Tee(p.records, p.timeline),
 		Crashed: func(namespace, name string) { p.metrics.crashes.WithLabelValues(namespace, name).Inc() }})
-	var scaling []autoscaler.Option
+	if opts.Runs == nil {
+		opts.Runs = runs.NewMemory()
+	}
+	scaling := []autoscaler.Option{autoscaler.WithRuns(opts.Runs, opts.Log)}
 	if opts.AMQPURL != "" {
 		p.queues = queuedepth.NewBrokers(queuedepth.OneBroker(opts.AMQPURL), opts.Log)
 		scaling = append(scaling, autoscaler.WithQueueReader(p.queues))
@@ -225,9 +228,6 @@ func New(opts Options) (*Platform, error) {
 	p.pokes = make(poker, maxPendingPokes)
 	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Domain: Domain, Dial: p.sup.Dial}, p.pokes, timeline.Tee(p.records, p.timeline), p.reg, opts.Log); err != nil {
 		return nil, err
-	}
-	if opts.Runs == nil {
-		opts.Runs = runs.NewMemory()
 	}
 	p.act.EnableRuns(opts.Runs, activator.RunsConfig{})
 	cronMetrics, err := scheduler.NewMetrics(p.reg)

@@ -91,6 +91,17 @@ SLESS_DATABASE_URL), to memory without.`,
 			if client != nil {
 				go client.ReportBuffered(ctx, a, time.Second)
 			}
+			runStore, closeRuns, err := db.openRuns(ctx, log)
+			if err != nil {
+				return err
+			}
+			// The dispatcher ends with what the activator serves with,
+			// before the store closes.
+			defer func() { end(); closeRuns() }()
+			if runStore != nil {
+				a.EnableRuns(runStore, activator.RunsConfig{})
+				go a.Dispatch(ctx)
+			}
 			feed, err := kubewatch.NewActivatorFeed(restCfg, a, log)
 			if err != nil {
 				return err

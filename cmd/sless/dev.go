@@ -58,11 +58,20 @@ once. Both ports bind 127.0.0.1 unless --listen and --admin say otherwise.`,
 			}
 			defer store.close()
 			opts.Records, opts.Registry = store, reg
+			runStore, closeRuns, err := db.openRuns(cmd.Context(), opts.Log)
+			if err != nil {
+				return err
+			}
+			defer closeRuns()
+			opts.Runs = runStore
 			p, err := local.New(opts)
 			if err != nil {
 				return err
 			}
 			fmt.Fprintf(out, "sless dev: functions from %s, invocations on %s, admin on %s\n", opts.Dir, p.Addr(), p.AdminAddr())
+			if runStore == nil {
+				fmt.Fprintln(out, "runs (Prefer: respond-async) are kept in memory and end with this process: --database-url keeps them in PostgreSQL")
+			}
 			if !prom {
 				return p.Run(cmd.Context())
 			}

@@ -13,6 +13,8 @@ import (
 	"sless.dev/sless/activator"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/invocation/postgres"
+	"sless.dev/sless/runs"
+	runspg "sless.dev/sless/runs/postgres"
 )
 
 // databaseFlags say where invocation records go: PostgreSQL, or memory.
@@ -23,7 +25,7 @@ type databaseFlags struct {
 
 func (d *databaseFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&d.url, "database-url", os.Getenv("SLESS_DATABASE_URL"),
-		"PostgreSQL URL for invocation records (default $SLESS_DATABASE_URL; in memory when empty)")
+		"PostgreSQL URL for invocation records and runs (default $SLESS_DATABASE_URL; in memory when empty)")
 	f.DurationVar(&d.retention, "records-retention", postgres.DefaultRetention, "how long PostgreSQL keeps invocation records (whole days)")
 }
 
@@ -48,4 +50,18 @@ func (d *databaseFlags) open(ctx context.Context, ring *invocation.Ring, reg pro
 		return nil, fmt.Errorf("invocation records: %w", err)
 	}
 	return &recordStore{Sink: pg, RecordReader: pg, close: pg.Start()}, nil
+}
+
+// openRuns returns the PostgreSQL run store when a URL is set, keeping
+// its partitions until ctx ends; nil without one.
+func (d *databaseFlags) openRuns(ctx context.Context, log *slog.Logger) (runs.Store, func(), error) {
+	if d.url == "" {
+		return nil, func() {}, nil
+	}
+	s, err := runspg.Open(ctx, d.url, runspg.Options{Log: log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("runs: %w", err)
+	}
+	go s.Maintain(ctx, time.Hour)
+	return s, s.Close, nil
 }
