@@ -204,13 +204,6 @@ func adminBackend(cfg *rest.Config, feed *kubewatch.ActivatorFeed, tl *timeline.
 		Invoke: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}, nil
 }
 
-// adminGuard holds the admin API's token: with SLESS_ADMIN_TOKEN, that
-// token; else the token of the Secret name in the pod's namespace,
-// followed as it changes, so that a rotation needs no restart. generate
-// creates the Secret with a random token when it is missing (the
-// activators, which guard the API: an install is never open); the
-// autoscaler only reads it, to send with cron fires. It returns once the
-// guard holds that token, or refuses and says why.
 // servingLife returns the context of what the activator serves with (its
 // watches, the autoscaler's client, the records, the admin token): a signal
 // before serving ends it, but once serving is called only end does, after
@@ -224,6 +217,13 @@ func servingLife(signal context.Context) (ctx context.Context, serving, end func
 	return ctx, func() { stop() }, end
 }
 
+// adminGuard holds the admin API's token: with SLESS_ADMIN_TOKEN, that
+// token; else the token of the Secret name in the pod's namespace,
+// followed as it changes, so that a rotation needs no restart. generate
+// creates the Secret with a random token when it is missing (the
+// activators, which guard the API: an install is never open); the
+// autoscaler only reads it, to send with cron fires. It returns once the
+// guard holds that token, or refuses and says why.
 func adminGuard(ctx context.Context, cfg *rest.Config, name string, generate bool, log *slog.Logger) (*adminauth.Guard, error) {
 	guard := &adminauth.Guard{}
 	if token := os.Getenv("SLESS_ADMIN_TOKEN"); token != "" {
