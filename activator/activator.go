@@ -377,7 +377,11 @@ func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 		a.finish(ctx, rt, start, res)
 		return
 	}
-	res := a.serve(ctx, rt, deadline, cc)
+	var gone <-chan struct{}
+	if cc != nil {
+		gone = cc.Gone()
+	}
+	res := a.serve(ctx, rt, deadline, cc, gone)
 	forward.ReleaseBody(req, held)
 	if res.body == nil {
 		a.finish(ctx, rt, start, res)
@@ -459,12 +463,9 @@ func bodySize(contentLength int) int {
 // serve sends the request to an instance, and to another when one
 // refuses it untouched (forward.ErrUnsent), within the deadline and
 // MaxAttempts. It gives the instance's slot back before it returns,
-// unless the response body still streams (res.body, res.lease).
-func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Time, cc *forward.Conn) result {
-	var gone <-chan struct{}
-	if cc != nil {
-		gone = cc.Gone()
-	}
+// unless the response body still streams (res.body, res.lease). It stops
+// waiting for an instance when gone closes (the client left): 499.
+func (a *Activator) serve(ctx *fasthttp.RequestCtx, rt *route, deadline time.Time, cc *forward.Conn, gone <-chan struct{}) result {
 	var res result
 	for attempt := 1; ; attempt++ {
 		lease, cold, wait, err := a.acquire(rt, deadline, gone)

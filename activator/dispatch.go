@@ -6,11 +6,13 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
 	"k8s.io/apimachinery/pkg/types"
 
+	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/runs"
 )
@@ -23,24 +25,31 @@ const leaseMargin = 10 * time.Second
 // expiries of the runs queued too long.
 const expireEvery = 20
 
+// storeTimeout bounds each call to the run store: a database that stops
+// answering holds no caller, dispatcher or attempt for longer.
+const storeTimeout = 10 * time.Second
+
 // Dispatch attempts the runs due of the functions the activator serves,
 // each through the same throttling, instances and records as a request,
-// until ctx ends. It looks every RunsConfig.Interval, and at once when a
-// run is submitted here or an attempt ends. The attempts under way when
-// ctx ends go on to their end; one cut short (the process ended) is
+// until ctx ends: call it with the context that ends as the activator
+// begins to stop, so that it claims no run it may not finish. It looks
+// every RunsConfig.Interval, and at once when a run is submitted here or
+// an attempt ends. It returns once the attempts under way have ended and
+// their outcomes are stored; one cut short by the process's end is
 // attempted again once its lease runs out.
 func (a *Activator) Dispatch(ctx context.Context) {
 	r := a.runs
 	if r == nil {
 		return
 	}
+	defer r.attempts.Wait()
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	failing := false // the store failed at the last look: said once
 	for n := 0; ; n++ {
 		err := a.dispatchDue(ctx)
 		if err == nil && n%expireEvery == 0 {
-			_, err = r.store.Expire(ctx)
+			err = r.expire(ctx)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
@@ -61,7 +70,9 @@ func (a *Activator) Dispatch(ctx context.Context) {
 // dispatchDue claims the runs due of every function served, each up to
 // its concurrency, and starts their attempts.
 func (a *Activator) dispatchDue(ctx context.Context) error {
-	pending, err := a.runs.store.Pending(ctx)
+	pctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	pending, err := a.runs.store.Pending(pctx)
+	cancel()
 	if err != nil {
 		return err
 	}
@@ -89,15 +100,18 @@ func (a *Activator) claim(ctx context.Context, rt *route, due int) error {
 		if !a.runs.reserve(key, max(rt.fn.Runs.Concurrency, 1)) {
 			return nil
 		}
-		at, ok, err := a.runs.store.Claim(ctx, rt.fn.Namespace, rt.fn.Name, lease)
+		cctx, cancel := context.WithTimeout(ctx, storeTimeout)
+		at, ok, err := a.runs.store.Claim(cctx, rt.fn.Namespace, rt.fn.Name, lease, max(rt.fn.Runs.MaxAttempts, 1))
+		cancel()
 		if err != nil || !ok {
 			a.runs.release(key)
 			return err
 		}
+		a.runs.attempts.Add(1)
 		go func() {
+			defer a.runs.attempts.Done()
 			defer a.runs.release(key)
-			// Its outcome is stored even as the dispatcher stops.
-			a.attempt(context.WithoutCancel(ctx), rt, at)
+			a.attempt(rt, at, ctx.Done())
 		}()
 	}
 	return nil
@@ -115,6 +129,14 @@ func (r *runner) reserve(key types.NamespacedName, limit int) bool {
 	return true
 }
 
+// expire ends the runs queued too long.
+func (r *runner) expire(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	_, err := r.store.Expire(ctx)
+	return err
+}
+
 // release gives back an attempt reserve took, and wakes the dispatcher:
 // another run may be due.
 func (r *runner) release(key types.NamespacedName) {
@@ -128,15 +150,21 @@ func (r *runner) release(key types.NamespacedName) {
 
 // attempt sends a run's request to the function once, as a request from
 // its caller, and records its outcome: the run ends or is queued again,
-// as the function's policy says.
-func (a *Activator) attempt(ctx context.Context, rt *route, at runs.Attempt) {
+// as the function's policy says. Its outcome is stored whether or not the
+// dispatcher goes on; when the dispatcher stops (stop closes) before an
+// instance took the request, the run is given back, unattempted.
+func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 	start := time.Now()
 	rctx := new(fasthttp.RequestCtx)
 	var req fasthttp.Request
 	runRequest(&req, at)
 	rctx.Init(&req, fireAddr, nil)
-	res := a.serve(rctx, rt, start.Add(rt.fn.Timeout), nil)
-	result := runs.Result{Status: res.code, ContentType: string(rctx.Response.Header.ContentType())}
+	res := a.serve(rctx, rt, start.Add(rt.fn.Timeout), nil, stop)
+	if res.code == forward.StatusClientClosedRequest {
+		a.giveBack(at)
+		return
+	}
+	result := runs.Result{Status: res.code, ContentType: strings.ToValidUTF8(string(rctx.Response.Header.Peek("Content-Type")), "\uFFFD")}
 	if res.body != nil {
 		a.readResult(rt, start, &res, &result)
 	} else {
@@ -145,12 +173,23 @@ func (a *Activator) attempt(ctx context.Context, rt *route, at runs.Attempt) {
 	res.trigger = "run"
 	a.finish(rctx, rt, start, res)
 
-	answer := runs.Answer{Status: res.code, Failure: res.err}
+	answer := runs.Answer{Status: res.code, Failure: strings.ToValidUTF8(res.err, "\uFFFD")}
 	if s, err := strconv.Atoi(string(rctx.Response.Header.Peek("Retry-After"))); err == nil && s > 0 {
 		answer.RetryAfter = time.Duration(s) * time.Second
 	}
+	if res.err != "" && res.code == fasthttp.StatusNotFound {
+		// Its Function was removed meanwhile: the run waits for it to
+		// come back, or expires, as a run of a function not served does.
+		answer.Status = fasthttp.StatusServiceUnavailable
+	}
 	o := rt.fn.Runs.Outcome(at.Number, answer, time.Now())
-	o.Result = result
+	if res.err == "" {
+		// The function's answer; not the platform's, when it failed
+		// the attempt (the run's error says why).
+		o.Result = result
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
 	if _, err := a.runs.store.Finish(ctx, at, o); err != nil {
 		// Over (cancelled, or its lease ran out): its outcome is not
 		// the run's. Else the run is attempted again once its lease
@@ -159,6 +198,18 @@ func (a *Activator) attempt(ctx context.Context, rt *route, at runs.Attempt) {
 			a.log.Warn("runs: an attempt's outcome could not be stored; the run will be attempted again",
 				"run", at.Run.ID, "attempt", at.Number, "err", err)
 		}
+	}
+}
+
+// giveBack queues a run again whose attempt never reached its function.
+func (a *Activator) giveBack(at runs.Attempt) {
+	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
+	defer cancel()
+	o := runs.Outcome{State: runs.Queued, RetryAt: time.Now(), Unsent: true,
+		Error: "given back unattempted: its activator stopped before an instance took it"}
+	if _, err := a.runs.store.Finish(ctx, at, o); err != nil && !errors.Is(err, runs.ErrAttemptOver) {
+		a.log.Warn("runs: a run could not be given back; it will be attempted again once its lease runs out",
+			"run", at.Run.ID, "err", err)
 	}
 }
 
@@ -181,7 +232,7 @@ func runRequest(req *fasthttp.Request, at runs.Attempt) {
 
 // readResult reads a streamed answer to its end within the function's
 // bounds, keeping its start, and gives its instance back. An answer cut
-// midway fails the attempt.
+// midway fails the attempt (res.err says how).
 func (a *Activator) readResult(rt *route, start time.Time, res *result, into *runs.Result) {
 	res.body.Bound(start.Add(max(rt.fn.MaxDuration, rt.fn.Timeout)), rt.fn.IdleTimeout)
 	var kept bytes.Buffer
@@ -192,7 +243,6 @@ func (a *Activator) readResult(rt *route, start time.Time, res *result, into *ru
 	into.Body, into.BodySize, into.Truncated = kept.Bytes(), n+rest, rest > 0
 	if f, cut := res.body.Cut(); cut {
 		res.code, res.err = f.Code, "answer cut: "+f.Cause
-		into.Status = f.Code
 	}
 }
 

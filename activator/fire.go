@@ -68,7 +68,7 @@ func (a *Activator) Fire(_ context.Context, namespace, name, trigger string, sch
 	ctx.Init(&req, fireAddr, nil)
 	a.ensureRequestID(&ctx.Request)
 	forward.PrepareRequest(&ctx.Request, ctx.RemoteAddr())
-	res := a.serve(ctx, rt, start.Add(rt.fn.Timeout), nil)
+	res := a.serve(ctx, rt, start.Add(rt.fn.Timeout), nil, nil)
 	if res.body != nil {
 		_, _ = io.Copy(io.Discard, res.body)
 		_ = res.body.Close()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 	"k8s.io/apimachinery/pkg/types"
@@ -57,6 +58,8 @@ type runner struct {
 
 	mu       sync.Mutex
 	inFlight map[types.NamespacedName]int
+	// attempts are the attempts under way, which Dispatch waits for.
+	attempts sync.WaitGroup
 }
 
 // EnableRuns makes the activator take runs (Prefer: respond-async) into
@@ -130,13 +133,16 @@ func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 		return
 	}
 	h.Del("Prefer")
-	req := runs.Request{Method: string(h.Method()), Path: string(h.RequestURI()), Body: body}
-	for k, v := range h.All() {
-		if !bytes.EqualFold(k, []byte("Content-Length")) && !bytes.EqualFold(k, []byte("Transfer-Encoding")) {
-			req.Header = append(req.Header, [2]string{string(k), string(v)})
-		}
+	req, ok := runRequestOf(h, body)
+	if !ok || !utf8.ValidString(key) {
+		a.fail(ctx, fasthttp.StatusBadRequest, "a run's path, header fields and Idempotency-Key are UTF-8 text, as it is kept", rt)
+		return
 	}
-	r, created, err := a.runs.store.Submit(ctx, runs.Submission{Namespace: rt.fn.Namespace, Function: rt.fn.Name,
+	// Not the request's context, which ends as the server stops: a run
+	// being stored then is stored, and said to be.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	r, created, err := a.runs.store.Submit(sctx, runs.Submission{Namespace: rt.fn.Namespace, Function: rt.fn.Name,
 		Request: req, IdempotencyKey: key, MaxAge: rt.fn.Runs.MaxAge})
 	switch {
 	case errors.Is(err, runs.ErrKeyConflict):
@@ -155,6 +161,21 @@ func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 	ctx.Response.Header.Set("Location", location)
 	ctx.Response.Header.Set("Preference-Applied", "respond-async")
 	a.writeJSON(ctx, fasthttp.StatusAccepted, runAccepted{ID: r.ID, State: r.State, Location: location})
+}
+
+// runRequestOf is the request a run keeps: the one the function would
+// get, without its framing (the body is whole); ok false when its path or
+// a field is not UTF-8 text.
+func runRequestOf(h *fasthttp.RequestHeader, body []byte) (runs.Request, bool) {
+	req := runs.Request{Method: string(h.Method()), Path: string(h.RequestURI()), Body: body}
+	ok := utf8.ValidString(req.Path)
+	for k, v := range h.All() {
+		if !bytes.EqualFold(k, []byte("Content-Length")) && !bytes.EqualFold(k, []byte("Transfer-Encoding")) {
+			req.Header = append(req.Header, [2]string{string(k), string(v)})
+			ok = ok && utf8.Valid(k) && utf8.Valid(v)
+		}
+	}
+	return req, ok
 }
 
 // poke wakes the dispatcher, without waiting.
@@ -179,16 +200,20 @@ func (a *Activator) serveRuns(ctx *fasthttp.RequestCtx) {
 	switch {
 	case id == "" || (sub != "" && sub != "result"):
 		a.fail(ctx, fasthttp.StatusNotFound, "no such route: a run is at /runs/{id}, its answer at /runs/{id}/result", nil)
+	case !runs.ValidID(id):
+		a.fail(ctx, fasthttp.StatusNotFound, "no such run", nil)
 	case sub == "result" && method == fasthttp.MethodGet:
 		a.runResult(ctx, runs.ID(id))
 	case sub == "" && method == fasthttp.MethodGet:
 		a.getRun(ctx, runs.ID(id))
 	case sub == "" && method == fasthttp.MethodDelete:
-		r, err := a.runs.store.Cancel(ctx, runs.ID(id))
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		defer cancel()
+		r, err := a.runs.store.Cancel(sctx, runs.ID(id))
 		a.answerRun(ctx, r, err)
 	default:
-		ctx.Response.Header.Set("Allow", "GET, DELETE")
 		a.fail(ctx, fasthttp.StatusMethodNotAllowed, method+" is not a method of a run", nil)
+		ctx.Response.Header.Set("Allow", "GET, DELETE")
 	}
 }
 
@@ -211,14 +236,17 @@ func (a *Activator) getRun(ctx *fasthttp.RequestCtx, id runs.ID) {
 	a.answerRun(ctx, r, err)
 }
 
-// awaitEnd reads a run until it has ended, wait passes or gone closes.
+// awaitEnd reads a run until it has ended, wait passes, its client
+// leaves (gone) or the server stops (ctx), answering it as it is then.
 // The store is read again after 50 ms, then less often, to 1 s: a run
 // may end in another activator.
 func (r *runner) awaitEnd(ctx context.Context, id runs.ID, wait time.Duration, gone <-chan struct{}) (runs.Run, error) {
 	deadline := time.Now().Add(wait)
 	pause := 50 * time.Millisecond
 	for {
-		run, err := r.store.Get(ctx, id)
+		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+		run, err := r.store.Get(gctx, id)
+		cancel()
 		left := time.Until(deadline)
 		if err != nil || run.State.Ended() || left <= 0 {
 			return run, err
@@ -227,6 +255,9 @@ func (r *runner) awaitEnd(ctx context.Context, id runs.ID, wait time.Duration, g
 		select {
 		case <-t.C:
 		case <-gone:
+			t.Stop()
+			return run, nil
+		case <-ctx.Done():
 			t.Stop()
 			return run, nil
 		}
@@ -248,7 +279,9 @@ func (a *Activator) answerRun(ctx *fasthttp.RequestCtx, r runs.Run, err error) {
 
 // runResult answers an ended run's answer as the function gave it.
 func (a *Activator) runResult(ctx *fasthttp.RequestCtx, id runs.ID) {
-	r, res, err := a.runs.store.Result(ctx, id)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
+	defer cancel()
+	r, res, err := a.runs.store.Result(sctx, id)
 	switch {
 	case errors.Is(err, runs.ErrNotFound):
 		a.fail(ctx, fasthttp.StatusNotFound, "no such run", nil)

@@ -186,9 +186,11 @@ func TestRunRefused(t *testing.T) {
 		{"unknown function", "POST", "/fn/ns/nobody/", "", async, 404, UnknownFunction},
 		{"key too long", "POST", "/fn/ns/hello/", "", append([]string{"Idempotency-Key", strings.Repeat("k", 256)}, async...), 400, "Idempotency-Key"},
 		{"unknown run", "GET", "/runs/" + string(runs.NewID()), "", nil, 404, "no such run"},
+		{"not a run id", "DELETE", "/runs/%FF", "", nil, 404, "no such run"},
+		{"field not text", "POST", "/fn/ns/hello/", "", append([]string{"X-Tag", "caf\xe9"}, async...), 400, "UTF-8"},
 		{"no id", "GET", "/runs/", "", nil, 404, "no such route"},
-		{"bad wait", "GET", "/runs/x?wait=soon", "", nil, 400, "wait is a duration"},
-		{"bad method", "PUT", "/runs/x", "", nil, 405, "PUT is not a method of a run"},
+		{"bad wait", "GET", "/runs/" + string(runs.NewID()) + "?wait=soon", "", nil, 400, "wait is a duration"},
+		{"bad method", "PUT", "/runs/" + string(runs.NewID()), "", nil, 405, "PUT is not a method of a run"},
 	} {
 		resp, b := call(t, tc.method, base+tc.path, tc.body, tc.header...)
 		if resp.StatusCode != tc.code || !bytes.Contains(b, []byte(tc.says)) {
@@ -229,5 +231,33 @@ func TestRunsDisabled(t *testing.T) {
 	}
 	if resp, _ := call(t, http.MethodPost, base+"/fn/ns/hello/", "", "Prefer", "return=minimal"); resp.StatusCode != 200 {
 		t.Errorf("another preference: %d, want the function's 200", resp.StatusCode)
+	}
+}
+
+// A dispatcher that stops gives back the runs whose attempts wait for an
+// instance, unattempted, and returns: it does not hold its host's stop
+// for their functions' timeouts.
+func TestRunGivenBackOnStop(t *testing.T) {
+	a := newActivator(t, Config{}, &countingPoker{})
+	store := runs.NewMemory()
+	a.EnableRuns(store, RunsConfig{Interval: 20 * time.Millisecond})
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "idle", HTTP: true, Timeout: time.Hour, Runs: runsPolicy})
+	base := serveActivator(t, a)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { a.Dispatch(ctx); close(done) }()
+	id := submitRun(t, base, "/fn/ns/idle/", "")
+	eventually.True(t, "the run attempted", func() bool {
+		r, err := store.Get(context.Background(), id)
+		return err == nil && r.State == runs.Running
+	})
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Dispatch did not return once stopped")
+	}
+	if r, err := store.Get(context.Background(), id); err != nil || r.State != runs.Queued || r.Attempts != 0 {
+		t.Errorf("the run after the dispatcher stopped: %+v %v, want it queued, unattempted", r, err)
 	}
 }

@@ -44,7 +44,7 @@ func TestRunsAskForInstances(t *testing.T) {
 		if _, _, err := store.Submit(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
-		at, _, _ := store.Claim(ctx, "default", "later", time.Hour)
+		at, _, _ := store.Claim(ctx, "default", "later", time.Hour, 3)
 		if _, err := store.Finish(ctx, at, runs.Outcome{State: runs.Queued, RetryAt: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}

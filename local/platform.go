@@ -274,7 +274,12 @@ func (p *Platform) Run(ctx context.Context) error {
 		}
 	})
 	go p.deliverPokes(bg)
-	go p.act.Dispatch(bg)
+	// Runs are claimed until the drain begins; those under way end with
+	// it, before Run returns and the store is closed.
+	dispatching, stopDispatch := context.WithCancel(ctx)
+	defer stopDispatch()
+	dispatched := make(chan struct{})
+	go func() { p.act.Dispatch(dispatching); close(dispatched) }()
 	// The scheduler stops as the drain begins: a fire or a warm-up then
 	// would start an instance only to stop it.
 	go p.cron.Run(ctx)
@@ -303,6 +308,7 @@ func (p *Platform) Run(ctx context.Context) error {
 		p.printDraining()
 		err = <-served
 	}
+	stopDispatch() // no run is claimed once the drain begins, nor once serving failed
 	// --drain is the whole budget, counted from ctx's end: the
 	// activator's drain, then the instances', and what is left at its end
 	// is stopped at once.
@@ -311,6 +317,10 @@ func (p *Platform) Run(ctx context.Context) error {
 	<-watched       // queues no more builds
 	p.builds.wait() // cancelled with ctx: none starts an instance after
 	err = errors.Join(err, p.sup.Shutdown(shutdown))
+	select {
+	case <-dispatched:
+	case <-shutdown.Done():
+	}
 	if p.waker != nil {
 		p.waker.Close()
 	}

@@ -15,19 +15,25 @@ import (
 const (
 	DefaultKeyWindow = 24 * time.Hour
 	DefaultRetention = 7 * 24 * time.Hour
-	// DefaultMaxRuns bounds the in-memory store.
-	DefaultMaxRuns = 100_000
+	// DefaultMaxRuns and DefaultMaxBytes bound the in-memory store: its
+	// runs, and the bytes of their requests and results.
+	DefaultMaxRuns  = 100_000
+	DefaultMaxBytes = 512 << 20
 )
 
 // Memory keeps runs in the process: `sless dev` without a database. What
-// it holds ends with the process. It holds at most MaxRuns: a full store
-// drops its oldest ended run for a new one, and refuses one (ErrFull) when
-// every run it holds is still queued or running.
+// it holds ends with the process. It holds at most MaxRuns, whose requests
+// and results hold at most MaxBytes (a run's request is dropped as it
+// ends), and as many idempotency keys as runs: a full store drops its
+// oldest ended runs for a new one, and refuses one (ErrFull) when what it
+// holds is still queued or running.
 type Memory struct {
-	// KeyWindow, Retention and MaxRuns default to DefaultKeyWindow,
-	// DefaultRetention and DefaultMaxRuns; set before first use.
+	// KeyWindow, Retention, MaxRuns and MaxBytes default to
+	// DefaultKeyWindow, DefaultRetention, DefaultMaxRuns and
+	// DefaultMaxBytes; set before first use.
 	KeyWindow, Retention time.Duration
 	MaxRuns              int
+	MaxBytes             int64
 
 	mu        sync.Mutex
 	runs      map[ID]*entry
@@ -35,6 +41,7 @@ type Memory struct {
 	keys      map[idempotencyKey]keyUse
 	ended     []ID // in the order runs ended, the oldest first; may name runs gone
 	seq       uint64
+	bytes     int64 // of the requests and results held
 }
 
 type functionKey struct{ namespace, name string }
@@ -101,10 +108,12 @@ func (m *Memory) Submit(_ context.Context, s Submission) (Run, bool, error) {
 			}
 		}
 	}
-	if !m.makeRoom() {
+	size := requestSize(&s.Request)
+	if !m.makeRoom(size, now) || s.IdempotencyKey != "" && len(m.keys) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) {
 		return Run{}, false, ErrFull
 	}
 	m.seq++
+	m.bytes += size
 	e := &entry{run: Run{ID: NewID(), Namespace: s.Namespace, Function: s.Function, State: Queued, CreatedAt: now},
 		request: s.Request, notBefore: now, expiresAt: now.Add(s.MaxAge), seq: m.seq}
 	m.runs[e.run.ID] = e
@@ -115,17 +124,37 @@ func (m *Memory) Submit(_ context.Context, s Submission) (Run, bool, error) {
 	return e.run, true, nil
 }
 
-// makeRoom drops the oldest ended runs until one more fits; false when
-// none is left to drop.
-func (m *Memory) makeRoom() bool {
-	for len(m.runs) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) {
+// makeRoom drops the oldest ended runs until one more, of size bytes,
+// fits, and the keys past their window; false when it does not fit.
+func (m *Memory) makeRoom(size int64, now time.Time) bool {
+	if len(m.keys) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) {
+		m.forgetKeys(now)
+	}
+	for len(m.runs) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) || m.bytes+size > cmp.Or(m.MaxBytes, DefaultMaxBytes) {
 		if len(m.ended) == 0 {
 			return false
 		}
-		delete(m.runs, m.ended[0])
+		m.drop(m.ended[0])
 		m.ended = m.ended[1:]
 	}
 	return true
+}
+
+// drop forgets an ended run.
+func (m *Memory) drop(id ID) {
+	if e, ok := m.runs[id]; ok {
+		m.bytes -= int64(len(e.result.Body))
+		delete(m.runs, id)
+	}
+}
+
+// requestSize is what a request holds, roughly: its body, path and fields.
+func requestSize(r *Request) int64 {
+	n := len(r.Body) + len(r.Path)
+	for _, f := range r.Header {
+		n += len(f[0]) + len(f[1])
+	}
+	return int64(n)
 }
 
 // Get implements Store.
@@ -177,6 +206,8 @@ func (m *Memory) end(e *entry, s State, why string) {
 	delete(q.running, e.run.ID)
 	now := time.Now()
 	e.run.State, e.run.CompletedAt = s, &now
+	m.bytes -= requestSize(&e.request)
+	e.request = Request{} // never sent again
 	if why != "" {
 		e.run.Error = invocation.TruncateError(why)
 	}
@@ -184,7 +215,7 @@ func (m *Memory) end(e *entry, s State, why string) {
 }
 
 // Claim implements Store.
-func (m *Memory) Claim(_ context.Context, namespace, function string, lease time.Duration) (Attempt, bool, error) {
+func (m *Memory) Claim(_ context.Context, namespace, function string, lease time.Duration, maxAttempts int) (Attempt, bool, error) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -193,6 +224,9 @@ func (m *Memory) Claim(_ context.Context, namespace, function string, lease time
 		return Attempt{}, false, nil
 	}
 	e := q.lapsed(now)
+	for ; e != nil && e.run.Attempts >= maxAttempts; e = q.lapsed(now) {
+		m.end(e, Failed, LostError)
+	}
 	if e == nil {
 		if len(q.due) == 0 || q.due[0].notBefore.After(now) {
 			return Attempt{}, false, nil
@@ -233,10 +267,14 @@ func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
 		return e.run, ErrAttemptOver
 	}
 	if o.Result.Status > 0 {
+		m.bytes += int64(len(o.Result.Body) - len(e.result.Body))
 		e.run.Status, e.result = o.Result.Status, o.Result
 		e.run.ResultSize, e.run.ResultTruncated = o.Result.BodySize, o.Result.Truncated
 	}
 	e.run.Error = invocation.TruncateError(o.Error)
+	if o.Unsent {
+		e.run.Attempts--
+	}
 	if o.State == Queued {
 		q := m.queue(functionKey{e.run.Namespace, e.run.Function})
 		delete(q.running, e.run.ID)
@@ -285,9 +323,14 @@ func (m *Memory) forget(now time.Time) {
 		if ok && e.run.CompletedAt.After(cutoff) {
 			break
 		}
-		delete(m.runs, m.ended[0])
+		m.drop(m.ended[0])
 		m.ended = m.ended[1:]
 	}
+	m.forgetKeys(now)
+}
+
+// forgetKeys drops the idempotency keys past their window.
+func (m *Memory) forgetKeys(now time.Time) {
 	window := cmp.Or(m.KeyWindow, DefaultKeyWindow)
 	for k, use := range m.keys {
 		if now.Sub(use.at) >= window {

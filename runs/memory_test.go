@@ -26,7 +26,7 @@ func TestMemoryBounded(t *testing.T) {
 	if _, _, err := m.Submit(ctx, sub); !errors.Is(err, runs.ErrFull) {
 		t.Fatalf("a third run in a store of two, both queued: %v, want ErrFull", err)
 	}
-	a, _, _ := m.Claim(ctx, "default", "fn", time.Hour)
+	a, _, _ := m.Claim(ctx, "default", "fn", time.Hour, 3)
 	if _, err := m.Finish(ctx, a, runs.Outcome{State: runs.Succeeded}); err != nil {
 		t.Fatal(err)
 	}
@@ -35,5 +35,47 @@ func TestMemoryBounded(t *testing.T) {
 	}
 	if _, err := m.Get(ctx, first.ID); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("the ended run: %v, want it forgotten", err)
+	}
+}
+
+// The in-memory store bounds the bytes of the requests and results it
+// holds: a run's request is dropped as it ends, and ended runs are
+// forgotten, oldest first, to make room.
+func TestMemoryBoundedInBytes(t *testing.T) {
+	ctx := context.Background()
+	m := runs.NewMemory()
+	m.MaxBytes = 1000
+	sub := runs.Submission{Namespace: "default", Function: "fn", Request: runs.Request{Method: "POST", Path: "/",
+		Body: make([]byte, 600)}, MaxAge: time.Hour}
+	if _, _, err := m.Submit(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Submit(ctx, sub); !errors.Is(err, runs.ErrFull) {
+		t.Fatalf("a second 600 bytes in 1000, the first queued: %v, want ErrFull", err)
+	}
+	a, _, _ := m.Claim(ctx, "default", "fn", time.Hour, 3)
+	if _, err := m.Finish(ctx, a, runs.Outcome{State: runs.Succeeded, Result: runs.Result{Status: 200, Body: make([]byte, 300)}}); err != nil {
+		t.Fatal(err)
+	}
+	second, _, err := m.Submit(ctx, sub)
+	if err != nil {
+		t.Fatalf("600 bytes once the first run's request was dropped: %v", err)
+	}
+	if _, _, err := m.Result(ctx, a.Run.ID); err != nil {
+		t.Errorf("the first run's result: %v, want it kept while there is room", err)
+	}
+	b, _, _ := m.Claim(ctx, "default", "fn", time.Hour, 3)
+	if _, err := m.Finish(ctx, b, runs.Outcome{State: runs.Succeeded, Result: runs.Result{Status: 200, Body: make([]byte, 300)}}); err != nil ||
+		b.Run.ID != second.ID {
+		t.Fatal(err)
+	}
+	if _, _, err := m.Submit(ctx, sub); err != nil {
+		t.Fatalf("a third run, room made by forgetting the first: %v", err)
+	}
+	if _, err := m.Get(ctx, a.Run.ID); !errors.Is(err, runs.ErrNotFound) {
+		t.Errorf("the first run: %v, want it forgotten to make room", err)
+	}
+	if _, _, err := m.Result(ctx, second.ID); err != nil {
+		t.Errorf("the second run: %v, want it kept", err)
 	}
 }

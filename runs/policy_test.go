@@ -57,3 +57,17 @@ func TestBackoffBounded(t *testing.T) {
 		t.Errorf("no backoff set: %s", d)
 	}
 }
+
+func TestValidID(t *testing.T) {
+	for range 100 {
+		if id := NewID(); !ValidID(string(id)) {
+			t.Fatalf("NewID %q is not valid", id)
+		}
+	}
+	for _, s := range []string{"", "x", "N3ZK7M4QF6XRWOD2B5HLA4PJ7", "N3ZK7M4QF6XRWOD2B5HLA4PJ7E1", "n3zk7m4qf6xrwod2b5hla4pj7e",
+		"N3ZK7M4QF6XRWOD2B5HLA4PJ0E", "N3ZK7M4QF6XRWOD2B5HLA4PJ\xffE"} {
+		if ValidID(s) {
+			t.Errorf("ValidID(%q) = true", s)
+		}
+	}
+}

@@ -42,6 +42,20 @@ type ID string
 // NewID returns a new random run ID (26 characters of base32, 130 bits).
 func NewID() ID { return ID(rand.Text()) }
 
+// ValidID says whether s could be an ID NewID made: anything else names no
+// run, and is not looked up.
+func ValidID(s string) bool {
+	if len(s) != 26 {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < 'A' || c > 'Z') && (c < '2' || c > '7') {
+			return false
+		}
+	}
+	return true
+}
+
 // Request is what a caller asked a run to do: the function's request.
 type Request struct {
 	Method string `json:"method"`
@@ -131,6 +145,10 @@ type Outcome struct {
 	Result Result
 	// Error is why the attempt failed, empty when it did not.
 	Error string
+	// Unsent says the attempt never reached the function (its activator
+	// stopped first): it does not count as one, and the run is queued
+	// again.
+	Unsent bool
 }
 
 // Check says whether o is an outcome a store takes: one that ends the
@@ -146,6 +164,9 @@ func (o Outcome) Check() error {
 const (
 	CancelledError = "cancelled"
 	ExpiredError   = "expired: queued longer than the function's async.maxAge"
+	// LostError ends a run whose last attempt was lost (its activator
+	// or sless dev ended) before its outcome was stored.
+	LostError = "its last attempt was lost with the process that made it, before its outcome was stored"
 )
 
 // Errors of a store.
@@ -175,10 +196,12 @@ type Store interface {
 	// Cancel ends a queued or running run as Cancelled; an ended run is
 	// left as it is. The run is returned as it is after.
 	Cancel(ctx context.Context, id ID) (Run, error)
-	// Claim takes the oldest run of a function that is due (queued and
-	// its retry time reached, or running with its lease run out) for an
-	// attempt leased until now+lease; ok false when none is due.
-	Claim(ctx context.Context, namespace, function string, lease time.Duration) (a Attempt, ok bool, err error)
+	// Claim takes a run of a function that is due (queued and its retry
+	// time reached, or running with its lease run out), the longest due
+	// first, for an attempt leased until now+lease; ok false when none is
+	// due. A lapsed run that has had maxAttempts attempts is not attempted
+	// again: it ends failed, lost with the attempt that held it.
+	Claim(ctx context.Context, namespace, function string, lease time.Duration, maxAttempts int) (a Attempt, ok bool, err error)
 	// Finish records an attempt's outcome; ErrAttemptOver when the
 	// attempt no longer holds the run.
 	Finish(ctx context.Context, a Attempt, o Outcome) (Run, error)

@@ -50,9 +50,9 @@ type Async struct {
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="maxAge must be between 1s and 24h"
 	MaxAge *metav1.Duration `json:"maxAge,omitempty"`
 
-	// Concurrency bounds how many of the function's runs are attempted
-	// at once, across its instances; they share each instance's
-	// concurrency with its other requests.
+	// Concurrency bounds how many of the function's runs each activator
+	// attempts at once; they share each instance's concurrency with its
+	// other requests.
 	// +optional
 	// +kubebuilder:default=100
 	// +kubebuilder:validation:Minimum=1

@@ -95,13 +95,24 @@ SLESS_DATABASE_URL), to memory without.`,
 			if err != nil {
 				return err
 			}
-			// The dispatcher ends with what the activator serves with,
-			// before the store closes.
-			defer func() { end(); closeRuns() }()
+			dispatched := make(chan struct{})
 			if runStore != nil {
 				a.EnableRuns(runStore, activator.RunsConfig{})
-				go a.Dispatch(ctx)
+				// No run is claimed once the activator begins to stop;
+				// those under way have the drain to end, and the store
+				// stays open for their outcomes.
+				go func() { a.Dispatch(cmd.Context()); close(dispatched) }()
+			} else {
+				close(dispatched)
 			}
+			defer func() {
+				select {
+				case <-dispatched:
+				case <-time.After(drain):
+				}
+				end()
+				closeRuns()
+			}()
 			feed, err := kubewatch.NewActivatorFeed(restCfg, a, log)
 			if err != nil {
 				return err

@@ -238,8 +238,13 @@ func (s *Store) Cancel(ctx context.Context, id runs.ID) (runs.Run, error) {
 // Claim implements runs.Store. A running run's not_before is its lease's
 // end: the one index orders queued runs by when they are due and finds
 // the running ones whose lease ran out.
-func (s *Store) Claim(ctx context.Context, namespace, function string, lease time.Duration) (runs.Attempt, bool, error) {
+func (s *Store) Claim(ctx context.Context, namespace, function string, lease time.Duration, maxAttempts int) (runs.Attempt, bool, error) {
 	at := now()
+	if _, err := s.pool.Exec(ctx, `update sless_runs set state = $5, completed_at = $3, error = $6
+		where namespace = $1 and function = $2 and state = 'running' and not_before <= $3 and attempts >= $4`,
+		namespace, function, at, maxAttempts, runs.Failed, runs.LostError); err != nil {
+		return runs.Attempt{}, false, s.fail("claim", err)
+	}
 	var a runs.Attempt
 	var header []byte
 	err := s.pool.QueryRow(ctx, `update sless_runs r set state = $4, attempts = r.attempts + 1,
@@ -281,14 +286,18 @@ func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (run
 	if o.Result.Status > 0 {
 		result = nonNil(o.Result.Body)
 	}
+	unsent := 0
+	if o.Unsent {
+		unsent = 1
+	}
 	r, err := scanRun(s.pool.QueryRow(ctx, `update sless_runs set state = $4, not_before = $5, completed_at = $6,
-			error = $7, status = case when $8 > 0 then $8 else status end,
+			attempts = attempts - $13, error = $7, status = case when $8 > 0 then $8 else status end,
 			content_type = case when $8 > 0 then $9 else content_type end, result = coalesce($10, result),
 			result_truncated = case when $8 > 0 then $11 else result_truncated end,
 			result_size = case when $8 > 0 then $12 else result_size end
 		where id = $1 and created_at = $2 and state = 'running' and attempts = $3
 		returning `+runColumns, a.Run.ID, a.Run.CreatedAt, a.Number, o.State, notBefore, completed,
-		invocation.TruncateError(o.Error), o.Result.Status, o.Result.ContentType, result, o.Result.Truncated, o.Result.BodySize))
+		invocation.TruncateError(o.Error), o.Result.Status, o.Result.ContentType, result, o.Result.Truncated, o.Result.BodySize, unsent))
 	if errors.Is(err, runs.ErrNotFound) {
 		if r, err = s.Get(ctx, a.Run.ID); err == nil {
 			err = runs.ErrAttemptOver

@@ -48,7 +48,7 @@ func TestRunsOutliveTheStore(t *testing.T) {
 		}
 		ids = append(ids, r.ID)
 	}
-	if _, ok, err := first.Claim(ctx, "default", "fn", 300*time.Millisecond); !ok || err != nil {
+	if _, ok, err := first.Claim(ctx, "default", "fn", 300*time.Millisecond, 3); !ok || err != nil {
 		t.Fatalf("claim: %t %v", ok, err)
 	}
 	first.Close()
@@ -60,7 +60,7 @@ func TestRunsOutliveTheStore(t *testing.T) {
 	defer second.Close()
 	claimed := map[runs.ID]int{}
 	eventually.True(t, "every run claimed again", func() bool {
-		a, ok, err := second.Claim(ctx, "default", "fn", time.Hour)
+		a, ok, err := second.Claim(ctx, "default", "fn", time.Hour, 3)
 		if err != nil {
 			t.Fatal(err)
 		}

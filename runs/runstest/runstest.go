@@ -28,7 +28,9 @@ func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
 		{"ClaimInOrder", testClaimInOrder},
 		{"Finish", testFinish},
 		{"Retry", testRetry},
+		{"GivenBack", testGivenBack},
 		{"LeaseLapses", testLeaseLapses},
+		{"LastAttemptLost", testLastAttemptLost},
 		{"Cancel", testCancel},
 		{"Expire", testExpire},
 		{"ClaimedOnce", testClaimedOnce},
@@ -39,6 +41,9 @@ func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
 }
 
 var ctx = context.Background()
+
+// maxAttempts is the attempts the tests' claims allow a run.
+const maxAttempts = 3
 
 // request is a request with every field set, distinct by n.
 func request(n int) runs.Request {
@@ -73,7 +78,7 @@ func get(t *testing.T, s runs.Store, id runs.ID) runs.Run {
 
 func claim(t *testing.T, s runs.Store, lease time.Duration) (runs.Attempt, bool) {
 	t.Helper()
-	a, ok, err := s.Claim(ctx, "default", "fn", lease)
+	a, ok, err := s.Claim(ctx, "default", "fn", lease, maxAttempts)
 	if err != nil {
 		t.Fatalf("claim: %v", err)
 	}
@@ -311,7 +316,7 @@ func testClaimedOnce(t *testing.T, s runs.Store) {
 	for range 4 {
 		wg.Go(func() {
 			for {
-				a, ok, err := s.Claim(ctx, "default", "fn", time.Hour)
+				a, ok, err := s.Claim(ctx, "default", "fn", time.Hour, maxAttempts)
 				if err != nil {
 					t.Errorf("claim: %v", err)
 					return
@@ -362,5 +367,43 @@ func testPending(t *testing.T, s runs.Store) {
 		{Namespace: "default", Function: "other", Queued: 1, Due: 1}}
 	if got := pending(); !slices.Equal(got, want) {
 		t.Errorf("pending %+v, want %+v", got, want)
+	}
+}
+
+// A run whose last attempt was lost (its lease ran out) ends failed
+// instead of being attempted once more.
+func testLastAttemptLost(t *testing.T, s runs.Store) {
+	r := submit(t, s, runs.Submission{Request: request(1)})
+	for n := 1; n <= maxAttempts; n++ {
+		var a runs.Attempt
+		eventually.True(t, fmt.Sprintf("attempt %d claimed", n), func() bool {
+			var ok bool
+			a, ok = claim(t, s, 100*time.Millisecond)
+			return ok
+		})
+		if a.Number != n {
+			t.Fatalf("attempt %d claimed as %d", n, a.Number)
+		}
+	}
+	eventually.True(t, "the run ended once its last lease ran out", func() bool {
+		claim(t, s, time.Hour)
+		return get(t, s, r.ID).State.Ended()
+	})
+	if got := get(t, s, r.ID); got.State != runs.Failed || got.Error != runs.LostError || got.Attempts != maxAttempts || got.CompletedAt == nil {
+		t.Errorf("run after its last attempt was lost: %+v", got)
+	}
+}
+
+// An attempt that never reached the function is given back: the run is
+// queued again, that attempt not counted.
+func testGivenBack(t *testing.T, s runs.Store) {
+	r := submit(t, s, runs.Submission{Request: request(1)})
+	a := mustClaim(t, s)
+	back, err := s.Finish(ctx, a, runs.Outcome{State: runs.Queued, RetryAt: time.Now(), Unsent: true, Error: "given back"})
+	if err != nil || back.State != runs.Queued || back.Attempts != 0 {
+		t.Fatalf("given back: %+v %v, want queued, no attempt", back, err)
+	}
+	if again := mustClaim(t, s); again.Run.ID != r.ID || again.Number != 1 {
+		t.Errorf("claimed again: %s attempt %d, want %s attempt 1", again.Run.ID, again.Number, r.ID)
 	}
 }

@@ -11,10 +11,11 @@ create table sless_runs (
 	created_at timestamptz not null,
 	started_at timestamptz,
 	completed_at timestamptz,
-	-- A queued run's next attempt, its expiry; a running run's lease.
+	-- When the run is next due to be claimed: a queued run's next
+	-- attempt, a running run's lease's end (a lapsed lease makes it due
+	-- again). expires_at is when a queued run expires.
 	not_before timestamptz not null,
 	expires_at timestamptz not null,
-	lease_until timestamptz,
 	-- The request.
 	method text not null,
 	path text not null,
