@@ -44,7 +44,9 @@ func useDatabase(t *testing.T, dbURL string) {
 }
 
 // restartActivators rolls the activators out again, as kubectl rollout
-// restart does, and waits for the rollout.
+// restart does, and waits for the rollout, and for the old pods to be
+// gone: each serves on for its propagation delay after it is told to stop,
+// with its old settings, so a request of the test could reach it.
 func restartActivators(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
@@ -65,6 +67,10 @@ func restartActivators(t *testing.T) {
 		err := cluster.c.Get(ctx, client.ObjectKeyFromObject(&d), &now)
 		return err == nil && now.Status.ObservedGeneration >= now.Generation && now.Status.UpdatedReplicas == *now.Spec.Replicas &&
 			now.Status.AvailableReplicas == *now.Spec.Replicas && now.Status.Replicas == *now.Spec.Replicas
+	})
+	waitFor(t, "the old activators gone", func() bool {
+		pods := activatorPods(t)
+		return len(pods) == int(*d.Spec.Replicas) && !slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
 	})
 }
 
