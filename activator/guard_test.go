@@ -3,7 +3,6 @@ package activator
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -53,22 +52,7 @@ func TestServerGuard(t *testing.T) {
 
 	do := func(method, path, body string, header ...string) (int, string) {
 		t.Helper()
-		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i+1 < len(header); i += 2 {
-			req.Header.Set(header[i], header[i+1])
-		}
-		resp, err := noRedirects.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
+		resp, b := callWith(t, noRedirects, method, base+path, body, header...)
 		return resp.StatusCode, string(b)
 	}
 	bearer := func(token string) []string { return []string{"Authorization", "Bearer " + token} }

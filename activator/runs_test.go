@@ -43,6 +43,12 @@ func startRuns(t *testing.T) (*Activator, string, runs.Store) {
 // returns the answer with its body read.
 func call(t *testing.T, method, url, body string, header ...string) (*http.Response, []byte) {
 	t.Helper()
+	return callWith(t, client, method, url, body, header...)
+}
+
+// callWith is call by c.
+func callWith(t *testing.T, c *http.Client, method, url, body string, header ...string) (*http.Response, []byte) {
+	t.Helper()
 	req, err := http.NewRequest(method, url, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +56,7 @@ func call(t *testing.T, method, url, body string, header ...string) (*http.Respo
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Add(header[i], header[i+1])
 	}
-	resp, err := client.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
