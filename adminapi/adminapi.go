@@ -20,6 +20,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/httpjson"
+	"sless.dev/sless/runs"
 	"sless.dev/sless/timeline"
 )
 
@@ -249,10 +250,11 @@ func BadInput(format string, args ...any) error {
 	return &Error{http.StatusBadRequest, fmt.Sprintf(format, args...)}
 }
 
-// NewMux serves b's routes, and each function's timeline from the one tl
-// gives at each request (the platform's, or every activator's), on a mux
-// a backend may add routes of its own to.
-func NewMux[S any](b Backend[S], tl func(context.Context) *timeline.Timeline) *http.ServeMux {
+// NewMux serves b's routes, each function's timeline from the one tl
+// gives at each request (the platform's, or every activator's), and the
+// runs of store (nil when the platform keeps none), on a mux a backend
+// may add routes of its own to.
+func NewMux[S any](b Backend[S], tl func(context.Context) *timeline.Timeline, store runs.Store) *http.ServeMux {
 	h := handler[S]{b: b, tl: tl, client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/functions", h.list)
@@ -262,6 +264,7 @@ func NewMux[S any](b Backend[S], tl func(context.Context) *timeline.Timeline) *h
 	mux.HandleFunc("PATCH "+FunctionRoute+"/triggers/{trigger}", h.setTrigger)
 	mux.HandleFunc("PATCH "+FunctionRoute+"/scale", h.setScale)
 	mux.HandleFunc("POST "+FunctionRoute+"/invoke", h.invoke)
+	h.handleRuns(mux, store)
 	mux.HandleFunc("/v1/", func(w http.ResponseWriter, r *http.Request) {
 		WriteError(w, &Error{http.StatusNotFound, "no such route: " + r.Method + " " + r.URL.Path})
 	})

@@ -174,7 +174,7 @@ func (b backend) ManifestErrors(context.Context) []adminapi.ManifestError {
 // apiHandler serves the platform's /v1/ routes: the admin API's, and the
 // output and source only the local platform has.
 func (p *Platform) apiHandler() http.Handler {
-	mux := adminapi.NewMux(backend{p}, func(context.Context) *timeline.Timeline { return p.timeline })
+	mux := adminapi.NewMux(backend{p}, func(context.Context) *timeline.Timeline { return p.timeline }, p.opts.Runs)
 	mux.HandleFunc("GET "+adminapi.FunctionRoute+"/logs", p.serveLogs)
 	mux.HandleFunc("GET "+adminapi.FunctionRoute+"/source", p.source)
 	return mux

@@ -194,6 +194,9 @@ func New(opts Options) (*Platform, error) {
 	if opts.ReadTimeout == 0 {
 		opts.ReadTimeout = forward.DefaultReadTimeout
 	}
+	if opts.Runs == nil {
+		opts.Runs = runs.NewMemory()
+	}
 	p := &Platform{opts: opts, reg: opts.Registry, records: opts.Records, fns: map[types.NamespacedName]*entry{},
 		timeline: timeline.New(), builds: builds{max: maxParallelPrepare}}
 	if p.reg == nil {
@@ -210,9 +213,6 @@ func New(opts Options) (*Platform, error) {
 	p.sup = supervisor.New(supervisor.Options{Output: opts.Out, Log: opts.Log, InstanceLog: opts.InstanceLog, ReadinessGrace: opts.ReadinessGrace,
 		Changed: p.instancesChanged, Failing: p.failing, Lines: p.logs.add, Records: timeline.Tee(p.records, p.timeline),
 		Crashed: func(namespace, name string) { p.metrics.crashes.WithLabelValues(namespace, name).Inc() }})
-	if opts.Runs == nil {
-		opts.Runs = runs.NewMemory()
-	}
 	scaling := []autoscaler.Option{autoscaler.WithRuns(opts.Runs, opts.Log)}
 	if opts.AMQPURL != "" {
 		p.queues = queuedepth.NewBrokers(queuedepth.OneBroker(opts.AMQPURL), opts.Log)

@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"crypto/sha256"
+	"slices"
 	"sync"
 	"time"
 
@@ -392,4 +393,24 @@ func (h *dueHeap) Pop() any {
 	e.index = -1
 	*h = old[:len(old)-1]
 	return e
+}
+
+// List implements Store. It looks at every run the store holds (at most
+// MaxRuns, for a listing now and then, never on a request's path).
+func (m *Memory) List(_ context.Context, namespace, function string, q Query) ([]Run, error) {
+	if err := q.Check(); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	var out []Run
+	for _, e := range m.runs {
+		r := &e.run
+		if r.Namespace == namespace && r.Function == function && (q.State == "" || r.State == q.State) &&
+			(q.Before.IsZero() || r.CreatedAt.Before(q.Before)) {
+			out = append(out, *r)
+		}
+	}
+	m.mu.Unlock()
+	slices.SortFunc(out, func(a, b Run) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	return out[:min(len(out), q.LimitOrDefault())], nil
 }

@@ -7,6 +7,7 @@
 package runs
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -29,6 +30,9 @@ const (
 	Cancelled State = "cancelled"
 	Expired   State = "expired"
 )
+
+// Valid says whether s is one of the states of a run.
+func (s State) Valid() bool { return s == Queued || s == Running || s.Ended() }
 
 // Ended says whether a run in state s will change no more.
 func (s State) Ended() bool {
@@ -209,7 +213,41 @@ type Store interface {
 	Expire(ctx context.Context) (int, error)
 	// Pending is the demand of every function with runs not ended.
 	Pending(ctx context.Context) ([]Demand, error)
+	// List is a function's runs, the newest first, as q selects them.
+	List(ctx context.Context, namespace, function string, q Query) ([]Run, error)
 }
+
+// Query selects the runs List answers.
+type Query struct {
+	// State, when set, keeps the runs in that state.
+	State State
+	// Before, when set, keeps the runs created before it: the CreatedAt
+	// of the last run of a page asks for the next.
+	Before time.Time
+	// Limit bounds the runs answered (DefaultListLimit when 0, at most
+	// MaxListLimit).
+	Limit int
+}
+
+// The bounds of a List.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
+// Check refuses a query no store answers.
+func (q Query) Check() error {
+	switch {
+	case q.Limit < 0 || q.Limit > MaxListLimit:
+		return fmt.Errorf("a limit is 1 to %d, not %d", MaxListLimit, q.Limit)
+	case q.State != "" && !q.State.Valid():
+		return fmt.Errorf("no run state %q: queued, running, succeeded, failed, cancelled or expired", q.State)
+	}
+	return nil
+}
+
+// LimitOrDefault is q.Limit, DefaultListLimit when 0.
+func (q Query) LimitOrDefault() int { return cmp.Or(q.Limit, DefaultListLimit) }
 
 // Demand is a function's runs not ended: what its instances have to do,
 // for the dispatcher to claim and the autoscaler to scale for.

@@ -71,7 +71,7 @@ func TestBackend(t *testing.T) {
 	// It samples each second, as an activator does: the merged series'
 	// last second has both activators' samples whenever it is looked at.
 	go peerB.Sample(wctx, 50*time.Millisecond)
-	peer := httptest.NewServer(kubeadmin.Handler(peerB, &kubeadmin.Whole{Local: peerTL}))
+	peer := httptest.NewServer(kubeadmin.Handler(peerB, &kubeadmin.Whole{Local: peerTL}, nil))
 	t.Cleanup(peer.Close)
 	whole := &kubeadmin.Whole{Local: tl, Peers: func() []string { return []string{strings.TrimPrefix(peer.URL, "http://"), "127.0.0.1:1"} },
 		Token: func() string { return "t" }, Client: http.DefaultClient, Log: quiet}
@@ -81,7 +81,7 @@ func TestBackend(t *testing.T) {
 	b.Scaling = func(context.Context) ([]wire.Scaling, error) {
 		return []wire.Scaling{{Namespace: "default", Name: "web", Desired: 2, Panic: true, Buffered: 9, QueueDepth: 12}}, nil
 	}
-	srv := httptest.NewServer(kubeadmin.Handler(b, whole))
+	srv := httptest.NewServer(kubeadmin.Handler(b, whole, nil))
 	t.Cleanup(srv.Close)
 
 	var list struct{ Functions []adminapi.Status }

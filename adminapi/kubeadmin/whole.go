@@ -12,6 +12,7 @@ import (
 
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/internal/httpjson"
+	"sless.dev/sless/runs"
 	"sless.dev/sless/timeline"
 )
 
@@ -117,13 +118,13 @@ func (w *Whole) fetch(ctx context.Context, addr string) (timeline.Snapshot, erro
 }
 
 // Handler serves the admin API of the cluster (b's) with the timeline of
-// every activator, and this activator's own snapshot to its peers on
-// SnapshotRoute.
-func Handler(b *Backend, w *Whole) http.Handler {
+// every activator and the runs of store (nil: the activator keeps none),
+// and this activator's own snapshot to its peers on SnapshotRoute.
+func Handler(b *Backend, w *Whole, store runs.Store) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+SnapshotRoute, func(rw http.ResponseWriter, r *http.Request) {
 		httpjson.Write(rw, http.StatusOK, w.Local.Snapshot(time.Now()))
 	})
-	mux.Handle("/", adminapi.NewMux(b, w.View))
+	mux.Handle("/", adminapi.NewMux(b, w.View, store))
 	return mux
 }

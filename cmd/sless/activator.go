@@ -152,7 +152,7 @@ SLESS_DATABASE_URL), to memory without.`,
 			}
 			api.View = whole.View
 			srv := &activator.Server{Activator: a, DrainTimeout: drain, PropagationDelay: propagation, ReadTimeout: readTimeout, Log: log,
-				Admin: activator.AdminServer{Activator: a, Registry: reg, Records: store, Guard: guard, API: kubeadmin.Handler(api, whole),
+				Admin: activator.AdminServer{Activator: a, Registry: reg, Records: store, Guard: guard, API: kubeadmin.Handler(api, whole, runStore),
 					ConsoleFor:    func(token string) http.Handler { return console.Handler{Token: token} },
 					AcceptRecords: true, Log: log}}
 			serving()

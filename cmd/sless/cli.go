@@ -372,6 +372,7 @@ func (c *adminClient) follow(cmd *cobra.Command, fn, path string, out io.Writer)
 func newInvokeCommand() *cobra.Command {
 	var data, method, save string
 	var headers []string
+	var async, wait bool
 	cmd := &cobra.Command{
 		Use:   "invoke NAMESPACE/NAME [PATH]",
 		Short: "Invoke a function and print the status, timing and body",
@@ -382,7 +383,15 @@ func newInvokeCommand() *cobra.Command {
 	cmd.Flags().StringVarP(&method, "request", "X", "", "the method (GET, or POST with a body)")
 	cmd.Flags().StringArrayVarP(&headers, "header", "H", nil, "a request header, 'Name: value' (repeatable)")
 	cmd.Flags().StringVar(&save, "save", "", "write the answer's body to this file (- : to the terminal, binary or not)")
+	cmd.Flags().BoolVar(&async, "async", false, "submit the request as a run (Prefer: respond-async) and print its id")
+	cmd.Flags().BoolVar(&wait, "wait", false, "with --async, follow the run to its end and print the function's answer")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if wait && !async {
+			return usageError{errors.New("--wait follows a run: it goes with --async")}
+		}
+		if async && c.output == "json" {
+			return usageError{errors.New("-o json is for an invocation waited on; `sless run ID -o json` shows a run")}
+		}
 		_, _, path := functionPath(args[0])
 		var st local.FunctionStatus
 		if _, err := c.get(path, &st); err != nil {
@@ -391,6 +400,9 @@ func newInvokeCommand() *cobra.Command {
 		req, err := invokeRequest(cmd.Context(), st.URL, args[1:], method, data, headers, cmd.InOrStdin())
 		if err != nil {
 			return usageError{err}
+		}
+		if async {
+			return invokeAsync(cmd.Context(), cmd.OutOrStdout(), req, wait, save)
 		}
 		start := time.Now()
 		resp, err := http.DefaultClient.Do(req)

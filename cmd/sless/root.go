@@ -34,6 +34,8 @@ sless autoscaler (or KEDA) on HTTP load, queue depth and cron schedules.
 		newLogsCommand(),
 		newInvokeCommand(),
 		newInvocationsCommand(),
+		newRunsCommand(),
+		newRunCommand(),
 		newLoadCommand(),
 		newBuildCommand(),
 		newDeployCommand(),

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"sless.dev/sless/adminapi"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/pgtest"
 	"sless.dev/sless/runs"
@@ -105,4 +107,80 @@ func submit(t *testing.T, url string) runs.ID {
 		t.Fatalf("submit %s: %d", url, resp.StatusCode)
 	}
 	return r.ID
+}
+
+// The CLI's runs against a sless dev on PostgreSQL: invoke --async and
+// --wait, the runs of a function, one run.
+func TestRunsCLI(t *testing.T) {
+	url, _ := pgtest.DB(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"hi/main.py": devHandler, "hi.yaml": runsManifest})
+	d := startDevIn(t, dir, nil, "--database-url", url)
+	waitStatus(t, d.invoke+"/fn/default/hi", http.StatusOK)
+	cli := func(args ...string) (string, error) { t.Helper(); return sless(t, d.admin, args...) }
+	idOf := func(out string) string {
+		t.Helper()
+		m := regexp.MustCompile(`^run ([A-Z2-7]{26}) queued\n`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no run id in %q", out)
+		}
+		return m[1]
+	}
+
+	out, err := cli("invoke", "--async", "--wait", "default/hi", "-d", "hello")
+	ok := idOf(out)
+	if want := regexp.MustCompile(`^run ` + ok + ` queued\nrun ` + ok + ` succeeded after 1 attempt\(s\) in \S+\n200 OK\nhi\n$`); err != nil || !want.MatchString(out) {
+		t.Errorf("invoke --async --wait: %v\n%s", err, out)
+	}
+	out, err = cli("invoke", "--async", "--wait", "default/hi", "/?fail=1")
+	failed := idOf(out)
+	if err == nil || !strings.Contains(err.Error(), "run "+failed+" failed") || !strings.Contains(out, "after 3 attempt(s)") ||
+		!strings.Contains(out, "500 Internal Server Error") || !strings.Contains(out, "asked to fail") {
+		t.Errorf("invoke --async --wait of a failing run: %v\n%s", err, out)
+	}
+	out, err = cli("invoke", "--async", "default/hi", "/?sleep=0")
+	queued := idOf(out)
+	if err != nil || out != "run "+queued+" queued\n" {
+		t.Errorf("invoke --async: %v\n%q", err, out)
+	}
+
+	eventually.True(t, "the last run ended", func() bool {
+		out, err := cli("run", queued)
+		return err == nil && strings.Contains(out, "succeeded")
+	})
+	out, err = cli("runs", "default/hi")
+	rows := lines(out)
+	if err != nil || len(rows) != 4 || strings.Join(strings.Fields(rows[0]), " ") != "ID STATE ATTEMPTS STATUS AGE TOOK ERROR" {
+		t.Fatalf("runs: %v\n%s", err, out)
+	}
+	for i, want := range []string{queued + " succeeded 1 200", failed + " failed 3 500", ok + " succeeded 1 200"} {
+		if !strings.HasPrefix(strings.Join(strings.Fields(rows[i+1]), " "), want) {
+			t.Errorf("row %d %q, want it to start %q", i+1, rows[i+1], want)
+		}
+	}
+	out, err = cli("runs", "default/hi", "--state", "failed", "-o", "json")
+	var list adminapi.RunList
+	if err != nil || json.Unmarshal([]byte(out), &list) != nil || len(list.Runs) != 1 || string(list.Runs[0].ID) != failed {
+		t.Errorf("runs --state failed -o json: %v\n%s", err, out)
+	}
+	out, err = cli("run", failed)
+	for _, want := range []string{"State:      failed", "Attempts:   3", "Result: 500 application/json", "asked to fail"} {
+		if err != nil || !strings.Contains(out, want) {
+			t.Errorf("run %s: %v, want %q in\n%s", failed, err, want, out)
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"run", string(runs.NewID())}, "no such run"},
+		{[]string{"run", "nonsense"}, "no such run"},
+		{[]string{"runs", "default/nope"}, "unknown function default/nope"},
+		{[]string{"runs", "default/hi", "--state", "done"}, `no run state "done"`},
+		{[]string{"invoke", "--wait", "default/hi"}, "--wait follows a run: it goes with --async"},
+	} {
+		if out, err := cli(tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q\n%s", tc.args, err, tc.want, out)
+		}
+	}
 }

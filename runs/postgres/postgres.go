@@ -340,6 +340,29 @@ func (s *Store) Pending(ctx context.Context) ([]runs.Demand, error) {
 	return out, nil
 }
 
+// List implements runs.Store, from the index of each function's runs by
+// their creation.
+func (s *Store) List(ctx context.Context, namespace, function string, q runs.Query) ([]runs.Run, error) {
+	if err := q.Check(); err != nil {
+		return nil, err
+	}
+	before := q.Before
+	if before.IsZero() {
+		before = time.Now().Add(time.Hour) // after any run's creation, on a clock a little ahead
+	}
+	rows, err := s.pool.Query(ctx, "select "+runColumns+` from sless_runs where namespace = $1 and function = $2
+		and created_at < $3 and ($4 = '' or state = $4) order by created_at desc limit $5`,
+		namespace, function, before, string(q.State), q.LimitOrDefault())
+	if err != nil {
+		return nil, s.fail("list", err)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runs.Run, error) { return scanRun(row) })
+	if err != nil {
+		return nil, s.fail("list", err)
+	}
+	return out, nil
+}
+
 // prefixed qualifies each of a list of columns with prefix.
 func prefixed(prefix, columns string) string {
 	var b bytes.Buffer

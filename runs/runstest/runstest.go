@@ -35,6 +35,7 @@ func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
 		{"Expire", testExpire},
 		{"ClaimedOnce", testClaimedOnce},
 		{"Pending", testPending},
+		{"List", testList},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, open(t)) })
 	}
@@ -405,5 +406,50 @@ func testGivenBack(t *testing.T, s runs.Store) {
 	}
 	if again := mustClaim(t, s); again.Run.ID != r.ID || again.Number != 1 {
 		t.Errorf("claimed again: %s attempt %d, want %s attempt 1", again.Run.ID, again.Number, r.ID)
+	}
+}
+
+// List answers a function's runs the newest first, by state and in pages.
+func testList(t *testing.T, s runs.Store) {
+	list := func(q runs.Query) []runs.ID {
+		t.Helper()
+		rs, err := s.List(ctx, "default", "fn", q)
+		if err != nil {
+			t.Fatalf("list %+v: %v", q, err)
+		}
+		ids := make([]runs.ID, len(rs))
+		for i, r := range rs {
+			ids[i] = r.ID
+		}
+		return ids
+	}
+	var ids []runs.ID // the newest first
+	for n := range 5 {
+		ids = slices.Insert(ids, 0, submit(t, s, runs.Submission{Request: request(n)}).ID)
+	}
+	submit(t, s, runs.Submission{Namespace: "default", Function: "other", Request: request(9)})
+	if _, err := s.Cancel(ctx, ids[3]); err != nil {
+		t.Fatal(err)
+	}
+	if got := list(runs.Query{}); !slices.Equal(got, ids) {
+		t.Errorf("list: %v, want %v", got, ids)
+	}
+	if got := list(runs.Query{State: runs.Cancelled}); !slices.Equal(got, ids[3:4]) {
+		t.Errorf("cancelled runs: %v, want %v", got, ids[3:4])
+	}
+	first, err := s.List(ctx, "default", "fn", runs.Query{Limit: 2})
+	if err != nil || len(first) != 2 {
+		t.Fatalf("a page of 2: %+v %v", first, err)
+	}
+	if got := list(runs.Query{Limit: 2, Before: first[1].CreatedAt}); !slices.Equal(got, ids[2:4]) {
+		t.Errorf("the next page: %v, want %v", got, ids[2:4])
+	}
+	if got := list(runs.Query{State: runs.Succeeded}); len(got) != 0 {
+		t.Errorf("succeeded runs: %v, want none", got)
+	}
+	for _, q := range []runs.Query{{Limit: -1}, {Limit: runs.MaxListLimit + 1}, {State: "done"}} {
+		if _, err := s.List(ctx, "default", "fn", q); err == nil {
+			t.Errorf("list %+v: no error", q)
+		}
 	}
 }
