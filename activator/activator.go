@@ -22,6 +22,7 @@ import (
 
 	"sless.dev/sless/internal/forward"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/runs"
 )
 
 // Config is the activator's configuration.
@@ -319,7 +320,7 @@ const UnknownFunction = "unknown function"
 func (a *Activator) ServeHTTP(ctx *fasthttp.RequestCtx) {
 	start := time.Now()
 	rt, rest, ok := a.routes.match(ctx.Request.Header.RequestURI(), ctx.Host(), a.cfg.Domain)
-	if !ok && bytes.HasPrefix(ctx.Request.Header.RequestURI(), []byte(RunsPath)) {
+	if !ok && bytes.HasPrefix(ctx.Request.Header.RequestURI(), []byte(runs.Path)) {
 		a.serveRuns(ctx)
 		return
 	}

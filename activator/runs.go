@@ -39,14 +39,7 @@ const (
 	DefaultRunMaxResultBytes = 256 << 10
 	DefaultRunMaxWait        = time.Minute
 	DefaultRunInterval       = 250 * time.Millisecond
-	// maxIdempotencyKey bounds an Idempotency-Key.
-	maxIdempotencyKey = 255
 )
-
-// RunsPath begins the paths of the runs API on the invocation port:
-// /runs/{id} and /runs/{id}/result. It is not a function's path: a
-// function routed by host keeps its own /runs/.
-const RunsPath = "/runs/"
 
 // runner is the activator's runs: their store, and the dispatcher's count
 // of each function's attempts in flight.
@@ -91,18 +84,11 @@ func wantsAsync(h *fasthttp.RequestHeader) bool {
 	for pref := range bytes.SplitSeq(v, []byte(",")) {
 		name, _, _ := bytes.Cut(pref, []byte(";"))
 		name, _, _ = bytes.Cut(name, []byte("="))
-		if bytes.EqualFold(bytes.TrimSpace(name), []byte("respond-async")) {
+		if bytes.EqualFold(bytes.TrimSpace(name), []byte(runs.PreferAsync)) {
 			return true
 		}
 	}
 	return false
-}
-
-// runAccepted is the body of a 202: the run, and where to read it.
-type runAccepted struct {
-	ID       runs.ID    `json:"id"`
-	State    runs.State `json:"state"`
-	Location string     `json:"location"`
 }
 
 // submit stores the request as a run of rt and answers 202 with its id,
@@ -118,9 +104,9 @@ func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 		a.fail(ctx, fasthttp.StatusBadRequest, "a run cannot switch protocols: send it without Upgrade", rt)
 		return
 	}
-	key := string(h.Peek("Idempotency-Key"))
-	if len(key) > maxIdempotencyKey {
-		a.fail(ctx, fasthttp.StatusBadRequest, "Idempotency-Key is longer than "+strconv.Itoa(maxIdempotencyKey)+" bytes", rt)
+	key := string(h.Peek(runs.IdempotencyKeyHeader))
+	if len(key) > runs.MaxIdempotencyKey {
+		a.fail(ctx, fasthttp.StatusBadRequest, "Idempotency-Key is longer than "+strconv.Itoa(runs.MaxIdempotencyKey)+" bytes", rt)
 		return
 	}
 	body, err := forward.ReadBody(&ctx.Request, cc, start.Add(rt.fn.Timeout), a.runs.cfg.MaxBodyBytes)
@@ -157,10 +143,10 @@ func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 	if created {
 		a.runs.poke()
 	}
-	location := RunsPath + string(r.ID)
+	location := runs.Path + string(r.ID)
 	ctx.Response.Header.Set("Location", location)
-	ctx.Response.Header.Set("Preference-Applied", "respond-async")
-	a.writeJSON(ctx, fasthttp.StatusAccepted, runAccepted{ID: r.ID, State: r.State, Location: location})
+	ctx.Response.Header.Set("Preference-Applied", runs.PreferAsync)
+	a.writeJSON(ctx, fasthttp.StatusAccepted, runs.Accepted{ID: r.ID, State: r.State, Location: location})
 }
 
 // runRequestOf is the request a run keeps: the one the function would
@@ -194,7 +180,7 @@ func (a *Activator) serveRuns(ctx *fasthttp.RequestCtx) {
 		a.fail(ctx, fasthttp.StatusNotFound, "no runs here: the activator keeps them in a database it has none of (--database-url)", nil)
 		return
 	}
-	rest := strings.TrimPrefix(string(ctx.Path()), RunsPath)
+	rest := strings.TrimPrefix(string(ctx.Path()), runs.Path)
 	id, sub, _ := strings.Cut(rest, "/")
 	method := string(ctx.Method())
 	switch {

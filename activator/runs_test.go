@@ -73,7 +73,7 @@ func callWith(t *testing.T, c *http.Client, method, url, body string, header ...
 func submitRun(t *testing.T, base, path, body string, header ...string) runs.ID {
 	t.Helper()
 	resp, b := call(t, http.MethodPost, base+path, body, append([]string{"Prefer", "respond-async"}, header...)...)
-	var accepted runAccepted
+	var accepted runs.Accepted
 	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &accepted) != nil || accepted.State != runs.Queued ||
 		len(accepted.ID) < 26 || resp.Header.Get("Location") != "/runs/"+string(accepted.ID) ||
 		accepted.Location != resp.Header.Get("Location") || resp.Header.Get("Preference-Applied") != "respond-async" {
@@ -214,7 +214,7 @@ func TestRunIdempotencyKey(t *testing.T) {
 	_, base, _ := startRuns(t)
 	first := submitRun(t, base, "/fn/ns/idle/", "one", "Idempotency-Key", "k")
 	resp, b := call(t, http.MethodPost, base+"/fn/ns/idle/", "one", "Prefer", "respond-async", "Idempotency-Key", "k")
-	var again runAccepted
+	var again runs.Accepted
 	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &again) != nil || again.ID != first || again.State == "" {
 		t.Errorf("the same key and request: %d %s, want run %s in its state", resp.StatusCode, b, first)
 	}

@@ -10,7 +10,7 @@ import (
 var GroupVersion = schema.GroupVersion{Group: "sless.dev", Version: "v1alpha1"}
 
 var schemeBuilder = runtime.NewSchemeBuilder(func(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &Function{}, &FunctionList{})
+	s.AddKnownTypes(GroupVersion, &Function{}, &FunctionList{}, &FunctionRun{}, &FunctionRunList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 })

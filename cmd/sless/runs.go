@@ -17,6 +17,7 @@ import (
 
 	"sless.dev/sless/adminapi"
 	"sless.dev/sless/runs"
+	"sless.dev/sless/runs/runclient"
 )
 
 func newRunsCommand() *cobra.Command {
@@ -128,17 +129,10 @@ func orDash(n int) string {
 	return fmt.Sprint(n)
 }
 
-// submitted is the activator's answer to a run's submission.
-type submitted struct {
-	ID       runs.ID    `json:"id"`
-	State    runs.State `json:"state"`
-	Location string     `json:"location"`
-}
-
 // invokeAsync submits req as a run and prints its id; with wait, follows
 // it to its end and prints the function's answer as invoke does.
 func invokeAsync(ctx context.Context, out io.Writer, req *http.Request, wait bool, save string) error {
-	req.Header.Set("Prefer", "respond-async")
+	req.Header.Set("Prefer", runs.PreferAsync)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return fmt.Errorf("submit a run: %w", err)
@@ -151,64 +145,34 @@ func invokeAsync(ctx context.Context, out io.Writer, req *http.Request, wait boo
 	if resp.StatusCode != http.StatusAccepted {
 		return fmt.Errorf("the run was not accepted: %s: %s", resp.Status, strings.TrimSpace(string(body)))
 	}
-	var s submitted
-	if err := json.Unmarshal(body, &s); err != nil || !runs.ValidID(string(s.ID)) {
+	var a runs.Accepted
+	if err := json.Unmarshal(body, &a); err != nil || !runs.ValidID(string(a.ID)) {
 		return fmt.Errorf("the activator's answer to a run is not one: %q", body)
 	}
-	runURL := req.URL.ResolveReference(&url.URL{Path: s.Location})
-	fmt.Fprintf(out, "run %s %s\n", s.ID, s.State)
+	fmt.Fprintf(out, "run %s %s\n", a.ID, a.State)
 	if !wait {
 		return nil
 	}
-	r, err := followRun(ctx, runURL.String())
+	c := &runclient.Client{Base: req.URL.Scheme + "://" + req.URL.Host}
+	r, err := c.Follow(ctx, a.ID)
 	if err != nil {
-		return fmt.Errorf("run %s: %w (it goes on: `sless run %s` shows it)", s.ID, err, s.ID)
+		return fmt.Errorf("run %s: %w (it goes on: `sless run %s` shows it)", a.ID, err, a.ID)
 	}
 	fmt.Fprintf(out, "run %s %s after %d attempt(s) in %s\n", r.ID, r.State, r.Attempts, took(r))
 	if r.State != runs.Succeeded {
 		if r.Status > 0 {
-			_ = printResult(ctx, out, runURL.String()+"/result", save)
+			_ = printResult(ctx, out, c, r.ID, save)
 		}
 		return fmt.Errorf("run %s %s: %s", r.ID, r.State, r.Error)
 	}
-	return printResult(ctx, out, runURL.String()+"/result", save)
+	return printResult(ctx, out, c, r.ID, save)
 }
 
-// followRun reads the run at u until it ended, each read held by the
-// activator up to a minute.
-func followRun(ctx context.Context, u string) (runs.Run, error) {
-	for {
-		var r runs.Run
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u+"?wait=60s", nil)
-		if err != nil {
-			return r, err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return r, err
-		}
-		err = json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&r)
-		resp.Body.Close()
-		switch {
-		case resp.StatusCode != http.StatusOK:
-			return r, errors.New("reading it: " + resp.Status)
-		case err != nil:
-			return r, fmt.Errorf("reading it: %w", err)
-		case r.State.Ended():
-			return r, nil
-		}
-	}
-}
-
-// printResult prints the answer at u, as invoke prints a function's.
-func printResult(ctx context.Context, out io.Writer, u, save string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+// printResult prints run id's answer, as invoke prints a function's.
+func printResult(ctx context.Context, out io.Writer, c *runclient.Client, id runs.ID, save string) error {
+	resp, err := c.Result(ctx, id)
 	if err != nil {
 		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("the run's answer: %w", err)
 	}
 	defer resp.Body.Close()
 	fmt.Fprintf(out, "%s\n", resp.Status)
@@ -223,7 +187,8 @@ func printResult(ctx context.Context, out io.Writer, u, save string) error {
 		fmt.Fprintln(out)
 	}
 	if errors.Is(err, errBinary) {
-		return fmt.Errorf("the answer is binary (%s): not written to the terminal; `curl %s` gets it", resp.Header.Get("Content-Type"), u)
+		return fmt.Errorf("the answer is binary (%s): not written to the terminal; --save FILE writes it to a file",
+			resp.Header.Get("Content-Type"))
 	}
 	return err
 }
