@@ -20,6 +20,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"sless.dev/sless/controller"
+	"sless.dev/sless/controller/functionrun"
+	"sless.dev/sless/runs/runclient"
 )
 
 // controllerOptions are the flags of `sless controller`.
@@ -172,6 +174,10 @@ func runController(ctx context.Context, o controllerOptions) error {
 	log.Info("queue-proxy image", "image", image, "from", from)
 	o.reconciler.Image = image
 	if err := controller.New(mgr, o.reconciler).SetupWithManager(mgr); err != nil {
+		return err
+	}
+	runClient := &runclient.Client{Base: "http://" + o.reconciler.ActivatorHost}
+	if err := functionrun.New(mgr, functionrun.Options{Runs: runClient}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	watch := &controller.KEDAWatch{Config: restCfg, Installed: keda, Every: o.kedaRecheck, Log: mo.Logger.WithName("keda")}
