@@ -33,7 +33,9 @@ type StatusError struct {
 	Msg  string
 }
 
-func (e *StatusError) Error() string { return fmt.Sprintf("%d %s: %s", e.Code, http.StatusText(e.Code), e.Msg) }
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%d %s: %s", e.Code, http.StatusText(e.Code), e.Msg)
+}
 
 // Code is err's status code, 0 when the API gave no answer.
 func Code(err error) int {
