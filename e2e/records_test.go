@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,9 +22,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/browsertest"
 	"sless.dev/sless/internal/pgtest"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/runs"
 )
 
 // useDatabase points the activators at dbURL (the Secret sless-database,
@@ -75,8 +79,8 @@ func restartActivators(t *testing.T) {
 }
 
 // The records of invocations reach PostgreSQL from the activators' pods;
-// the admin API and the console answer through the activators' admin
-// Service.
+// a FunctionRun applied with kubectl runs through them; the admin API and
+// the console answer through the activators' admin Service.
 func TestRecordsAndAdmin(t *testing.T) {
 	dbURL, _ := pgtest.DB(t)
 	u, err := url.Parse(dbURL)
@@ -108,6 +112,8 @@ func TestRecordsAndAdmin(t *testing.T) {
 			"select count(*) from sless_invocations where namespace = $1 and function = 'rec' and status = 200", ns).Scan(&n)
 		return err == nil && n >= 5
 	})
+
+	testFunctionRun(t, ns)
 
 	token := adminToken(t)
 	for _, path := range []string{"/v1/functions", "/v1/namespaces/" + ns + "/functions/rec/invocations"} {
@@ -142,6 +148,44 @@ func TestRecordsAndAdmin(t *testing.T) {
 	}
 	if state == "" {
 		t.Errorf("the console shows %s/rec without a state", ns)
+	}
+}
+
+// testFunctionRun runs rec once through kubectl: a FunctionRun applied,
+// waited on for its Complete condition, its answer in its status, its run
+// listed by the admin API.
+func testFunctionRun(t *testing.T, ns string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "run.yaml")
+	yaml := "apiVersion: sless.dev/v1alpha1\nkind: FunctionRun\nmetadata: {name: greet}\nspec: {function: rec, method: GET, path: /?name=by-kubectl}\n"
+	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := kubectl(t, "-n", ns, "apply", "-f", file); err != nil {
+		t.Fatalf("kubectl apply of a FunctionRun: %v\n%s", err, out)
+	}
+	if out, err := kubectl(t, "-n", ns, "wait", "--for=condition=Complete", "functionrun/greet", "--timeout=3m"); err != nil {
+		out2, _ := kubectl(t, "-n", ns, "get", "functionrun/greet", "-o", "yaml")
+		t.Fatalf("kubectl wait for the FunctionRun: %v\n%s\n%s", err, out, out2)
+	}
+	out, err := kubectl(t, "-n", ns, "get", "functionrun/greet", "-o", "json")
+	var fr v1alpha1.FunctionRun
+	if err != nil || json.Unmarshal([]byte(out), &fr) != nil {
+		t.Fatalf("kubectl get functionrun: %v\n%s", err, out)
+	}
+	st := fr.Status
+	if st.Phase != v1alpha1.FunctionRunSucceeded || st.Attempts != 1 || st.Result == nil || st.Result.Status != 200 ||
+		!strings.Contains(st.Result.Body, "hello by-kubectl") || len(fr.Finalizers) != 0 {
+		t.Errorf("the FunctionRun's status: %+v (finalizers %v)", st, fr.Finalizers)
+	}
+	if out, err := kubectl(t, "-n", ns, "get", "functionruns"); err != nil || !strings.Contains(strings.Join(strings.Fields(out), " "),
+		"NAME FUNCTION PHASE ATTEMPTS AGE greet rec Succeeded 1") {
+		t.Errorf("kubectl get functionruns: %v\n%s", err, out)
+	}
+	var list struct{ Runs []runs.Run }
+	adminGet(t, "/v1/namespaces/"+ns+"/functions/rec/runs", &list)
+	if len(list.Runs) != 1 || string(list.Runs[0].ID) != st.RunID || list.Runs[0].State != runs.Succeeded {
+		t.Errorf("the admin API's runs of rec: %+v, want the FunctionRun's, %s, succeeded", list.Runs, st.RunID)
 	}
 }
 
