@@ -76,6 +76,9 @@ func (a *Activator) dispatchDue(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.runs.mu.Lock()
+	a.runs.pending = pending
+	a.runs.mu.Unlock()
 	for _, d := range pending {
 		if d.Due == 0 {
 			continue
@@ -133,7 +136,10 @@ func (r *runner) reserve(key types.NamespacedName, limit int) bool {
 func (r *runner) expire(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
-	_, err := r.store.Expire(ctx)
+	expired, err := r.store.Expire(ctx)
+	for _, c := range expired {
+		r.metrics.ended(c.Namespace, c.Function, runs.Expired, c.Runs)
+	}
 	return err
 }
 
@@ -190,14 +196,16 @@ func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	if _, err := a.runs.store.Finish(ctx, at, o); err != nil {
-		// Over (cancelled, or its lease ran out): its outcome is not
+	_, err := a.runs.store.Finish(ctx, at, o)
+	switch {
+	case err == nil:
+		a.runs.metrics.attempted(rt.fn.Namespace, rt.fn.Name, o)
+	case !errors.Is(err, runs.ErrAttemptOver):
+		// Over (cancelled, or its lease ran out), its outcome is not
 		// the run's. Else the run is attempted again once its lease
 		// runs out: at least once.
-		if !errors.Is(err, runs.ErrAttemptOver) {
-			a.log.Warn("runs: an attempt's outcome could not be stored; the run will be attempted again",
-				"run", at.Run.ID, "attempt", at.Number, "err", err)
-		}
+		a.log.Warn("runs: an attempt's outcome could not be stored; the run will be attempted again",
+			"run", at.Run.ID, "attempt", at.Number, "err", err)
 	}
 }
 

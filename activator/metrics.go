@@ -14,6 +14,7 @@ type metrics struct {
 	duration     *prometheus.HistogramVec
 	coldRequests *prometheus.CounterVec
 	rejected     *prometheus.CounterVec
+	runs         *runMetrics
 }
 
 // Reasons the activator answers an invocation itself, with 503 or 504
@@ -50,7 +51,9 @@ func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 			return nil, err
 		}
 	}
-	return m, nil
+	var err error
+	m.runs, err = newRunMetrics(reg, func() *runner { return a.runs })
+	return m, err
 }
 
 // routeMetrics are one function's series, resolved once so that the

@@ -49,8 +49,13 @@ type runner struct {
 	// wake tells the dispatcher to look for runs due now.
 	wake chan struct{}
 
+	metrics *runMetrics
+
 	mu       sync.Mutex
 	inFlight map[types.NamespacedName]int
+	// pending is what the dispatcher last read of the runs not ended,
+	// for the metrics.
+	pending []runs.Demand
 	// attempts are the attempts under way, which Dispatch waits for.
 	attempts sync.WaitGroup
 }
@@ -71,7 +76,7 @@ func (a *Activator) EnableRuns(store runs.Store, cfg RunsConfig) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultRunInterval
 	}
-	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{}}
+	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{}, metrics: a.metrics.runs}
 }
 
 // wantsAsync says whether a request prefers an asynchronous answer
@@ -141,6 +146,7 @@ func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 		return
 	}
 	if created {
+		a.runs.metrics.submitted.WithLabelValues(rt.fn.Namespace, rt.fn.Name).Inc()
 		a.runs.poke()
 	}
 	location := runs.Path + string(r.ID)
@@ -195,7 +201,10 @@ func (a *Activator) serveRuns(ctx *fasthttp.RequestCtx) {
 	case sub == "" && method == fasthttp.MethodDelete:
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		defer cancel()
-		r, err := a.runs.store.Cancel(sctx, runs.ID(id))
+		r, cancelled, err := a.runs.store.Cancel(sctx, runs.ID(id))
+		if cancelled {
+			a.runs.metrics.ended(r.Namespace, r.Function, runs.Cancelled, 1)
+		}
 		a.answerRun(ctx, r, err)
 	default:
 		a.fail(ctx, fasthttp.StatusMethodNotAllowed, method+" is not a method of a run", nil)

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/wire"
@@ -130,7 +133,7 @@ func TestRunSucceeds(t *testing.T) {
 // after the backoff; one that fails for good, or the last, ends the run
 // failed, its answer kept.
 func TestRunAttempts(t *testing.T) {
-	_, base, _ := startRuns(t)
+	a, base, _ := startRuns(t)
 	for _, tc := range []struct {
 		path     string
 		state    runs.State
@@ -152,12 +155,24 @@ func TestRunAttempts(t *testing.T) {
 			t.Errorf("%s: result %d, want %d", tc.path, resp.StatusCode, tc.status)
 		}
 	}
+	m := a.metrics.runs
+	count := func(c prometheus.Counter) int { return int(testutil.ToFloat64(c)) }
+	eventually.True(t, "the attempts counted: 1 succeeded, 3 retried, 2 failed; the runs: 1 succeeded, 2 failed", func() bool {
+		return count(m.attempts.WithLabelValues("ns", "hello", attemptSucceeded)) == 1 &&
+			count(m.attempts.WithLabelValues("ns", "hello", attemptRetried)) == 3 &&
+			count(m.attempts.WithLabelValues("ns", "hello", attemptFailed)) == 2 &&
+			count(m.completed.WithLabelValues("ns", "hello", "succeeded")) == 1 &&
+			count(m.completed.WithLabelValues("ns", "hello", "failed")) == 2
+	})
+	if n := count(m.submitted.WithLabelValues("ns", "hello")); n != 3 {
+		t.Errorf("submitted %d runs, want 3", n)
+	}
 }
 
 // A run not ended has no result yet (409); cancelled, it ends, and a
 // cancelled run's attempt is not its outcome.
 func TestRunCancel(t *testing.T) {
-	_, base, store := startRuns(t)
+	a, base, store := startRuns(t)
 	id := submitRun(t, base, "/fn/ns/idle/", "")
 	eventually.True(t, "the run attempted", func() bool {
 		r, err := store.Get(context.Background(), id)
@@ -167,10 +182,25 @@ func TestRunCancel(t *testing.T) {
 		!bytes.Contains(b, []byte("the run is running")) {
 		t.Errorf("result of a running run: %d %s, want 409 naming its state", resp.StatusCode, b)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(pendingCollector{func() *runner { return a.runs }})
+	eventually.True(t, "the metrics say one run of ns/idle running, none queued", func() bool {
+		return testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP sless_runs_queued Runs queued (waiting for an attempt, or for a retry), as this activator last read the run store.
+# TYPE sless_runs_queued gauge
+sless_runs_queued{function="idle",namespace="ns"} 0
+# HELP sless_runs_running Runs with an attempt under way, in any activator, as this activator last read the run store.
+# TYPE sless_runs_running gauge
+sless_runs_running{function="idle",namespace="ns"} 1
+`), "sless_runs_queued", "sless_runs_running") == nil
+	})
 	resp, b := call(t, http.MethodDelete, base+"/runs/"+string(id), "")
 	var r runs.Run
 	if resp.StatusCode != 200 || json.Unmarshal(b, &r) != nil || r.State != runs.Cancelled {
 		t.Errorf("cancel: %d %s", resp.StatusCode, b)
+	}
+	if n := testutil.ToFloat64(a.metrics.runs.completed.WithLabelValues("ns", "idle", "cancelled")); n != 1 {
+		t.Errorf("%v runs counted cancelled, want 1", n)
 	}
 	if resp, b := call(t, http.MethodGet, base+"/runs/"+string(id)+"/result", ""); resp.StatusCode != http.StatusConflict ||
 		!bytes.Contains(b, []byte("ended cancelled without an answer")) {

@@ -184,17 +184,18 @@ func (m *Memory) Result(_ context.Context, id ID) (Run, Result, error) {
 }
 
 // Cancel implements Store.
-func (m *Memory) Cancel(_ context.Context, id ID) (Run, error) {
+func (m *Memory) Cancel(_ context.Context, id ID) (Run, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.runs[id]
 	if !ok {
-		return Run{}, ErrNotFound
+		return Run{}, false, ErrNotFound
 	}
-	if !e.run.State.Ended() {
-		m.end(e, Cancelled, CancelledError)
+	if e.run.State.Ended() {
+		return e.run, false, nil
 	}
-	return e.run, nil
+	m.end(e, Cancelled, CancelledError)
+	return e.run, true, nil
 }
 
 // end ends a queued or running run in state s, taking it out of its
@@ -289,19 +290,22 @@ func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
 
 // Expire implements Store; it also forgets the runs ended before the
 // retention and the idempotency keys past their window.
-func (m *Memory) Expire(context.Context) (int, error) {
+func (m *Memory) Expire(context.Context) ([]Count, error) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := 0
-	for _, q := range m.functions {
-		for _, e := range q.expired(now) {
+	var out []Count
+	for k, q := range m.functions {
+		old := q.expired(now)
+		for _, e := range old {
 			m.end(e, Expired, ExpiredError)
-			n++
+		}
+		if len(old) > 0 {
+			out = append(out, Count{Namespace: k.namespace, Function: k.name, Runs: len(old)})
 		}
 	}
 	m.forget(now)
-	return n, nil
+	return out, nil
 }
 
 // expired lists the queued runs past their expiry.
@@ -355,6 +359,9 @@ func (m *Memory) Pending(context.Context) ([]Demand, error) {
 		for _, e := range q.due {
 			if !e.notBefore.After(now) {
 				d.Due++
+			}
+			if d.OldestQueued.IsZero() || e.run.CreatedAt.Before(d.OldestQueued) {
+				d.OldestQueued = e.run.CreatedAt
 			}
 		}
 		for _, e := range q.running {

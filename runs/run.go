@@ -198,8 +198,9 @@ type Store interface {
 	// Result is an ended run's answer; ErrNotEnded before.
 	Result(ctx context.Context, id ID) (Run, Result, error)
 	// Cancel ends a queued or running run as Cancelled; an ended run is
-	// left as it is. The run is returned as it is after.
-	Cancel(ctx context.Context, id ID) (Run, error)
+	// left as it is. The run is returned as it is after, cancelled true
+	// when this call ended it.
+	Cancel(ctx context.Context, id ID) (r Run, cancelled bool, err error)
 	// Claim takes a run of a function that is due (queued and its retry
 	// time reached, or running with its lease run out), the longest due
 	// first, for an attempt leased until now+lease; ok false when none is
@@ -209,8 +210,9 @@ type Store interface {
 	// Finish records an attempt's outcome; ErrAttemptOver when the
 	// attempt no longer holds the run.
 	Finish(ctx context.Context, a Attempt, o Outcome) (Run, error)
-	// Expire ends as Expired the queued runs past their MaxAge.
-	Expire(ctx context.Context) (int, error)
+	// Expire ends as Expired the queued runs past their MaxAge, and
+	// counts them by function.
+	Expire(ctx context.Context) ([]Count, error)
 	// Pending is the demand of every function with runs not ended.
 	Pending(ctx context.Context) ([]Demand, error)
 	// List is a function's runs, the newest first, as q selects them.
@@ -249,6 +251,12 @@ func (q Query) Check() error {
 // LimitOrDefault is q.Limit, DefaultListLimit when 0.
 func (q Query) LimitOrDefault() int { return cmp.Or(q.Limit, DefaultListLimit) }
 
+// Count is a number of a function's runs.
+type Count struct {
+	Namespace, Function string
+	Runs                int
+}
+
 // Demand is a function's runs not ended: what its instances have to do,
 // for the dispatcher to claim and the autoscaler to scale for.
 type Demand struct {
@@ -257,4 +265,7 @@ type Demand struct {
 	// Due counts the runs to claim now: queued and due, or running with
 	// their lease run out.
 	Due int
+	// OldestQueued is when the oldest queued run was submitted; zero
+	// when none is queued.
+	OldestQueued time.Time
 }

@@ -223,16 +223,17 @@ func (s *Store) Result(ctx context.Context, id runs.ID) (runs.Run, runs.Result, 
 }
 
 // Cancel implements runs.Store.
-func (s *Store) Cancel(ctx context.Context, id runs.ID) (runs.Run, error) {
-	r, err := scanRun(s.pool.QueryRow(ctx, `update sless_runs set state = $2, completed_at = $3, error = 'cancelled'
-		where id = $1 and state in ('queued', 'running') returning `+runColumns, id, runs.Cancelled, now()))
+func (s *Store) Cancel(ctx context.Context, id runs.ID) (runs.Run, bool, error) {
+	r, err := scanRun(s.pool.QueryRow(ctx, `update sless_runs set state = $2, completed_at = $3, error = $4
+		where id = $1 and state in ('queued', 'running') returning `+runColumns, id, runs.Cancelled, now(), runs.CancelledError))
 	if errors.Is(err, runs.ErrNotFound) {
-		return s.Get(ctx, id) // ended already, or unknown
+		r, err = s.Get(ctx, id) // ended already, or unknown
+		return r, false, err
 	}
 	if err != nil {
-		return r, s.fail("cancel", err)
+		return r, false, s.fail("cancel", err)
 	}
-	return r, nil
+	return r, true, nil
 }
 
 // Claim implements runs.Store. A running run's not_before is its lease's
@@ -311,27 +312,41 @@ func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (run
 }
 
 // Expire implements runs.Store.
-func (s *Store) Expire(ctx context.Context) (int, error) {
+func (s *Store) Expire(ctx context.Context) ([]runs.Count, error) {
 	at := now()
-	tag, err := s.pool.Exec(ctx, `update sless_runs set state = $2, completed_at = $1, error = $3
-		where state = 'queued' and expires_at < $1`, at, runs.Expired, runs.ExpiredError)
+	rows, err := s.pool.Query(ctx, `with expired as (update sless_runs set state = $2, completed_at = $1, error = $3
+			where state = 'queued' and expires_at < $1 returning namespace, function)
+		select namespace, function, count(*) from expired group by namespace, function`, at, runs.Expired, runs.ExpiredError)
 	if err != nil {
-		return 0, s.fail("expire", err)
+		return nil, s.fail("expire", err)
 	}
-	return int(tag.RowsAffected()), nil
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runs.Count, error) {
+		var c runs.Count
+		err := row.Scan(&c.Namespace, &c.Function, &c.Runs)
+		return c, err
+	})
+	if err != nil {
+		return nil, s.fail("expire", err)
+	}
+	return out, nil
 }
 
 // Pending implements runs.Store.
 func (s *Store) Pending(ctx context.Context) ([]runs.Demand, error) {
 	rows, err := s.pool.Query(ctx, `select namespace, function, count(*) filter (where state = 'queued'),
-			count(*) filter (where state = 'running'), count(*) filter (where not_before <= $1)
+			count(*) filter (where state = 'running'), count(*) filter (where not_before <= $1),
+			coalesce(min(created_at) filter (where state = 'queued'), 'epoch')
 		from sless_runs where state in ('queued', 'running') group by namespace, function`, now())
 	if err != nil {
 		return nil, s.fail("pending", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runs.Demand, error) {
 		var d runs.Demand
-		err := row.Scan(&d.Namespace, &d.Function, &d.Queued, &d.Running, &d.Due)
+		var oldest time.Time
+		err := row.Scan(&d.Namespace, &d.Function, &d.Queued, &d.Running, &d.Due, &oldest)
+		if d.Queued > 0 {
+			d.OldestQueued = oldest
+		}
 		return d, err
 	})
 	if err != nil {

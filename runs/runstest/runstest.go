@@ -255,15 +255,18 @@ func testLeaseLapses(t *testing.T, s runs.Store) {
 func testCancel(t *testing.T, s runs.Store) {
 	queued := submit(t, s, runs.Submission{Request: request(1)})
 	running := submit(t, s, runs.Submission{Request: request(2)})
-	if c, err := s.Cancel(ctx, queued.ID); err != nil || c.State != runs.Cancelled || c.CompletedAt == nil {
-		t.Errorf("cancel a queued run: %+v %v", c, err)
+	if c, did, err := s.Cancel(ctx, queued.ID); err != nil || !did || c.State != runs.Cancelled || c.CompletedAt == nil {
+		t.Errorf("cancel a queued run: %+v %t %v", c, did, err)
+	}
+	if c, did, err := s.Cancel(ctx, queued.ID); err != nil || did || c.State != runs.Cancelled {
+		t.Errorf("cancel a run cancelled: %+v %t %v, want it as it was, not cancelled again", c, did, err)
 	}
 	a := mustClaim(t, s)
 	if a.Run.ID != running.ID {
 		t.Errorf("claimed %s, want %s: a cancelled run never starts", a.Run.ID, running.ID)
 	}
-	if c, err := s.Cancel(ctx, running.ID); err != nil || c.State != runs.Cancelled {
-		t.Errorf("cancel a running run: %+v %v", c, err)
+	if c, did, err := s.Cancel(ctx, running.ID); err != nil || !did || c.State != runs.Cancelled || c.Error != runs.CancelledError {
+		t.Errorf("cancel a running run: %+v %t %v", c, did, err)
 	}
 	if _, err := s.Finish(ctx, a, runs.Outcome{State: runs.Succeeded}); !errors.Is(err, runs.ErrAttemptOver) {
 		t.Errorf("a cancelled run's attempt's outcome: %v, want ErrAttemptOver", err)
@@ -272,10 +275,10 @@ func testCancel(t *testing.T, s runs.Store) {
 	if _, err := s.Finish(ctx, mustClaim(t, s), runs.Outcome{State: runs.Succeeded}); err != nil {
 		t.Fatal(err)
 	}
-	if c, err := s.Cancel(ctx, ended.ID); err != nil || c.State != runs.Succeeded {
-		t.Errorf("cancel an ended run: %+v %v, want it left succeeded", c, err)
+	if c, did, err := s.Cancel(ctx, ended.ID); err != nil || did || c.State != runs.Succeeded {
+		t.Errorf("cancel an ended run: %+v %t %v, want it left succeeded", c, did, err)
 	}
-	if _, err := s.Cancel(ctx, runs.NewID()); !errors.Is(err, runs.ErrNotFound) {
+	if _, _, err := s.Cancel(ctx, runs.NewID()); !errors.Is(err, runs.ErrNotFound) {
 		t.Errorf("cancel an unknown run: %v, want ErrNotFound", err)
 	}
 	if _, ok := claim(t, s, time.Hour); ok {
@@ -291,7 +294,10 @@ func testExpire(t *testing.T, s runs.Store) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return n == 1
+		if len(n) > 0 && !slices.Equal(n, []runs.Count{{Namespace: "default", Function: "fn", Runs: 1}}) {
+			t.Fatalf("expired %+v, want one run of default/fn", n)
+		}
+		return len(n) == 1
 	})
 	if r := get(t, s, old.ID); r.State != runs.Expired || r.Error == "" || r.CompletedAt == nil {
 		t.Errorf("expired run: %+v", r)
@@ -355,18 +361,24 @@ func testPending(t *testing.T, s runs.Store) {
 	if ds := pending(); len(ds) != 0 {
 		t.Errorf("pending in an empty store: %+v", ds)
 	}
+	var created []time.Time // of fn's runs, then other's
 	for n := range 3 {
-		submit(t, s, runs.Submission{Request: request(n)})
+		created = append(created, submit(t, s, runs.Submission{Request: request(n)}).CreatedAt)
 	}
-	submit(t, s, runs.Submission{Namespace: "default", Function: "other", Request: request(9)})
+	created = append(created, submit(t, s, runs.Submission{Namespace: "default", Function: "other", Request: request(9)}).CreatedAt)
 	a := mustClaim(t, s)
 	if _, err := s.Finish(ctx, a, runs.Outcome{State: runs.Queued, RetryAt: time.Now().Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	mustClaim(t, s)
-	want := []runs.Demand{{Namespace: "default", Function: "fn", Queued: 2, Running: 1, Due: 1},
-		{Namespace: "default", Function: "other", Queued: 1, Due: 1}}
-	if got := pending(); !slices.Equal(got, want) {
+	// fn's first run, attempted and queued again, is its oldest queued.
+	want := []runs.Demand{{Namespace: "default", Function: "fn", Queued: 2, Running: 1, Due: 1, OldestQueued: created[0]},
+		{Namespace: "default", Function: "other", Queued: 1, Due: 1, OldestQueued: created[3]}}
+	got := pending()
+	if !slices.EqualFunc(got, want, func(a, b runs.Demand) bool {
+		return a.OldestQueued.Equal(b.OldestQueued) && a.Namespace == b.Namespace && a.Function == b.Function &&
+			a.Queued == b.Queued && a.Running == b.Running && a.Due == b.Due
+	}) {
 		t.Errorf("pending %+v, want %+v", got, want)
 	}
 }
@@ -428,7 +440,7 @@ func testList(t *testing.T, s runs.Store) {
 		ids = slices.Insert(ids, 0, submit(t, s, runs.Submission{Request: request(n)}).ID)
 	}
 	submit(t, s, runs.Submission{Namespace: "default", Function: "other", Request: request(9)})
-	if _, err := s.Cancel(ctx, ids[3]); err != nil {
+	if _, _, err := s.Cancel(ctx, ids[3]); err != nil {
 		t.Fatal(err)
 	}
 	if got := list(runs.Query{}); !slices.Equal(got, ids) {
