@@ -52,7 +52,7 @@ func newMetrics(reg prometheus.Registerer, a *Activator) (*metrics, error) {
 		}
 	}
 	var err error
-	m.runs, err = newRunMetrics(reg, func() *runner { return a.runs })
+	m.runs, err = newRunMetrics(reg, a)
 	return m, err
 }
 

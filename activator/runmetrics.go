@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/apimachinery/pkg/types"
 
 	"sless.dev/sless/runs"
 )
@@ -26,7 +27,7 @@ const (
 	attemptRetried   = "retried"
 )
 
-func newRunMetrics(reg prometheus.Registerer, r func() *runner) (*runMetrics, error) {
+func newRunMetrics(reg prometheus.Registerer, a *Activator) (*runMetrics, error) {
 	fn := []string{"namespace", "function"}
 	m := &runMetrics{
 		submitted: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -42,7 +43,7 @@ func newRunMetrics(reg prometheus.Registerer, r func() *runner) (*runMetrics, er
 			Help: "Runs ended by this activator, by final state: succeeded, failed, cancelled (DELETE /runs/{id}) or expired (queued past async.maxAge).",
 		}, append(fn, "state")),
 	}
-	for _, c := range []prometheus.Collector{m.submitted, m.attempts, m.completed, pendingCollector{r}} {
+	for _, c := range []prometheus.Collector{m.submitted, m.attempts, m.completed, pendingCollector{a}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -79,8 +80,9 @@ var (
 )
 
 // pendingCollector reports the runs not ended, as the dispatcher last
-// read them, when Prometheus scrapes.
-type pendingCollector struct{ r func() *runner }
+// read them, when Prometheus scrapes: of every function served here (none
+// is 0) and of any other with runs.
+type pendingCollector struct{ a *Activator }
 
 func (c pendingCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queuedDesc
@@ -89,13 +91,22 @@ func (c pendingCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c pendingCollector) Collect(ch chan<- prometheus.Metric) {
-	r := c.r()
+	r := c.a.runs
 	if r == nil {
 		return
 	}
 	r.mu.Lock()
 	pending := r.pending
 	r.mu.Unlock()
+	seen := make(map[types.NamespacedName]bool, len(pending))
+	for _, d := range pending {
+		seen[types.NamespacedName{Namespace: d.Namespace, Name: d.Function}] = true
+	}
+	for _, rt := range c.a.routes.all() {
+		if !seen[types.NamespacedName{Namespace: rt.fn.Namespace, Name: rt.fn.Name}] {
+			pending = append(pending, runs.Demand{Namespace: rt.fn.Namespace, Function: rt.fn.Name})
+		}
+	}
 	now := time.Now()
 	for _, d := range pending {
 		ch <- prometheus.MustNewConstMetric(queuedDesc, prometheus.GaugeValue, float64(d.Queued), d.Namespace, d.Function)

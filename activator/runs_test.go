@@ -183,14 +183,16 @@ func TestRunCancel(t *testing.T) {
 		t.Errorf("result of a running run: %d %s, want 409 naming its state", resp.StatusCode, b)
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(pendingCollector{func() *runner { return a.runs }})
-	eventually.True(t, "the metrics say one run of ns/idle running, none queued", func() bool {
+	reg.MustRegister(pendingCollector{a})
+	eventually.True(t, "the metrics say one run of ns/idle running, none queued, none of ns/hello", func() bool {
 		return testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP sless_runs_queued Runs queued (waiting for an attempt, or for a retry), as this activator last read the run store.
 # TYPE sless_runs_queued gauge
+sless_runs_queued{function="hello",namespace="ns"} 0
 sless_runs_queued{function="idle",namespace="ns"} 0
 # HELP sless_runs_running Runs with an attempt under way, in any activator, as this activator last read the run store.
 # TYPE sless_runs_running gauge
+sless_runs_running{function="hello",namespace="ns"} 0
 sless_runs_running{function="idle",namespace="ns"} 1
 `), "sless_runs_queued", "sless_runs_running") == nil
 	})

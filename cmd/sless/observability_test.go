@@ -120,8 +120,9 @@ func TestObservability(t *testing.T) {
 }
 
 // drive sends the platform its load for the given time: web about 20
-// requests a second (one in 20 failing, and one crash after 10 s), broken
-// and a message to orders each second.
+// requests a second (one in 20 failing, and one crash after 10 s) and a
+// run every two seconds (one in two failing), broken and a message to
+// orders each second.
 func drive(t *testing.T, d *devProcess, ch *amqp.Channel, queue string, length time.Duration) {
 	t.Helper()
 	start := time.Now()
@@ -141,6 +142,9 @@ func drive(t *testing.T, d *devProcess, ch *amqp.Channel, queue string, length t
 			code, _ := fetch(t, d.invoke+"/fn/default/broken", "")
 			codes["broken"][code]++
 			amqptest.Publish(t, ch, queue, []byte(strconv.Itoa(i)))
+		}
+		if i%40 == 10 { // a run, one in two failing
+			submit(t, d.invoke+"/fn/default/web"+[]string{"", "?fail=1"}[i/40%2])
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

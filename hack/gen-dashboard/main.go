@@ -85,7 +85,7 @@ func build() (dashboard.Dashboard, error) {
 			"label_values(sless_autoscaler_desired_replicas, namespace)")).
 		WithVariable(labelVariable("function",
 			`label_values(sless_autoscaler_desired_replicas{namespace=~"$namespace"}, function)`))
-	rows := []row{traffic(), latency(), scaling(), coldStarts(), queuesAndCron(), platform()}
+	rows := []row{traffic(), latency(), scaling(), coldStarts(), queuesAndCron(), asyncRuns(), platform()}
 	for _, r := range rows {
 		// Not collapsed: the row's panels follow it at the top level.
 		b.WithRow(dashboard.NewRowBuilder(r.title).Collapsed(false))
@@ -308,6 +308,25 @@ func queuesAndCron() row {
 		graph("Cron lag p99", "s",
 			query(quantile("0.99", "namespace, function, trigger, le",
 				rate(sel("sless_cron_fire_lag_seconds_bucket"))), perFunction+" {{trigger}}")),
+	}}
+}
+
+// asyncRuns shows the runs (asynchronous invocations). Every activator
+// sharing a run store reports the same queued and running runs: their max
+// is the store's, their sum would count each run once per activator.
+func asyncRuns() row {
+	return row{"Runs", []cog.Builder[dashboard.Panel]{
+		graph("Runs queued and running", "short",
+			query(`max by (namespace, function) (`+sel("sless_runs_queued")+`)`, perFunction+" queued"),
+			query(`max by (namespace, function) (`+sel("sless_runs_running")+`)`, perFunction+" running")),
+		graph("Oldest queued run", "s",
+			query(`max by (namespace, function) (`+sel("sless_runs_oldest_queued_age_seconds")+`)`, perFunction)),
+		graph("Runs submitted/s", "cps",
+			query(sumBy("namespace, function", rate(sel("sless_runs_submitted_total"))), perFunction)),
+		graph("Run attempts/s by outcome", "cps",
+			query(sumBy("namespace, function, outcome", rate(sel("sless_run_attempts_total"))), perFunction+" {{outcome}}")),
+		graph("Runs ended by state", "short",
+			query(sumBy("namespace, function, state", increase(sel("sless_runs_completed_total"))), perFunction+" {{state}}")),
 	}}
 }
 

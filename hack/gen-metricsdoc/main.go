@@ -173,12 +173,13 @@ func describe(reg *prometheus.Registry, seen map[string]bool) ([]metric, error) 
 
 // kind is a series' type by the naming rules every sless series follows
 // (a test checks them against the types a scrape reports): counters end in
-// _total, histograms in _seconds, and the rest are gauges.
+// _total, histograms in _seconds (but ages, _age_seconds, are gauges), and
+// the rest are gauges.
 func kind(name string) string {
 	switch {
 	case strings.HasSuffix(name, "_total"):
 		return "counter"
-	case strings.HasSuffix(name, "_seconds"):
+	case strings.HasSuffix(name, "_seconds") && !strings.HasSuffix(name, "_age_seconds"):
 		return "histogram"
 	}
 	return "gauge"
