@@ -25,6 +25,11 @@ const leaseMargin = 10 * time.Second
 // expiries of the runs queued too long.
 const expireEvery = 20
 
+// overEvery is how often the dispatcher asks the store which of the
+// attempts under way here no longer hold their run (cancelled, or their
+// lease ran out), to cut their requests short.
+const overEvery = time.Second
+
 // storeTimeout bounds each call to the run store: a database that stops
 // answering holds no caller, dispatcher or attempt for longer.
 const storeTimeout = 10 * time.Second
@@ -46,10 +51,15 @@ func (a *Activator) Dispatch(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	failing := false // the store failed at the last look: said once
+	var checked time.Time
 	for n := 0; ; n++ {
 		err := a.dispatchDue(ctx)
 		if err == nil && n%expireEvery == 0 {
 			err = r.expire(ctx)
+		}
+		if err == nil && time.Since(checked) >= overEvery {
+			checked = time.Now()
+			err = r.cutOver(ctx)
 		}
 		switch {
 		case err != nil && ctx.Err() == nil && !failing:
@@ -143,6 +153,57 @@ func (r *runner) expire(ctx context.Context) error {
 	return err
 }
 
+// runningAttempt is an attempt under way, and the caller that cuts its
+// request short.
+type runningAttempt struct {
+	at     runs.Attempt
+	caller *forward.Conn
+}
+
+// cutOver cuts short the attempts under way here that no longer hold
+// their run.
+func (r *runner) cutOver(ctx context.Context) error {
+	r.mu.Lock()
+	attempts := make([]runs.Attempt, 0, len(r.running))
+	for _, ra := range r.running {
+		attempts = append(attempts, ra.at)
+	}
+	r.mu.Unlock()
+	if len(attempts) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	over, err := r.store.Over(ctx, attempts)
+	for _, id := range over {
+		r.cut(id)
+	}
+	return err
+}
+
+// cut cuts short the attempt of run id under way here, if one is.
+func (r *runner) cut(id runs.ID) {
+	r.mu.Lock()
+	ra, ok := r.running[id]
+	r.mu.Unlock()
+	if ok {
+		ra.caller.HangUp()
+	}
+}
+
+// track notes an attempt under way, until untrack.
+func (r *runner) track(at runs.Attempt, caller *forward.Conn) {
+	r.mu.Lock()
+	r.running[at.Run.ID] = runningAttempt{at: at, caller: caller}
+	r.mu.Unlock()
+}
+
+func (r *runner) untrack(id runs.ID) {
+	r.mu.Lock()
+	delete(r.running, id)
+	r.mu.Unlock()
+}
+
 // release gives back an attempt reserve took, and wakes the dispatcher:
 // another run may be due.
 func (r *runner) release(key types.NamespacedName) {
@@ -158,16 +219,23 @@ func (r *runner) release(key types.NamespacedName) {
 // its caller, and records its outcome: the run ends or is queued again,
 // as the function's policy says. Its outcome is stored whether or not the
 // dispatcher goes on; when the dispatcher stops (stop closes) before an
-// instance took the request, the run is given back, unattempted.
+// instance took the request, the run is given back, unattempted. An
+// attempt that no longer holds its run (it was cancelled, its lease ran
+// out) is cut short, its outcome not the run's.
 func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 	start := time.Now()
+	caller := forward.NewCaller()
+	a.runs.track(at, caller)
+	defer a.runs.untrack(at.Run.ID)
 	rctx := new(fasthttp.RequestCtx)
 	var req fasthttp.Request
 	runRequest(&req, at)
 	rctx.Init(&req, fireAddr, nil)
-	res := a.serve(rctx, rt, start.Add(rt.fn.Timeout), nil, stop)
+	served := make(chan struct{})
+	res := a.serve(rctx, rt, start.Add(rt.fn.Timeout), caller, waitingUntil(stop, caller.Gone(), served))
+	close(served)
 	if res.code == forward.StatusClientClosedRequest {
-		a.giveBack(at)
+		a.giveBack(at) // unsent, or cut short: the store takes it back, or says it is over
 		return
 	}
 	result := runs.Result{Status: res.code, ContentType: strings.ToValidUTF8(string(rctx.Response.Header.Peek("Content-Type")), "\uFFFD")}
@@ -207,6 +275,22 @@ func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 		a.log.Warn("runs: an attempt's outcome could not be stored; the run will be attempted again",
 			"run", at.Run.ID, "attempt", at.Number, "err", err)
 	}
+}
+
+// waitingUntil is closed when stop or cut closes: a run's attempt waits
+// for an instance until either. It is left open once served closes.
+func waitingUntil(stop, cut, served <-chan struct{}) <-chan struct{} {
+	either := make(chan struct{})
+	go func() {
+		select {
+		case <-stop:
+		case <-cut:
+		case <-served:
+			return
+		}
+		close(either)
+	}()
+	return either
 }
 
 // giveBack queues a run again whose attempt never reached its function.

@@ -56,6 +56,9 @@ type runner struct {
 	// pending is what the dispatcher last read of the runs not ended,
 	// for the metrics.
 	pending []runs.Demand
+	// running are the attempts under way here, each with the caller
+	// that cuts its request short once it no longer holds its run.
+	running map[runs.ID]runningAttempt
 	// attempts are the attempts under way, which Dispatch waits for.
 	attempts sync.WaitGroup
 }
@@ -76,7 +79,8 @@ func (a *Activator) EnableRuns(store runs.Store, cfg RunsConfig) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultRunInterval
 	}
-	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{}, metrics: a.metrics.runs}
+	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{},
+		metrics: a.metrics.runs, running: map[runs.ID]runningAttempt{}}
 }
 
 // wantsAsync says whether a request prefers an asynchronous answer
@@ -204,6 +208,7 @@ func (a *Activator) serveRuns(ctx *fasthttp.RequestCtx) {
 		r, cancelled, err := a.runs.store.Cancel(sctx, runs.ID(id))
 		if cancelled {
 			a.runs.metrics.ended(r.Namespace, r.Function, runs.Cancelled, 1)
+			a.runs.cut(r.ID) // here; another activator's attempt is cut at its next check
 		}
 		a.answerRun(ctx, r, err)
 	default:

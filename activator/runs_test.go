@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/queueproxy/queueproxytest"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
@@ -166,6 +168,40 @@ func TestRunAttempts(t *testing.T) {
 	})
 	if n := count(m.submitted.WithLabelValues("ns", "hello")); n != 3 {
 		t.Errorf("submitted %d runs, want 3", n)
+	}
+}
+
+// A running attempt of a run cancelled is cut short: its request to the
+// instance is aborted, whether the run was cancelled here (DELETE) or in
+// the store by another activator. The function's timeout, and its
+// instance's, is an hour: only the cut ends these attempts.
+func TestRunCancelCutsAttempt(t *testing.T) {
+	a, base, store := startRuns(t)
+	a.SetFunction(RouteSpec{Namespace: "ns", Name: "long", HTTP: true, Timeout: time.Hour, Runs: runsPolicy})
+	instance := queueproxytest.Start(t, func(c *queueproxy.Config) { c.Timeout = time.Hour })
+	a.SetEndpoints("ns", "long", []string{instance.Addr})
+	attempts := func() int {
+		a.runs.mu.Lock()
+		defer a.runs.mu.Unlock()
+		return len(a.runs.running)
+	}
+	for _, how := range []string{"DELETE", "the store"} {
+		id := submitRun(t, base, "/fn/ns/long/block?id=never", "")
+		eventually.True(t, "the run attempted", func() bool {
+			r, err := store.Get(context.Background(), id)
+			return err == nil && r.State == runs.Running && attempts() == 1
+		})
+		if how == "DELETE" {
+			if resp, b := call(t, http.MethodDelete, base+"/runs/"+string(id), ""); resp.StatusCode != 200 {
+				t.Fatalf("cancel: %d %s", resp.StatusCode, b)
+			}
+		} else if _, _, err := store.Cancel(context.Background(), id); err != nil {
+			t.Fatal(err)
+		}
+		eventually.True(t, "the attempt cut short after a cancel by "+how, func() bool { return attempts() == 0 })
+		if r, err := store.Get(context.Background(), id); err != nil || r.State != runs.Cancelled || r.Status != 0 {
+			t.Errorf("run cancelled by %s: %+v %v, want cancelled without an answer", how, r, err)
+		}
 	}
 }
 

@@ -288,6 +288,19 @@ func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
 	return e.run, nil
 }
 
+// Over implements Store.
+func (m *Memory) Over(_ context.Context, attempts []Attempt) ([]ID, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var over []ID
+	for _, a := range attempts {
+		if e, ok := m.runs[a.Run.ID]; !ok || e.run.State != Running || e.run.Attempts != a.Number {
+			over = append(over, a.Run.ID)
+		}
+	}
+	return over, nil
+}
+
 // Expire implements Store; it also forgets the runs ended before the
 // retention and the idempotency keys past their window.
 func (m *Memory) Expire(context.Context) ([]Count, error) {

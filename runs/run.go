@@ -210,6 +210,10 @@ type Store interface {
 	// Finish records an attempt's outcome; ErrAttemptOver when the
 	// attempt no longer holds the run.
 	Finish(ctx context.Context, a Attempt, o Outcome) (Run, error)
+	// Over answers which of attempts no longer hold their run (it was
+	// cancelled, or its lease ran out and another attempt took it): their
+	// requests are to be cut short.
+	Over(ctx context.Context, attempts []Attempt) ([]ID, error)
 	// Expire ends as Expired the queued runs past their MaxAge, and
 	// counts them by function.
 	Expire(ctx context.Context) ([]Count, error)

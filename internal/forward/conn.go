@@ -60,6 +60,16 @@ func (c *Conn) handOff(read []byte) {
 // Gone is closed when the client hangs up.
 func (c *Conn) Gone() <-chan struct{} { return c.gone }
 
+// NewCaller returns a Conn for a caller with no connection of its own (a
+// run's attempt, which the platform sends itself): HangUp cuts its call
+// short as a client's hang-up does. Its request's body must be whole
+// (not streamed): there is no connection to read it from.
+func NewCaller() *Conn { return &Conn{gone: make(chan struct{})} }
+
+// HangUp ends the call under way (or the next) as the client's hang-up
+// does: the instance's request is aborted, and Gone closes.
+func (c *Conn) HangUp() { c.hangUp() }
+
 func (c *Conn) hangUp() {
 	c.goneOnce.Do(func() { close(c.gone) })
 	if u := c.call.Load(); u != nil {

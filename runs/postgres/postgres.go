@@ -311,6 +311,28 @@ func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (run
 	return r, nil
 }
 
+// Over implements runs.Store, in one query however many attempts.
+func (s *Store) Over(ctx context.Context, attempts []runs.Attempt) ([]runs.ID, error) {
+	if len(attempts) == 0 {
+		return nil, nil
+	}
+	ids, numbers := make([]string, len(attempts)), make([]int32, len(attempts))
+	for i, a := range attempts {
+		ids[i], numbers[i] = string(a.Run.ID), int32(a.Number)
+	}
+	rows, err := s.pool.Query(ctx, `select a.id from unnest($1::text[], $2::int[]) as a(id, number)
+		left join sless_runs r on r.id = a.id
+		where r.id is null or r.state <> 'running' or r.attempts <> a.number`, ids, numbers)
+	if err != nil {
+		return nil, s.fail("over", err)
+	}
+	over, err := pgx.CollectRows(rows, pgx.RowTo[runs.ID])
+	if err != nil {
+		return nil, s.fail("over", err)
+	}
+	return over, nil
+}
+
 // Expire implements runs.Store.
 func (s *Store) Expire(ctx context.Context) ([]runs.Count, error) {
 	at := now()

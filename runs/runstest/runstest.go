@@ -36,6 +36,7 @@ func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
 		{"ClaimedOnce", testClaimedOnce},
 		{"Pending", testPending},
 		{"List", testList},
+		{"Over", testOver},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, open(t)) })
 	}
@@ -463,5 +464,33 @@ func testList(t *testing.T, s runs.Store) {
 		if _, err := s.List(ctx, "default", "fn", q); err == nil {
 			t.Errorf("list %+v: no error", q)
 		}
+	}
+}
+
+// Over names the attempts that no longer hold their run: cancelled, or
+// taken by a later attempt once their lease ran out.
+func testOver(t *testing.T, s runs.Store) {
+	if over, err := s.Over(ctx, nil); err != nil || len(over) != 0 {
+		t.Errorf("over of no attempt: %v %v", over, err)
+	}
+	for n := range 3 {
+		submit(t, s, runs.Submission{Request: request(n)})
+	}
+	held := mustClaim(t, s)
+	cancelled := mustClaim(t, s)
+	lapsed, _ := claim(t, s, 50*time.Millisecond)
+	if _, _, err := s.Cancel(ctx, cancelled.Run.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually.True(t, "the short lease taken by another attempt", func() bool {
+		a, ok := claim(t, s, time.Hour)
+		return ok && a.Run.ID == lapsed.Run.ID
+	})
+	over, err := s.Over(ctx, []runs.Attempt{held, cancelled, lapsed})
+	slices.Sort(over)
+	want := []runs.ID{cancelled.Run.ID, lapsed.Run.ID}
+	slices.Sort(want)
+	if err != nil || !slices.Equal(over, want) {
+		t.Errorf("over: %v %v, want the cancelled and the lapsed attempts %v", over, err, want)
 	}
 }
