@@ -15,6 +15,7 @@ import (
 	"net"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ import (
 	"sless.dev/sless/local/supervisor"
 	"sless.dev/sless/queueproxy"
 	"sless.dev/sless/runs"
+	"sless.dev/sless/runs/runclient"
 	"sless.dev/sless/runtimes"
 	"sless.dev/sless/timeline"
 )
@@ -117,6 +119,9 @@ const maxInstallRetry = 5 * time.Minute
 type Platform struct {
 	opts           Options
 	serving, admin net.Listener
+	// functionRuns are the FunctionRuns of the manifests, submitted
+	// through serving.
+	functionRuns *functionRuns
 	reg            *prometheus.Registry
 	metrics        *metrics
 	records        RecordStore
@@ -242,11 +247,23 @@ func New(opts Options) (*Platform, error) {
 		p.serving.Close()
 		return nil, fmt.Errorf("--admin: %w", err)
 	}
+	p.functionRuns = p.newFunctionRuns()
 	return p, nil
 }
 
 // Addr is the invocation address; AdminAddr the admin one.
 func (p *Platform) Addr() string      { return p.serving.Addr().String() }
+
+// newFunctionRuns submits the manifests' FunctionRuns to the platform's
+// own invocation port (on loopback when it listens on every address).
+func (p *Platform) newFunctionRuns() *functionRuns {
+	host, port, _ := net.SplitHostPort(p.Addr())
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return &functionRuns{client: &runclient.Client{Base: "http://" + net.JoinHostPort(host, port)}, out: p.opts.Out,
+		runs: map[types.NamespacedName]*submittedRun{}}
+}
 func (p *Platform) AdminAddr() string { return p.admin.Addr().String() }
 
 // Run loads and starts the functions, serves until ctx ends, then drains
@@ -366,8 +383,9 @@ func (p *Platform) watch(ctx context.Context) {
 // queued.
 func (p *Platform) sync(ctx context.Context) []*build {
 	fns, errs := manifests.Load(p.opts.Dir, manifests.LoadOptions{AllowExternalSources: p.opts.AllowExternalSources})
-	p.reportLoadErrors(errs)
-	loadErrs := manifestErrors(errs)
+	fnRuns, runErrs := manifests.LoadRuns(p.opts.Dir, manifests.LoadOptions{})
+	p.reportLoadErrors(append(slices.Clone(errs), runErrs...))
+	loadErrs := manifestErrors(append(slices.Clone(errs), runErrs...))
 	p.mu.Lock()
 	p.loadErrs = loadErrs
 	p.mu.Unlock()
@@ -414,6 +432,7 @@ func (p *Platform) sync(ctx context.Context) []*build {
 		}
 	}
 	p.removeUnseen(seen, broken)
+	p.functionRuns.sync(ctx, fnRuns)
 	return queued
 }
 

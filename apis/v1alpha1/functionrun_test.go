@@ -36,6 +36,11 @@ func TestFunctionRunAPI(t *testing.T) {
 	for i, body := range []string{`"some text"`, `{"order": 1, "items": ["a"]}`, `[1, 2]`, `42`} {
 		r := &v1alpha1.FunctionRun{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("body-%d", i), Namespace: "default"},
 			Spec: v1alpha1.FunctionRunSpec{Function: "hello", Body: &apiextensionsv1.JSON{Raw: []byte(body)}}}
+		defaulted := r.DeepCopy()
+		defaulted.Default()
+		if errs := v1alpha1.ValidateFunctionRun(defaulted); len(errs) != 0 {
+			t.Errorf("body %s: %v", body, errs)
+		}
 		if err := c.Create(ctx, r); err != nil {
 			t.Fatalf("create with body %s: %v", body, err)
 		}
@@ -78,12 +83,19 @@ func TestFunctionRunAPI(t *testing.T) {
 		t.Errorf("row = %s, want [printed hello Running 2]", got)
 	}
 
+	// What the API server refuses, sless dev's validation refuses too.
 	for name, spec := range map[string]v1alpha1.FunctionRunSpec{
-		"no-function": {},
-		"bad-method":  {Function: "hello", Method: "get"},
-		"bad-path":    {Function: "hello", Path: "orders"},
+		"no-function":   {},
+		"long-function": {Function: strings.Repeat("f", 64)},
+		"bad-method":    {Function: "hello", Method: "get"},
+		"bad-path":      {Function: "hello", Path: "orders"},
+		"bad-ttl":       {Function: "hello", TTLSecondsAfterFinished: ptr.To[int32](-1)},
 	} {
 		bad := &v1alpha1.FunctionRun{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: spec}
+		bad.Default()
+		if errs := v1alpha1.ValidateFunctionRun(bad); len(errs) == 0 {
+			t.Errorf("%s: %+v valid, want refused", name, spec)
+		}
 		if err := c.Create(ctx, bad); err == nil {
 			t.Errorf("%s: created %+v, want refused", name, spec)
 		}

@@ -59,6 +59,9 @@ type Document struct {
 	// when it has unknown fields, so that its other problems can be found
 	// at once.
 	Function *Function
+	// Run is the FunctionRun the document holds instead, decoded as
+	// strictly.
+	Run *FunctionRun
 	// Err is what is wrong with the document: unknown fields (each with
 	// its path, joined), values of the wrong type, not a Function.
 	Err error
@@ -70,48 +73,71 @@ type Document struct {
 func DecodeDocuments(data []byte) []Document {
 	var docs []Document
 	for doc := range splitDocuments(data) {
-		fn, err := decodeDocument(doc.data)
-		if fn != nil || err != nil {
-			docs = append(docs, Document{Line: doc.line, Function: fn, Err: err})
+		d := decodeDocument(doc.data)
+		if d.Function != nil || d.Run != nil || d.Err != nil {
+			d.Line = doc.line
+			docs = append(docs, d)
 		}
 	}
 	return docs
 }
 
-func decodeDocument(data []byte) (*Function, error) {
+func decodeDocument(data []byte) Document {
+	var d Document
+	switch kind, err := kindOf(data); {
+	case err != nil:
+		d.Err = err
+	case kind == "FunctionRun":
+		d.Run, d.Err = decodeStrict[FunctionRun](data)
+	case kind == "Function":
+		d.Function, d.Err = decodeStrict[Function](data)
+	}
+	return d
+}
+
+// kindOf is the kind of a document of this API group and version, "" for
+// an empty document.
+func kindOf(data []byte) (string, error) {
 	var head struct {
 		APIVersion string `json:"apiVersion"`
 		Kind       string `json:"kind"`
 	}
 	var probe any
 	if err := yaml.Unmarshal(data, &probe); err != nil {
-		return nil, err
+		return "", err
 	}
 	if probe == nil {
-		return nil, nil // empty document
+		return "", nil // empty document
 	}
 	if err := yaml.Unmarshal(data, &head); err != nil {
-		return nil, fmt.Errorf("not a Kubernetes object: %w", err)
+		return "", fmt.Errorf("not a Kubernetes object: %w", err)
 	}
-	if head.APIVersion != GroupVersion.String() || head.Kind != "Function" {
-		return nil, fmt.Errorf("apiVersion %q kind %q is not a %s Function", head.APIVersion, head.Kind, GroupVersion)
+	if head.APIVersion != GroupVersion.String() || head.Kind != "Function" && head.Kind != "FunctionRun" {
+		return "", fmt.Errorf("apiVersion %q kind %q is not a %s Function or FunctionRun", head.APIVersion, head.Kind, GroupVersion)
 	}
+	return head.Kind, nil
+}
+
+// decodeStrict decodes a document into a T, reporting every field of the
+// wrong type and every unknown one; with unknown fields alone, the T is
+// returned beside them.
+func decodeStrict[T any](data []byte) (*T, error) {
 	js, err := yaml.YAMLToJSONStrict(data) // refuses duplicate keys
 	if err != nil {
 		return nil, err
 	}
-	var fn Function
-	strict, err := kjson.UnmarshalStrict(js, &fn, kjson.DisallowUnknownFields)
+	var v T
+	strict, err := kjson.UnmarshalStrict(js, &v, kjson.DisallowUnknownFields)
 	if err != nil {
-		if errs := typeErrors(js, reflect.TypeFor[Function]()); len(errs) > 0 {
+		if errs := typeErrors(js, reflect.TypeFor[T]()); len(errs) > 0 {
 			return nil, errs.ToAggregate() // all of them, not only the first
 		}
 		return nil, err
 	}
 	if len(strict) > 0 {
-		return &fn, errors.Join(strict...) // unknown fields, each with its path
+		return &v, errors.Join(strict...) // unknown fields, each with its path
 	}
-	return &fn, nil
+	return &v, nil
 }
 
 // +kubebuilder:object:generate=false

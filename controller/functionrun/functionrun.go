@@ -7,13 +7,9 @@ package functionrun
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
-	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -146,7 +142,7 @@ func (r *Reconciler) submit(ctx context.Context, fr *v1alpha1.FunctionRun, statu
 			return ctrl.Result{}, fmt.Errorf("add the finalizer: %w", err)
 		}
 	}
-	req, err := RequestOf(&fr.Spec)
+	req, err := fr.Spec.Request()
 	if err != nil {
 		end(status, v1alpha1.FunctionRunFailed, v1alpha1.ReasonRefused, err.Error())
 		return ctrl.Result{}, nil
@@ -320,37 +316,6 @@ func (r *Reconciler) expire(ctx context.Context, fr *v1alpha1.FunctionRun) (ctrl
 	}
 	err := r.client.Delete(ctx, fr, client.Preconditions{UID: &fr.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	return ctrl.Result{}, client.IgnoreNotFound(err)
-}
-
-// RequestOf is the request spec makes: a body that is a JSON string is
-// sent as its text (text/plain), any other JSON value as JSON
-// (application/json), unless Headers name a Content-Type.
-func RequestOf(spec *v1alpha1.FunctionRunSpec) (runs.Request, error) {
-	req := runs.Request{Method: spec.Method, Path: spec.Path}
-	if req.Method == "" {
-		req.Method = http.MethodPost
-	}
-	contentType := ""
-	if b := spec.Body; b != nil && len(b.Raw) > 0 {
-		var text string
-		if err := json.Unmarshal(b.Raw, &text); err == nil {
-			req.Body, contentType = []byte(text), "text/plain; charset=utf-8"
-		} else if json.Valid(b.Raw) {
-			req.Body, contentType = b.Raw, "application/json"
-		} else {
-			return req, errors.New("spec.body is not JSON")
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(spec.Headers)) {
-		req.Header = append(req.Header, [2]string{k, spec.Headers[k]})
-		if http.CanonicalHeaderKey(k) == "Content-Type" {
-			contentType = ""
-		}
-	}
-	if contentType != "" {
-		req.Header = append(req.Header, [2]string{"Content-Type", contentType})
-	}
-	return req, nil
 }
 
 func phaseOf(s runs.State) v1alpha1.FunctionRunPhase {
