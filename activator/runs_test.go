@@ -15,11 +15,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"sless.dev/sless/internal/eventually"
-	"sless.dev/sless/queueproxy"
-	"sless.dev/sless/queueproxy/queueproxytest"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
+	"sless.dev/sless/queueproxy"
+	"sless.dev/sless/queueproxy/queueproxytest"
 	"sless.dev/sless/runs"
 )
 

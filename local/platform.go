@@ -122,19 +122,19 @@ type Platform struct {
 	// functionRuns are the FunctionRuns of the manifests, submitted
 	// through serving.
 	functionRuns *functionRuns
-	reg            *prometheus.Registry
-	metrics        *metrics
-	records        RecordStore
-	act            *activator.Activator
-	scaler         *autoscaler.Autoscaler
-	sup            *supervisor.Supervisor
-	cron           *scheduler.Scheduler
-	logs           logs
-	pokes          poker
-	queues         *queuedepth.Brokers // nil without a broker
-	waker          *queuedepth.Waker
-	timeline       *timeline.Timeline
-	builds         builds
+	reg          *prometheus.Registry
+	metrics      *metrics
+	records      RecordStore
+	act          *activator.Activator
+	scaler       *autoscaler.Autoscaler
+	sup          *supervisor.Supervisor
+	cron         *scheduler.Scheduler
+	logs         logs
+	pokes        poker
+	queues       *queuedepth.Brokers // nil without a broker
+	waker        *queuedepth.Waker
+	timeline     *timeline.Timeline
+	builds       builds
 
 	// applyMu orders what reaches the supervisor, autoscaler, activator
 	// and scheduler about one function: a build's result, an override,
@@ -252,7 +252,7 @@ func New(opts Options) (*Platform, error) {
 }
 
 // Addr is the invocation address; AdminAddr the admin one.
-func (p *Platform) Addr() string      { return p.serving.Addr().String() }
+func (p *Platform) Addr() string { return p.serving.Addr().String() }
 
 // newFunctionRuns submits the manifests' FunctionRuns to the platform's
 // own invocation port (on loopback when it listens on every address).
