@@ -53,6 +53,7 @@ type autoscalerOptions struct {
 	activatorAdmin      string // where cron fires are sent
 	adminSecret         string // the Secret of the admin token they carry
 	cronLedger          string // the ConfigMap of the fires sent
+	databaseURL         string // the runs' store, whose demand is a signal
 }
 
 // leaderElectionID names the Lease the autoscaler replicas compete for.
@@ -96,6 +97,8 @@ Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
 		"the Secret, in the pod's namespace (POD_NAMESPACE, else "+kubetoken.DefaultNamespace+"), whose key "+kubetoken.Key+
 			" is the admin API's token, sent with cron fires and followed when rotated ($SLESS_ADMIN_TOKEN instead, when set)")
 	f.StringVar(&o.cronLedger, "cron-ledger", "sless-cron", "the ConfigMap, in the leader election namespace, of the cron fires sent")
+	f.StringVar(&o.databaseURL, "database-url", os.Getenv("SLESS_DATABASE_URL"),
+		"PostgreSQL URL of the runs the activators keep, whose due and running runs are a signal (default $SLESS_DATABASE_URL; none when empty)")
 	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker of every queue, whatever its trigger's Secret ["+rabbitmqURLEnv+"] (each trigger's Secret when empty)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		if !cmd.Flags().Changed("rabbitmq-url") {
@@ -169,8 +172,16 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	defer queues.Close()
 	waker := queuedepth.NewWaker(queues, log)
 	defer waker.Close()
-	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, reg, log,
-		autoscaler.WithQueueReader(queues), autoscaler.WithWaker(waker))
+	scaling := []autoscaler.Option{autoscaler.WithQueueReader(queues), autoscaler.WithWaker(waker)}
+	runStore, closeRuns, err := (&databaseFlags{url: o.databaseURL}).openRuns(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer closeRuns()
+	if runStore != nil {
+		scaling = append(scaling, autoscaler.WithRuns(runStore, log))
+	}
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), router, reg, log, scaling...)
 	if err != nil {
 		return err
 	}

@@ -34,8 +34,11 @@ import (
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
+	"sless.dev/sless/internal/pgtest"
 	"sless.dev/sless/internal/testfn"
 	"sless.dev/sless/internal/wire"
+	"sless.dev/sless/runs"
+	runspg "sless.dev/sless/runs/postgres"
 )
 
 func TestAutoscalerHelpListsFlags(t *testing.T) {
@@ -413,4 +416,28 @@ func writeKubeconfigIn(t *testing.T, cfg *rest.Config, namespace string) string 
 		t.Fatal(err)
 	}
 	return path
+}
+
+// Runs queued in PostgreSQL are demand to the cluster's autoscaler: a
+// function at zero with runs due is given an instance, as the first
+// attempt's request would give it.
+func TestAutoscalerScalesForRuns(t *testing.T) {
+	dbURL, _ := pgtest.DB(t)
+	store, err := runspg.Open(t.Context(), dbURL, runspg.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfg := controlplane.Start(t)
+	c := controlplane.Client(t, cfg)
+	createWebFunction(t, c)
+	for range 3 {
+		if _, _, err := store.Submit(t.Context(), runs.Submission{Namespace: "default", Function: "web",
+			Request: runs.Request{Method: "POST", Path: "/"}, MaxAge: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := startAutoscalerWith(t, writeKubeconfig(t, cfg), nil, "--database-url", dbURL)
+	eventually.TrueWithin(t, time.Minute, "web scaled from zero for its runs", func() bool { return deploymentReplicas(t, c) >= 1 })
+	p.stop(t)
 }
