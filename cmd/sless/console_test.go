@@ -100,6 +100,7 @@ func TestConsole(t *testing.T) {
 	t.Run("the list shows every sample with its state", c.list)
 	t.Run("the list works by keyboard", c.keyboard)
 	t.Run("a request shows in the invocations", c.invocations)
+	t.Run("a run shows in the runs, with its answer", c.runs)
 	t.Run("a trigger turns off and on", c.toggleTrigger)
 	t.Run("the invoke form answers", c.invoke)
 	t.Run("a crash shows its cause", c.crash)
@@ -205,6 +206,20 @@ func (c *consoleUser) invocations(t *testing.T) {
 	fields := value(c, "its fields", chromedp.Text(chromedp.CSS(`#invocations tr[data-request-id="`+id+`"] pre`)))
 	if !strings.Contains(fields, `"status": 200`) || !strings.Contains(fields, `"instance"`) {
 		t.Errorf("the expanded invocation shows %s", fields)
+	}
+}
+
+func (c *consoleUser) runs(t *testing.T) {
+	c.t = t
+	c.open("hello-go")
+	id := submit(t, c.dev.invoke+"/fn/default/hello-go?name=a-run")
+	row := `#runs tr[data-run="` + string(id) + `"]`
+	c.within(30*time.Second, "the run, succeeded, in the runs", chromedp.WaitVisible(chromedp.CSS(row+`[data-state="succeeded"]`)))
+	c.run("open its answer", chromedp.Click(chromedp.CSS(row+" summary")))
+	c.within(30*time.Second, "its answer", chromedp.WaitVisible(chromedp.CSS(row+" pre")))
+	answer := value(c, "its answer", chromedp.Text(chromedp.CSS(row+" pre")))
+	if !strings.HasPrefix(answer, "200 application/json") || !strings.Contains(answer, "hello a-run") {
+		t.Errorf("the run's answer shows %q", answer)
 	}
 }
 

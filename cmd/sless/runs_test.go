@@ -184,3 +184,64 @@ func TestRunsCLI(t *testing.T) {
 		}
 	}
 }
+
+// The database stopped for 20 s under a sless dev keeping runs in it:
+// every submission is refused with 503 and Retry-After (nothing accepted
+// that could be lost), requests waited on are served throughout, and once
+// it is back runs are taken and run again.
+func TestDevRunsDatabaseOutage(t *testing.T) {
+	url, name := pgtest.DB(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"hi/main.py": devHandler, "hi.yaml": runsManifest})
+	d := startDevIn(t, dir, nil, "--database-url", url)
+	fn := d.invoke + "/fn/default/hi"
+	waitStatus(t, fn, http.StatusOK)
+	before := submit(t, fn)
+
+	pgtest.SetReachable(t, name, false)
+	refused, served := 0, 0
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); {
+		req, _ := http.NewRequest(http.MethodPost, fn, strings.NewReader("in the outage"))
+		req.Header.Set("Prefer", "respond-async")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("a run submitted while the database is out: %s (Retry-After %q), want 503 with Retry-After",
+				resp.Status, resp.Header.Get("Retry-After"))
+		}
+		refused++
+		if code, body := fetch(t, fn, ""); code != http.StatusOK || body != "hi" {
+			t.Fatalf("a request waited on while the database is out: %d %q, want 200 hi", code, body)
+		}
+		served++
+	}
+	pgtest.SetReachable(t, name, true)
+	t.Logf("in 20 s of outage: %d submissions refused, %d requests served", refused, served)
+
+	var after runs.ID
+	eventually.True(t, "a run accepted once the database is back", func() bool {
+		req, _ := http.NewRequest(http.MethodPost, fn, nil)
+		req.Header.Set("Prefer", "respond-async")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var a runs.Accepted
+		if resp.StatusCode != http.StatusAccepted || json.NewDecoder(resp.Body).Decode(&a) != nil {
+			return false
+		}
+		after = a.ID
+		return true
+	})
+	for _, id := range []runs.ID{before, after} {
+		eventually.True(t, "run "+string(id)+" succeeded", func() bool {
+			code, body := fetch(t, d.invoke+"/runs/"+string(id), "")
+			var r runs.Run
+			return code == http.StatusOK && json.Unmarshal([]byte(body), &r) == nil && r.State == runs.Succeeded
+		})
+	}
+}

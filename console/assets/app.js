@@ -219,6 +219,7 @@ function showFunction(ns, name) {
     h('div', { class: 'grid' }, triggersPanel(base), scalePanel(base)),
     invokePanel(base),
     invocationsPanel(base),
+    runsPanel(base),
     logsPanel(base),
     manifestPanel(base),
     sourcePanel(base));
@@ -447,6 +448,90 @@ function invocationRow(r) {
     h('td', { text: fmt.time(r.start) }), h('td', { text: String(r.status) }), h('td', { class: 'num', text: fmt.ms(r.durationNs / 1e6) }),
     h('td', { text: r.trigger + (r.triggerName ? ' ' + r.triggerName : '') }), h('td', { text: r.coldStart ? 'yes' : '' }),
     h('td', {}, h('details', {}, h('summary', { text: 'all fields' }), h('pre', { text: JSON.stringify(r, null, 2) }))));
+}
+
+// ---- runs ----
+
+// runsPanel lists the function's runs (asynchronous invocations), the
+// newest first, each row kept as it is while its run does not change; a
+// row opened shows the run's answer.
+function runsPanel(base) {
+  const state = h('select', { id: 'runs-state' },
+    ['', 'queued', 'running', 'succeeded', 'failed', 'cancelled', 'expired'].map((s) => h('option', { value: s, text: s || 'any' })));
+  const tbody = h('tbody');
+  const rows = new Map();
+  const section = h('section', { class: 'panel', id: 'runs' }, h('h2', { text: 'Runs' }),
+    h('div', { class: 'filters' }, h('label', { for: 'runs-state' }, 'State', state)),
+    h('table', {}, h('thead', {}, h('tr', {}, ['Created', 'Run', 'State', 'Attempts', 'Status', 'Took', 'Details'].map((c) => h('th', { scope: 'col', text: c })))), tbody));
+  const load = async () => {
+    const q = new URLSearchParams({ limit: '50' });
+    if (state.value) q.set('state', state.value);
+    let list;
+    try {
+      list = await api(base + '/runs?' + q);
+    } catch (e) {
+      if (e.status === 501) {
+        section.replaceChildren(h('h2', { text: 'Runs' }), h('p', { class: 'muted', text: e.message }));
+        return;
+      }
+      throw e;
+    }
+    const keep = new Set();
+    let prev = null;
+    for (const r of list.runs) {
+      keep.add(r.id);
+      const key = JSON.stringify([r.state, r.attempts, r.status, r.completedAt]);
+      let tr = rows.get(r.id);
+      if (!tr || (tr.dataset.key !== key && !tr.querySelector('details[open]'))) {
+        const fresh = runRow(r);
+        fresh.dataset.key = key;
+        if (tr) tr.replaceWith(fresh);
+        tr = fresh;
+        rows.set(r.id, tr);
+      }
+      const want = prev ? prev.nextSibling : tbody.firstChild;
+      if (want !== tr) tbody.insertBefore(tr, want);
+      prev = tr;
+    }
+    for (const [id, tr] of rows) {
+      if (!keep.has(id)) {
+        tr.remove();
+        rows.delete(id);
+      }
+    }
+  };
+  state.addEventListener('change', () => {
+    rows.clear();
+    tbody.replaceChildren();
+    load().catch((e) => (statusLine.textContent = e.message));
+  });
+  every(2000, load);
+  return section;
+}
+
+function runRow(r) {
+  const took = r.completedAt ? fmt.ms(new Date(r.completedAt) - new Date(r.createdAt)) : '—';
+  const details = h('details', {}, h('summary', { text: r.error ? r.error : 'answer' }));
+  details.addEventListener('toggle', async () => {
+    if (!details.open || details.dataset.loaded) return;
+    details.dataset.loaded = '1';
+    const v = await api('/v1/runs/' + r.id).catch((e) => ({ error: e.message }));
+    details.append(h('pre', { text: runText(v) }));
+  });
+  return h('tr', { 'data-run': r.id, 'data-state': r.state },
+    h('td', { text: fmt.time(r.createdAt) }), h('td', { class: 'mono', text: r.id }), h('td', {}, badge(r.state)),
+    h('td', { class: 'num', text: String(r.attempts) }), h('td', { text: r.status ? String(r.status) : '—' }),
+    h('td', { class: 'num', text: took }), h('td', {}, details));
+}
+
+// runText is a run's answer as the details of its row show it.
+function runText(v) {
+  if (v.error && !v.id) return v.error;
+  const res = v.result;
+  if (!res) return 'no answer' + (v.state === 'queued' || v.state === 'running' ? ' yet' : '');
+  const head = res.status + ' ' + (res.contentType || 'no Content-Type') + ', ' + res.size + ' bytes';
+  if (res.binary) return head + '\n(binary: GET /runs/' + v.id + '/result on the invocation port serves it)';
+  return head + '\n\n' + res.body + (res.truncated ? '\n(truncated)' : '');
 }
 
 // ---- logs, manifest, source ----
