@@ -157,7 +157,7 @@ func TestRecordsAndAdmin(t *testing.T) {
 func testFunctionRun(t *testing.T, ns string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "run.yaml")
-	yaml := "apiVersion: sless.dev/v1alpha1\nkind: FunctionRun\nmetadata: {name: greet}\nspec: {function: rec, method: GET, path: /?name=by-kubectl}\n"
+	yaml := "apiVersion: sless.dev/v1alpha1\nkind: FunctionRun\nmetadata: {name: greet}\nspec: {function: rec, method: GET, path: \"/?name=by-kubectl\"}\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}

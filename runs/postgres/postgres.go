@@ -134,19 +134,18 @@ func (s *Store) Submit(ctx context.Context, sub runs.Submission) (runs.Run, bool
 	}
 	var r runs.Run
 	var existing runs.ID
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		id := runs.NewID()
-		if sub.IdempotencyKey != "" {
+	id := runs.NewID()
+	if sub.IdempotencyKey == "" {
+		r, err = s.insert(ctx, s.pool, id, sub, header, at) // one statement, one round trip
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if existing, err = s.useKey(ctx, tx, sub, id, at); err != nil || existing != "" {
 				return err
 			}
-		}
-		r, err = scanRun(tx.QueryRow(ctx, `insert into sless_runs (id, namespace, function, state, created_at,
-			not_before, expires_at, method, path, header, body) values ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10)
-			returning `+runColumns, id, sub.Namespace, sub.Function, runs.Queued, at, at.Add(sub.MaxAge),
-			sub.Request.Method, sub.Request.Path, header, nonNil(sub.Request.Body)))
-		return err
-	})
+			r, err = s.insert(ctx, tx, id, sub, header, at)
+			return err
+		})
+	}
 	if err != nil {
 		return runs.Run{}, false, s.fail("submit", err)
 	}
@@ -155,6 +154,19 @@ func (s *Store) Submit(ctx context.Context, sub runs.Submission) (runs.Run, bool
 		return r, false, err
 	}
 	return r, true, nil
+}
+
+// rowQuerier is what a run is inserted through: the pool, the statement
+// committed on its own, or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+func (s *Store) insert(ctx context.Context, q rowQuerier, id runs.ID, sub runs.Submission, header []byte, at time.Time) (runs.Run, error) {
+	return scanRun(q.QueryRow(ctx, `insert into sless_runs (id, namespace, function, state, created_at,
+		not_before, expires_at, method, path, header, body) values ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10)
+		returning `+runColumns, id, sub.Namespace, sub.Function, runs.Queued, at, at.Add(sub.MaxAge),
+		sub.Request.Method, sub.Request.Path, header, nonNil(sub.Request.Body)))
 }
 
 // useKey takes sub's idempotency key for run id, or returns the run it
