@@ -267,6 +267,7 @@ func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 	_, err := a.runs.store.Finish(ctx, at, o)
 	switch {
 	case err == nil:
+		a.runs.announce(at.Run.ID)
 		a.runs.metrics.attempted(rt.fn.Namespace, rt.fn.Name, o)
 	case !errors.Is(err, runs.ErrAttemptOver):
 		// Over (cancelled, or its lease ran out), its outcome is not

@@ -59,6 +59,10 @@ type runner struct {
 	// running are the attempts under way here, each with the caller
 	// that cuts its request short once it no longer holds its run.
 	running map[runs.ID]runningAttempt
+	// waiters are the readers waiting for a run's end here, told when
+	// the run changes here (an attempt's outcome, a cancel) so that they
+	// look again at once rather than at their next poll.
+	waiters map[runs.ID]*waiters
 	// attempts are the attempts under way, which Dispatch waits for.
 	attempts sync.WaitGroup
 }
@@ -80,7 +84,7 @@ func (a *Activator) EnableRuns(store runs.Store, cfg RunsConfig) {
 		cfg.Interval = DefaultRunInterval
 	}
 	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{},
-		metrics: a.metrics.runs, running: map[runs.ID]runningAttempt{}}
+		metrics: a.metrics.runs, running: map[runs.ID]runningAttempt{}, waiters: map[runs.ID]*waiters{}}
 }
 
 // wantsAsync says whether a request prefers an asynchronous answer
@@ -174,6 +178,42 @@ func runRequestOf(h *fasthttp.RequestHeader, body []byte) (runs.Request, bool) {
 	return req, ok
 }
 
+// waiters are the readers waiting for one run's next change.
+type waiters struct {
+	changed chan struct{}
+	n       int
+}
+
+// wait returns a channel closed at the next change of run id here, and
+// the func that says the reader no longer waits.
+func (r *runner) wait(id runs.ID) (<-chan struct{}, func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.waiters[id]
+	if w == nil {
+		w = &waiters{changed: make(chan struct{})}
+		r.waiters[id] = w
+	}
+	w.n++
+	return w.changed, func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if w.n--; w.n == 0 && r.waiters[id] == w {
+			delete(r.waiters, id)
+		}
+	}
+}
+
+// announce tells the readers waiting for run id that it changed here.
+func (r *runner) announce(id runs.ID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w := r.waiters[id]; w != nil {
+		close(w.changed)
+		delete(r.waiters, id)
+	}
+}
+
 // poke wakes the dispatcher, without waiting.
 func (r *runner) poke() {
 	select {
@@ -206,6 +246,7 @@ func (a *Activator) serveRuns(ctx *fasthttp.RequestCtx) {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		defer cancel()
 		r, cancelled, err := a.runs.store.Cancel(sctx, runs.ID(id))
+		a.runs.announce(runs.ID(id))
 		if cancelled {
 			a.runs.metrics.ended(r.Namespace, r.Function, runs.Cancelled, 1)
 			a.runs.cut(r.ID) // here; another activator's attempt is cut at its next check
@@ -238,30 +279,37 @@ func (a *Activator) getRun(ctx *fasthttp.RequestCtx, id runs.ID) {
 
 // awaitEnd reads a run until it has ended, wait passes, its client
 // leaves (gone) or the server stops (ctx), answering it as it is then.
-// The store is read again after 50 ms, then less often, to 1 s: a run
-// may end in another activator.
+// The store is read again as soon as the run changes here, else after 50
+// ms, then less often, to 1 s: a run may end in another activator.
 func (r *runner) awaitEnd(ctx context.Context, id runs.ID, wait time.Duration, gone <-chan struct{}) (runs.Run, error) {
 	deadline := time.Now().Add(wait)
 	pause := 50 * time.Millisecond
 	for {
+		changed, done := r.wait(id)
 		gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
 		run, err := r.store.Get(gctx, id)
 		cancel()
 		left := time.Until(deadline)
 		if err != nil || run.State.Ended() || left <= 0 {
+			done()
 			return run, err
 		}
 		t := time.NewTimer(min(pause, left))
+		stop := false
 		select {
+		case <-changed: // at once, not at a longer pause
 		case <-t.C:
+			pause = min(2*pause, time.Second)
 		case <-gone:
-			t.Stop()
-			return run, nil
+			stop = true
 		case <-ctx.Done():
-			t.Stop()
+			stop = true
+		}
+		t.Stop()
+		done()
+		if stop {
 			return run, nil
 		}
-		pause = min(2*pause, time.Second)
 	}
 }
 
