@@ -17,7 +17,7 @@ TOOLS        := $(CURDIR)/bin/tools
 # ./... from here does not reach it: test and lint name it.
 GO_SDK := runtimes/go
 
-.PHONY: all build images cluster-bins cluster cluster-down cluster-wipe deploy console run test test-e2e test-unit bench bench-coldstart bench-records bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative bench-grpc bench-cluster generate verify lint controlplane tools clean
+.PHONY: all build images cluster-bins cluster cluster-down cluster-wipe deploy console run test test-e2e test-unit bench bench-coldstart bench-records bench-runs bench-queue bench-metrics bench-console bench-loadgen bench-scenarios bench-knative bench-grpc bench-cluster generate verify lint controlplane tools clean
 
 all: build
 
@@ -76,6 +76,11 @@ bench-coldstart:
 ## the request path with it against the ring, and the summary over 10M records
 bench-records:
 	$(GO) run ./benchmarks/cmd/bench-records
+
+## bench-runs: runs accepted per second against a bare INSERT loop, and the
+## time a run adds to the same request waited on
+bench-runs:
+	$(GO) run ./benchmarks/cmd/bench-runs
 
 ## bench-queue: RabbitMQ throughput against a bare consume loop and direct
 ## HTTP, wake-up from zero, cron lag (needs RabbitMQ on 127.0.0.1:5672)

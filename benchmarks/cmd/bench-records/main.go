@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,7 +24,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,6 +31,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"sless.dev/sless/activator"
+	"sless.dev/sless/benchmarks/benchdb"
 	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/invocation"
 	"sless.dev/sless/invocation/postgres"
@@ -41,7 +40,7 @@ import (
 
 func main() {
 	var (
-		server   = flag.String("server", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable", "the PostgreSQL server's admin URL")
+		server   = flag.String("server", benchdb.DefaultServer, "the PostgreSQL server's admin URL")
 		records  = flag.Int("records", 300_000, "records per throughput measurement")
 		rounds   = flag.Int("rounds", 3, "measurements of each, taken in turn; medians are shown")
 		rate     = flag.Float64("rate", 1000, "requests/s for the request-path measurement")
@@ -59,11 +58,11 @@ func main() {
 func run(ctx context.Context, server string, n, rounds int, rate float64, duration time.Duration, summaryN int) error {
 	var store, bare []float64
 	for range rounds {
-		s, err := withDB(ctx, server, func(url string) (float64, error) { return storeRate(ctx, url, n) })
+		s, err := benchdb.With(ctx, server, func(url string) (float64, error) { return storeRate(ctx, url, n) })
 		if err != nil {
 			return err
 		}
-		b, err := withDB(ctx, server, func(url string) (float64, error) { return bareRate(ctx, url, n) })
+		b, err := benchdb.With(ctx, server, func(url string) (float64, error) { return bareRate(ctx, url, n) })
 		if err != nil {
 			return err
 		}
@@ -79,7 +78,7 @@ func run(ctx context.Context, server string, n, rounds int, rate float64, durati
 			return err
 		}
 		var p load.Result
-		if _, err := withDB(ctx, server, func(url string) (float64, error) {
+		if _, err := benchdb.With(ctx, server, func(url string) (float64, error) {
 			p, err = requestPath(ctx, url, rate, duration)
 			return 0, err
 		}); err != nil {
@@ -99,28 +98,11 @@ func run(ctx context.Context, server string, n, rounds int, rate float64, durati
 	}
 	fmt.Println()
 	if summaryN > 0 {
-		if _, err := withDB(ctx, server, func(url string) (float64, error) { return 0, summaryTime(ctx, url, summaryN, rounds) }); err != nil {
+		if _, err := benchdb.With(ctx, server, func(url string) (float64, error) { return 0, summaryTime(ctx, url, summaryN, rounds) }); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// withDB runs f on a new database, dropped afterwards.
-func withDB(ctx context.Context, server string, f func(url string) (float64, error)) (float64, error) {
-	admin, err := pgx.Connect(ctx, server)
-	if err != nil {
-		return 0, err
-	}
-	defer admin.Close(ctx)
-	name := "sless_bench_" + strings.ToLower(rand.Text()[:10])
-	if _, err := admin.Exec(ctx, "create database "+name); err != nil {
-		return 0, err
-	}
-	defer admin.Exec(ctx, "drop database "+name+" with (force)") //nolint:errcheck
-	cfg, _ := pgx.ParseConfig(server)
-	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
-	return f(url)
 }
 
 func records(n int) []invocation.Record {
