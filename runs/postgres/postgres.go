@@ -48,9 +48,10 @@ func (o *Options) defaults() {
 
 // Store is the PostgreSQL run store.
 type Store struct {
-	opts Options
-	pool *pgxpool.Pool
-	host string
+	opts  Options
+	pool  *pgxpool.Pool
+	host  string
+	batch *batcher // the submissions without an Idempotency-Key
 }
 
 var _ runs.Store = (*Store)(nil)
@@ -86,11 +87,16 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("database %s: %w", host, err)
 	}
+	s.batch = newBatcher(pool, max(1, int(opts.MaxConns)/2))
 	return s, nil
 }
 
-// Close closes the store's connections.
-func (s *Store) Close() { s.pool.Close() }
+// Close closes the store's connections, once the submissions under way
+// are answered.
+func (s *Store) Close() {
+	s.batch.close()
+	s.pool.Close()
+}
 
 // Maintain keeps the partitions and forgets the idempotency keys past
 // their window, every period until ctx ends.
@@ -126,26 +132,31 @@ func scanRun(row pgx.Row) (runs.Run, error) {
 }
 
 // Submit implements runs.Store: the run is committed when it returns.
+// Submissions without an Idempotency-Key made at once are committed
+// together (batcher); one with a key takes it in its own transaction.
 func (s *Store) Submit(ctx context.Context, sub runs.Submission) (runs.Run, bool, error) {
 	at := now()
 	header, err := json.Marshal(nonNil(sub.Request.Header))
 	if err != nil {
 		return runs.Run{}, false, err
 	}
-	var r runs.Run
-	var existing runs.ID
 	id := runs.NewID()
 	if sub.IdempotencyKey == "" {
-		r, err = s.insert(ctx, s.pool, id, sub, header, at) // one statement, one round trip
-	} else {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if existing, err = s.useKey(ctx, tx, sub, id, at); err != nil || existing != "" {
-				return err
-			}
-			r, err = s.insert(ctx, tx, id, sub, header, at)
-			return err
-		})
+		r := runs.Run{ID: id, Namespace: sub.Namespace, Function: sub.Function, State: runs.Queued, CreatedAt: at}
+		if err := s.batch.submit(ctx, &submission{run: r, req: &sub.Request, header: header, expiry: at.Add(sub.MaxAge)}); err != nil {
+			return runs.Run{}, false, s.fail("submit", err)
+		}
+		return r, true, nil
 	}
+	var r runs.Run
+	var existing runs.ID
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if existing, err = s.useKey(ctx, tx, sub, id, at); err != nil || existing != "" {
+			return err
+		}
+		r, err = s.insert(ctx, tx, id, sub, header, at)
+		return err
+	})
 	if err != nil {
 		return runs.Run{}, false, s.fail("submit", err)
 	}
@@ -156,13 +167,8 @@ func (s *Store) Submit(ctx context.Context, sub runs.Submission) (runs.Run, bool
 	return r, true, nil
 }
 
-// rowQuerier is what a run is inserted through: the pool, the statement
-// committed on its own, or a transaction.
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-func (s *Store) insert(ctx context.Context, q rowQuerier, id runs.ID, sub runs.Submission, header []byte, at time.Time) (runs.Run, error) {
+// insert inserts a run with an Idempotency-Key, in the key's transaction.
+func (s *Store) insert(ctx context.Context, q pgx.Tx, id runs.ID, sub runs.Submission, header []byte, at time.Time) (runs.Run, error) {
 	return scanRun(q.QueryRow(ctx, `insert into sless_runs (id, namespace, function, state, created_at,
 		not_before, expires_at, method, path, header, body) values ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10)
 		returning `+runColumns, id, sub.Namespace, sub.Function, runs.Queued, at, at.Add(sub.MaxAge),

@@ -3,7 +3,9 @@ package postgres
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -128,5 +130,53 @@ func TestRetention(t *testing.T) {
 	}
 	if again, created, err := s.Submit(ctx, sub); err != nil || !created || again.ID == r.ID {
 		t.Errorf("the key after its window: %s created %t %v, want a new run", again.ID, created, err)
+	}
+}
+
+// Submissions made at once are committed together, each answered once
+// its run is stored; a row the database refuses (a NUL in its path) fails
+// alone, not its batch.
+func TestSubmissionsBatched(t *testing.T) {
+	s := open(t, Options{})
+	ctx := context.Background()
+	const n = 400
+	ids := make([]runs.ID, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			path := fmt.Sprintf("/?n=%d", i)
+			if i == n/2 {
+				path = "/\x00"
+			}
+			r, created, err := s.Submit(ctx, runs.Submission{Namespace: "default", Function: "fn",
+				Request: runs.Request{Method: "POST", Path: path, Body: []byte{byte(i)}}, MaxAge: time.Hour})
+			if err == nil && !created {
+				err = errors.New("not created")
+			}
+			ids[i], errs[i] = r.ID, err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (err != nil) != (i == n/2) {
+			t.Errorf("submission %d: %v", i, err)
+		}
+	}
+	var stored int
+	if err := s.pool.QueryRow(ctx, "select count(*) from sless_runs").Scan(&stored); err != nil || stored != n-1 {
+		t.Errorf("%d runs stored (%v), want %d", stored, err, n-1)
+	}
+	for i, id := range ids {
+		if i == n/2 {
+			continue
+		}
+		if r, err := s.Get(ctx, id); err != nil || r.State != runs.Queued {
+			t.Errorf("run %d (%s): %+v %v", i, id, r, err)
+		}
+	}
+	var batches int
+	if err := s.pool.QueryRow(ctx, "select count(distinct xmin::text) from sless_runs").Scan(&batches); err != nil || batches >= n-1 {
+		t.Errorf("%d transactions for %d runs submitted at once (%v), want fewer", batches, n-1, err)
 	}
 }
