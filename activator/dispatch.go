@@ -153,11 +153,11 @@ func (r *runner) expire(ctx context.Context) error {
 	return err
 }
 
-// runningAttempt is an attempt under way, and the caller that cuts its
-// request short.
-type runningAttempt struct {
-	at     runs.Attempt
-	caller *forward.Conn
+// attemptKey names an attempt: two of one run may be under way here, the
+// first one's lease having run out.
+type attemptKey struct {
+	run    runs.ID
+	number int
 }
 
 // cutOver cuts short the attempts under way here that no longer hold
@@ -165,8 +165,8 @@ type runningAttempt struct {
 func (r *runner) cutOver(ctx context.Context) error {
 	r.mu.Lock()
 	attempts := make([]runs.Attempt, 0, len(r.running))
-	for _, ra := range r.running {
-		attempts = append(attempts, ra.at)
+	for k := range r.running {
+		attempts = append(attempts, runs.Attempt{Run: runs.Run{ID: k.run}, Number: k.number})
 	}
 	r.mu.Unlock()
 	if len(attempts) == 0 {
@@ -175,32 +175,38 @@ func (r *runner) cutOver(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	defer cancel()
 	over, err := r.store.Over(ctx, attempts)
-	for _, id := range over {
-		r.cut(id)
+	r.mu.Lock()
+	for _, a := range over {
+		if caller := r.running[attemptKey{a.Run.ID, a.Number}]; caller != nil {
+			caller.HangUp()
+		}
 	}
+	r.mu.Unlock()
 	return err
 }
 
-// cut cuts short the attempt of run id under way here, if one is.
+// cut cuts short every attempt of run id under way here: it was
+// cancelled.
 func (r *runner) cut(id runs.ID) {
 	r.mu.Lock()
-	ra, ok := r.running[id]
-	r.mu.Unlock()
-	if ok {
-		ra.caller.HangUp()
+	defer r.mu.Unlock()
+	for k, caller := range r.running {
+		if k.run == id {
+			caller.HangUp()
+		}
 	}
 }
 
 // track notes an attempt under way, until untrack.
 func (r *runner) track(at runs.Attempt, caller *forward.Conn) {
 	r.mu.Lock()
-	r.running[at.Run.ID] = runningAttempt{at: at, caller: caller}
+	r.running[attemptKey{at.Run.ID, at.Number}] = caller
 	r.mu.Unlock()
 }
 
-func (r *runner) untrack(id runs.ID) {
+func (r *runner) untrack(at runs.Attempt) {
 	r.mu.Lock()
-	delete(r.running, id)
+	delete(r.running, attemptKey{at.Run.ID, at.Number})
 	r.mu.Unlock()
 }
 
@@ -226,7 +232,7 @@ func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 	start := time.Now()
 	caller := forward.NewCaller()
 	a.runs.track(at, caller)
-	defer a.runs.untrack(at.Run.ID)
+	defer a.runs.untrack(at)
 	rctx := new(fasthttp.RequestCtx)
 	var req fasthttp.Request
 	runRequest(&req, at)

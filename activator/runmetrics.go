@@ -1,6 +1,7 @@
 package activator
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -96,7 +97,7 @@ func (c pendingCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	r.mu.Lock()
-	pending := r.pending
+	pending := slices.Clone(r.pending) // appended to below
 	r.mu.Unlock()
 	seen := make(map[types.NamespacedName]bool, len(pending))
 	for _, d := range pending {

@@ -58,7 +58,7 @@ type runner struct {
 	pending []runs.Demand
 	// running are the attempts under way here, each with the caller
 	// that cuts its request short once it no longer holds its run.
-	running map[runs.ID]runningAttempt
+	running map[attemptKey]*forward.Conn
 	// waiters are the readers waiting for a run's end here, told when
 	// the run changes here (an attempt's outcome, a cancel) so that they
 	// look again at once rather than at their next poll.
@@ -84,7 +84,7 @@ func (a *Activator) EnableRuns(store runs.Store, cfg RunsConfig) {
 		cfg.Interval = DefaultRunInterval
 	}
 	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{},
-		metrics: a.metrics.runs, running: map[runs.ID]runningAttempt{}, waiters: map[runs.ID]*waiters{}}
+		metrics: a.metrics.runs, running: map[attemptKey]*forward.Conn{}, waiters: map[runs.ID]*waiters{}}
 }
 
 // wantsAsync says whether a request prefers an asynchronous answer
@@ -227,7 +227,7 @@ func (r *runner) poke() {
 // /runs/{id}. The id is the capability: it is unguessable.
 func (a *Activator) serveRuns(ctx *fasthttp.RequestCtx) {
 	if a.runs == nil {
-		a.fail(ctx, fasthttp.StatusNotFound, "no runs here: the activator keeps them in a database it has none of (--database-url)", nil)
+		a.fail(ctx, fasthttp.StatusNotImplemented, "no runs here: the activator keeps them in a database it has none of (--database-url)", nil)
 		return
 	}
 	rest := strings.TrimPrefix(string(ctx.Path()), runs.Path)

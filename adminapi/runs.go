@@ -59,8 +59,8 @@ func (h handler[S]) handleRuns(mux *http.ServeMux, store runs.Store) {
 	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) { getRun(w, r, store) })
 }
 
-// listRuns answers ?state=, ?limit= and ?before= (a run's createdAt, as
-// RunList.Next gives it).
+// listRuns answers ?state=, ?limit=, and ?before= with ?beforeId= (the
+// last run's createdAt and id, as RunList.Next gives them).
 func (h handler[S]) listRuns(w http.ResponseWriter, r *http.Request, store runs.Store) {
 	ns, name := r.PathValue("namespace"), r.PathValue("name")
 	q, err := runQuery(r)
@@ -84,7 +84,9 @@ func (h handler[S]) listRuns(w http.ResponseWriter, r *http.Request, store runs.
 	out := RunList{Runs: list}
 	if len(list) == q.LimitOrDefault() {
 		next := r.URL.Query()
-		next.Set("before", list[len(list)-1].CreatedAt.Format(time.RFC3339Nano))
+		last := list[len(list)-1]
+		next.Set("before", last.CreatedAt.Format(time.RFC3339Nano))
+		next.Set("beforeId", string(last.ID))
 		out.Next = "?" + next.Encode()
 	}
 	if out.Runs == nil {
@@ -108,7 +110,7 @@ func runQuery(r *http.Request) (runs.Query, error) {
 		if err != nil {
 			return q, BadInput("before is a time such as 2026-12-07T13:00:00Z, not %q", s)
 		}
-		q.Before = t
+		q.Before, q.BeforeID = t, runs.ID(v.Get("beforeId"))
 	}
 	if err := q.Check(); err != nil {
 		return q, BadInput("%v", err)

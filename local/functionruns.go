@@ -34,17 +34,20 @@ type functionRuns struct {
 
 // submittedRun is what was done with one FunctionRun of the manifests.
 type submittedRun struct {
-	digest [sha256.Size]byte // of its spec, as last submitted
-	id     runs.ID           // "" until it was accepted
-	said   string            // the last problem said, so that it is said once
+	digest     [sha256.Size]byte // of its spec, as last submitted
+	id         runs.ID           // "" until it was accepted
+	submitting bool              // a submission is under way
+	said       string            // the last problem said, so that it is said once
 }
 
 // callTimeout bounds a submission.
 const callTimeout = 10 * time.Second
 
 // sync submits the FunctionRuns not yet accepted as they are now (a new
-// one, or one whose Function was missing or whose store failed), and
-// forgets those no manifest declares. ctx bounds the runs followed.
+// one, or one whose Function was missing or whose store failed), each in
+// the background, so that a store out of reach holds up no change of the
+// manifests, and forgets those no manifest declares. ctx bounds the
+// submissions and the runs followed.
 func (f *functionRuns) sync(ctx context.Context, entries []manifests.RunEntry) {
 	seen := map[types.NamespacedName]bool{}
 	for _, e := range entries {
@@ -57,10 +60,16 @@ func (f *functionRuns) sync(ctx context.Context, entries []manifests.RunEntry) {
 			s = &submittedRun{digest: digest}
 			f.runs[e.Key()] = s
 		}
-		pending := s.id == ""
+		start := s.id == "" && !s.submitting
+		s.submitting = s.submitting || start
 		f.mu.Unlock()
-		if pending {
-			f.submit(ctx, e, s)
+		if start {
+			go func() {
+				f.submit(ctx, e, s)
+				f.mu.Lock()
+				s.submitting = false
+				f.mu.Unlock()
+			}()
 		}
 	}
 	f.mu.Lock()
@@ -83,6 +92,9 @@ func (f *functionRuns) submit(ctx context.Context, e manifests.RunEntry, s *subm
 	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	a, err := f.client.Submit(cctx, e.Namespace, e.Spec.Function, "functionrun/"+e.Namespace+"/"+e.Name, req)
+	if ctx.Err() != nil {
+		return // sless dev stops: the next start submits it
+	}
 	switch runclient.Code(err) {
 	case 0:
 		if err != nil {

@@ -289,13 +289,13 @@ func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
 }
 
 // Over implements Store.
-func (m *Memory) Over(_ context.Context, attempts []Attempt) ([]ID, error) {
+func (m *Memory) Over(_ context.Context, attempts []Attempt) ([]Attempt, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	var over []ID
+	var over []Attempt
 	for _, a := range attempts {
 		if e, ok := m.runs[a.Run.ID]; !ok || e.run.State != Running || e.run.Attempts != a.Number {
-			over = append(over, a.Run.ID)
+			over = append(over, a)
 		}
 	}
 	return over, nil
@@ -426,11 +426,11 @@ func (m *Memory) List(_ context.Context, namespace, function string, q Query) ([
 	for _, e := range m.runs {
 		r := &e.run
 		if r.Namespace == namespace && r.Function == function && (q.State == "" || r.State == q.State) &&
-			(q.Before.IsZero() || r.CreatedAt.Before(q.Before)) {
+			(q.Before.IsZero() || r.CreatedAt.Before(q.Before) || q.BeforeID != "" && r.CreatedAt.Equal(q.Before) && r.ID < q.BeforeID) {
 			out = append(out, *r)
 		}
 	}
 	m.mu.Unlock()
-	slices.SortFunc(out, func(a, b Run) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	slices.SortFunc(out, func(a, b Run) int { return cmp.Or(b.CreatedAt.Compare(a.CreatedAt), cmp.Compare(b.ID, a.ID)) })
 	return out[:min(len(out), q.LimitOrDefault())], nil
 }

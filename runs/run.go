@@ -213,7 +213,7 @@ type Store interface {
 	// Over answers which of attempts no longer hold their run (it was
 	// cancelled, or its lease ran out and another attempt took it): their
 	// requests are to be cut short.
-	Over(ctx context.Context, attempts []Attempt) ([]ID, error)
+	Over(ctx context.Context, attempts []Attempt) ([]Attempt, error)
 	// Expire ends as Expired the queued runs past their MaxAge, and
 	// counts them by function.
 	Expire(ctx context.Context) ([]Count, error)
@@ -227,9 +227,12 @@ type Store interface {
 type Query struct {
 	// State, when set, keeps the runs in that state.
 	State State
-	// Before, when set, keeps the runs created before it: the CreatedAt
-	// of the last run of a page asks for the next.
-	Before time.Time
+	// Before, when set, keeps the runs created before it, and with
+	// BeforeID those created at Before whose ID is less: the CreatedAt
+	// and ID of the last run of a page ask for the next (runs are in
+	// that order, the newest first).
+	Before   time.Time
+	BeforeID ID
 	// Limit bounds the runs answered (DefaultListLimit when 0, at most
 	// MaxListLimit).
 	Limit int

@@ -161,16 +161,17 @@ func invokeAsync(ctx context.Context, out io.Writer, req *http.Request, wait boo
 	fmt.Fprintf(out, "run %s %s after %d attempt(s) in %s\n", r.ID, r.State, r.Attempts, took(r))
 	if r.State != runs.Succeeded {
 		if r.Status > 0 {
-			_ = printResult(ctx, out, c, r.ID, save)
+			_ = printResult(ctx, out, c, r, save)
 		}
 		return fmt.Errorf("run %s %s: %s", r.ID, r.State, r.Error)
 	}
-	return printResult(ctx, out, c, r.ID, save)
+	return printResult(ctx, out, c, r, save)
 }
 
-// printResult prints run id's answer, as invoke prints a function's.
-func printResult(ctx context.Context, out io.Writer, c *runclient.Client, id runs.ID, save string) error {
-	resp, err := c.Result(ctx, id)
+// printResult prints the answer of r, an ended run, as invoke prints a
+// function's.
+func printResult(ctx context.Context, out io.Writer, c *runclient.Client, r runs.Run, save string) error {
+	resp, err := c.Result(ctx, r)
 	if err != nil {
 		return err
 	}

@@ -153,9 +153,11 @@ func (r *Reconciler) submit(ctx context.Context, fr *v1alpha1.FunctionRun, statu
 	status.Phase = v1alpha1.FunctionRunPending
 	switch code := runclient.Code(err); {
 	case err == nil:
-		status.RunID, status.Phase, status.Error = string(accepted.ID), phaseOf(accepted.State), ""
+		// Read as any run is: a submission made again (a status that
+		// was not written) may answer a run already ended.
+		status.RunID, status.Error = string(accepted.ID), ""
 		r.events.Eventf(fr, nil, corev1.EventTypeNormal, "Submitted", "Submit", "run %s of %s", accepted.ID, fr.Spec.Function)
-		return ctrl.Result{RequeueAfter: r.opts.Poll}, nil
+		return r.follow(ctx, fr, status)
 	case code == http.StatusNotFound:
 		status.Error = fmt.Sprintf("no Function %s in namespace %s to run (%v)", fr.Spec.Function, fr.Namespace, err)
 		return ctrl.Result{RequeueAfter: 10 * time.Second}, nil
@@ -181,6 +183,9 @@ func (r *Reconciler) follow(ctx context.Context, fr *v1alpha1.FunctionRun, statu
 	case runclient.Code(err) == http.StatusNotFound:
 		end(status, v1alpha1.FunctionRunFailed, v1alpha1.ReasonRunFailed, "its run "+status.RunID+" is no longer kept (past the runs' retention, or its store was emptied)")
 		return ctrl.Result{}, nil
+	case runclient.Code(err) == http.StatusNotImplemented:
+		status.Error = "the activators keep no runs: they need a database (--database-url)"
+		return ctrl.Result{RequeueAfter: r.opts.MaxPoll}, nil
 	case err != nil:
 		return ctrl.Result{}, fmt.Errorf("read run %s of %s/%s: %w", id, fr.Namespace, fr.Name, err)
 	}
@@ -210,7 +215,7 @@ func (r *Reconciler) pollAfter(fr *v1alpha1.FunctionRun) time.Duration {
 
 // result is run's answer as a status holds it.
 func (r *Reconciler) result(ctx context.Context, run runs.Run) (*v1alpha1.FunctionRunResult, error) {
-	resp, err := r.opts.Runs.Result(ctx, run.ID)
+	resp, err := r.opts.Runs.Result(ctx, run)
 	if err != nil {
 		return nil, err
 	}
@@ -257,16 +262,20 @@ func end(status *v1alpha1.FunctionRunStatus, phase v1alpha1.FunctionRunPhase, re
 	meta.SetStatusCondition(&status.Conditions, c)
 }
 
+// writeStatus writes status with a merge patch, not an update: this
+// reconciler is its only writer, and a change of the object meanwhile (a
+// deletion begun) must not lose a run id just learnt.
 func (r *Reconciler) writeStatus(ctx context.Context, fr *v1alpha1.FunctionRun, status *v1alpha1.FunctionRunStatus) error {
 	if equality.Semantic.DeepEqual(&fr.Status, status) {
 		return nil
 	}
 	ended := status.Phase.Ended() && !fr.Status.Phase.Ended()
+	patch := client.MergeFrom(fr.DeepCopy())
 	fr.Status = *status
-	if err := r.client.Status().Update(ctx, fr); err != nil {
+	if err := r.client.Status().Patch(ctx, fr, patch); err != nil {
 		return fmt.Errorf("write the status of %s/%s: %w", fr.Namespace, fr.Name, err)
 	}
-	if ended {
+	if ended && len(status.Conditions) > 0 {
 		kind := corev1.EventTypeNormal
 		if status.Phase != v1alpha1.FunctionRunSucceeded {
 			kind = corev1.EventTypeWarning

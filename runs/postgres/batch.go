@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"sless.dev/sless/runs"
@@ -101,12 +102,15 @@ func (b *batcher) work() {
 	}
 }
 
-// insert commits a batch, or each of its rows alone when the batch fails.
+// insert commits a batch, or each of its rows alone when the database
+// refused the batch (it was rolled back). Any other failure (the
+// connection lost) fails them all: the batch may have been committed, and
+// a row inserted again would be a second run.
 func (b *batcher) insert(batch []*submission) {
 	ctx, cancel := context.WithTimeout(context.Background(), batchTimeout)
 	defer cancel()
 	err := b.insertAll(ctx, batch)
-	if err == nil || len(batch) == 1 {
+	if _, refused := errors.AsType[*pgconn.PgError](err); !refused || len(batch) == 1 {
 		for _, s := range batch {
 			s.err <- err
 		}

@@ -330,7 +330,7 @@ func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (run
 }
 
 // Over implements runs.Store, in one query however many attempts.
-func (s *Store) Over(ctx context.Context, attempts []runs.Attempt) ([]runs.ID, error) {
+func (s *Store) Over(ctx context.Context, attempts []runs.Attempt) ([]runs.Attempt, error) {
 	if len(attempts) == 0 {
 		return nil, nil
 	}
@@ -338,15 +338,19 @@ func (s *Store) Over(ctx context.Context, attempts []runs.Attempt) ([]runs.ID, e
 	for i, a := range attempts {
 		ids[i], numbers[i] = string(a.Run.ID), int32(a.Number)
 	}
-	rows, err := s.pool.Query(ctx, `select a.id from unnest($1::text[], $2::int[]) as a(id, number)
+	rows, err := s.pool.Query(ctx, `select a.i from unnest($1::text[], $2::int[]) with ordinality as a(id, number, i)
 		left join sless_runs r on r.id = a.id
 		where r.id is null or r.state <> 'running' or r.attempts <> a.number`, ids, numbers)
 	if err != nil {
 		return nil, s.fail("over", err)
 	}
-	over, err := pgx.CollectRows(rows, pgx.RowTo[runs.ID])
+	indexes, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	if err != nil {
 		return nil, s.fail("over", err)
+	}
+	over := make([]runs.Attempt, len(indexes))
+	for i, n := range indexes {
+		over[i] = attempts[n-1] // ordinality counts from 1
 	}
 	return over, nil
 }
@@ -406,8 +410,9 @@ func (s *Store) List(ctx context.Context, namespace, function string, q runs.Que
 		before = time.Now().Add(time.Hour) // after any run's creation, on a clock a little ahead
 	}
 	rows, err := s.pool.Query(ctx, "select "+runColumns+` from sless_runs where namespace = $1 and function = $2
-		and created_at < $3 and ($4 = '' or state = $4) order by created_at desc limit $5`,
-		namespace, function, before, string(q.State), q.LimitOrDefault())
+		and (created_at < $3 or $6 <> '' and created_at = $3 and id < $6) and ($4 = '' or state = $4)
+		order by created_at desc, id desc limit $5`,
+		namespace, function, before, string(q.State), q.LimitOrDefault(), string(q.BeforeID))
 	if err != nil {
 		return nil, s.fail("list", err)
 	}

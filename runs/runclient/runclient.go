@@ -110,10 +110,12 @@ func (c *Client) Cancel(ctx context.Context, id runs.ID) (runs.Run, error) {
 	return r, c.do(req, http.StatusOK, &r)
 }
 
-// Result is an ended run's answer, as the function gave it: the caller
-// reads and closes its body. Before the run ended, a *StatusError 409.
-func (c *Client) Result(ctx context.Context, id runs.ID) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+runs.Path+url.PathEscape(string(id))+"/result", nil)
+// Result is the answer of r, an ended run read before, as the function
+// gave it: the caller reads and closes its body. An answer whose status is
+// not the run's is the activator's own (409 before the run ended, 503
+// when its store cannot be read): a *StatusError.
+func (c *Client) Result(ctx context.Context, r runs.Run) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Base+runs.Path+url.PathEscape(string(r.ID))+"/result", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +123,7 @@ func (c *Client) Result(ctx context.Context, id runs.ID) (*http.Response, error)
 	if err != nil {
 		return nil, fmt.Errorf("read the run's answer: %w", err)
 	}
-	if resp.StatusCode == http.StatusConflict {
+	if resp.StatusCode != r.Status {
 		defer resp.Body.Close()
 		return nil, statusError(resp)
 	}

@@ -454,7 +454,7 @@ func testList(t *testing.T, s runs.Store) {
 	if err != nil || len(first) != 2 {
 		t.Fatalf("a page of 2: %+v %v", first, err)
 	}
-	if got := list(runs.Query{Limit: 2, Before: first[1].CreatedAt}); !slices.Equal(got, ids[2:4]) {
+	if got := list(runs.Query{Limit: 2, Before: first[1].CreatedAt, BeforeID: first[1].ID}); !slices.Equal(got, ids[2:4]) {
 		t.Errorf("the next page: %v, want %v", got, ids[2:4])
 	}
 	if got := list(runs.Query{State: runs.Succeeded}); len(got) != 0 {
@@ -482,15 +482,21 @@ func testOver(t *testing.T, s runs.Store) {
 	if _, _, err := s.Cancel(ctx, cancelled.Run.ID); err != nil {
 		t.Fatal(err)
 	}
+	var next runs.Attempt // the lapsed run's next attempt, which holds it
 	eventually.True(t, "the short lease taken by another attempt", func() bool {
-		a, ok := claim(t, s, time.Hour)
-		return ok && a.Run.ID == lapsed.Run.ID
+		var ok bool
+		next, ok = claim(t, s, time.Hour)
+		return ok && next.Run.ID == lapsed.Run.ID
 	})
-	over, err := s.Over(ctx, []runs.Attempt{held, cancelled, lapsed})
-	slices.Sort(over)
-	want := []runs.ID{cancelled.Run.ID, lapsed.Run.ID}
+	over, err := s.Over(ctx, []runs.Attempt{held, cancelled, lapsed, next})
+	var got []string
+	for _, a := range over {
+		got = append(got, fmt.Sprintf("%s/%d", a.Run.ID, a.Number))
+	}
+	slices.Sort(got)
+	want := []string{fmt.Sprintf("%s/%d", cancelled.Run.ID, cancelled.Number), fmt.Sprintf("%s/%d", lapsed.Run.ID, lapsed.Number)}
 	slices.Sort(want)
-	if err != nil || !slices.Equal(over, want) {
-		t.Errorf("over: %v %v, want the cancelled and the lapsed attempts %v", over, err, want)
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("over: %v %v, want the cancelled and the lapsed attempts %v", got, err, want)
 	}
 }
