@@ -84,7 +84,7 @@ func (f *functionRuns) sync(ctx context.Context, entries []manifests.RunEntry) {
 // submit submits one FunctionRun and, once accepted, follows its run to
 // its end.
 func (f *functionRuns) submit(ctx context.Context, e manifests.RunEntry, s *submittedRun) {
-	req, err := e.Spec.Request()
+	req, err := runclient.RequestOf(&e.Spec)
 	if err != nil {
 		f.say(e, s, err.Error())
 		return

@@ -2,16 +2,11 @@ package v1alpha1
 
 import (
 	"encoding/json"
-	"errors"
-	"maps"
 	"net/http"
 	"regexp"
-	"slices"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-
-	"sless.dev/sless/runs"
 )
 
 var runMethod = regexp.MustCompile(`^[A-Z]{1,16}$`)
@@ -67,35 +62,4 @@ func ValidateFunctionRun(r *FunctionRun) field.ErrorList {
 		errs = append(errs, field.Invalid(p.Child("ttlSecondsAfterFinished"), *s.TTLSecondsAfterFinished, "must be 0 or more"))
 	}
 	return errs
-}
-
-// Request is the request s makes of its function: a body that is a JSON
-// string is sent as its text (text/plain), any other JSON value as JSON
-// (application/json), unless Headers name a Content-Type.
-func (s *FunctionRunSpec) Request() (runs.Request, error) {
-	req := runs.Request{Method: s.Method, Path: s.Path}
-	if req.Method == "" {
-		req.Method = http.MethodPost
-	}
-	contentType := ""
-	if b := s.Body; b != nil && len(b.Raw) > 0 {
-		var text string
-		if err := json.Unmarshal(b.Raw, &text); err == nil {
-			req.Body, contentType = []byte(text), "text/plain; charset=utf-8"
-		} else if json.Valid(b.Raw) {
-			req.Body, contentType = b.Raw, "application/json"
-		} else {
-			return req, errors.New("s.body is not JSON")
-		}
-	}
-	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
-		req.Header = append(req.Header, [2]string{k, s.Headers[k]})
-		if http.CanonicalHeaderKey(k) == "Content-Type" {
-			contentType = ""
-		}
-	}
-	if contentType != "" {
-		req.Header = append(req.Header, [2]string{"Content-Type", contentType})
-	}
-	return req, nil
 }

@@ -142,7 +142,7 @@ func (r *Reconciler) submit(ctx context.Context, fr *v1alpha1.FunctionRun, statu
 			return ctrl.Result{}, fmt.Errorf("add the finalizer: %w", err)
 		}
 	}
-	req, err := fr.Spec.Request()
+	req, err := runclient.RequestOf(&fr.Spec)
 	if err != nil {
 		end(status, v1alpha1.FunctionRunFailed, v1alpha1.ReasonRefused, err.Error())
 		return ctrl.Result{}, nil

@@ -163,7 +163,7 @@ func TestFunctionRun(t *testing.T) {
 	// wrote its status (it crashed): the controller finds it, not a new
 	// one.
 	early := e.create(t, "early", v1alpha1.FunctionRunSpec{Function: "echo", Body: &apiextensionsv1.JSON{Raw: []byte(`"early"`)}})
-	req, err := early.Spec.Request()
+	req, err := runclient.RequestOf(&early.Spec)
 	if err != nil {
 		t.Fatal(err)
 	}

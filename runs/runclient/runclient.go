@@ -11,11 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
+	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/runs"
 )
 
@@ -161,4 +164,36 @@ func statusError(resp *http.Response) error {
 		e.Error = strings.TrimSpace(string(body))
 	}
 	return &StatusError{Code: resp.StatusCode, Msg: e.Error}
+}
+
+// RequestOf is the request a FunctionRun's spec makes of its function: a
+// body that is a JSON string is sent as its text (text/plain), any other
+// JSON value as JSON (application/json), unless Headers name a
+// Content-Type. The controller on a cluster and sless dev both submit it.
+func RequestOf(s *v1alpha1.FunctionRunSpec) (runs.Request, error) {
+	req := runs.Request{Method: s.Method, Path: s.Path}
+	if req.Method == "" {
+		req.Method = http.MethodPost
+	}
+	contentType := ""
+	if b := s.Body; b != nil && len(b.Raw) > 0 {
+		var text string
+		if err := json.Unmarshal(b.Raw, &text); err == nil {
+			req.Body, contentType = []byte(text), "text/plain; charset=utf-8"
+		} else if json.Valid(b.Raw) {
+			req.Body, contentType = b.Raw, "application/json"
+		} else {
+			return req, errors.New("s.body is not JSON")
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Headers)) {
+		req.Header = append(req.Header, [2]string{k, s.Headers[k]})
+		if http.CanonicalHeaderKey(k) == "Content-Type" {
+			contentType = ""
+		}
+	}
+	if contentType != "" {
+		req.Header = append(req.Header, [2]string{"Content-Type", contentType})
+	}
+	return req, nil
 }
