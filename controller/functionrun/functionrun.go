@@ -43,7 +43,7 @@ const Finalizer = "sless.dev/cancel-run"
 // generate`).
 //
 // +kubebuilder:rbac:groups=sless.dev,resources=functionruns,verbs=get;list;watch;patch;delete
-// +kubebuilder:rbac:groups=sless.dev,resources=functionruns/status,verbs=update
+// +kubebuilder:rbac:groups=sless.dev,resources=functionruns/status,verbs=update;patch
 // +kubebuilder:rbac:groups=sless.dev,resources=functionruns/finalizers,verbs=update
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
