@@ -166,15 +166,24 @@ func acceptRate(ctx context.Context, url string, n, clients int) (float64, error
 	}
 	defer p.stop()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: clients}}
+	return rate(n, clients, func() error {
+		_, err := submitID(client, p.base+"/fn/bench/fn/orders", `{"order": 42}`)
+		return err
+	})
+}
+
+// rate is how many times a second workers at once do op, n times in all;
+// the first error ends it.
+func rate(n, workers int, op func() error) (float64, error) {
 	var left atomic.Int64
 	left.Store(int64(n))
-	errs := make(chan error, clients)
+	errs := make(chan error, workers)
 	begin := time.Now()
 	var wg sync.WaitGroup
-	for range clients {
+	for range workers {
 		wg.Go(func() {
 			for left.Add(-1) >= 0 {
-				if err := submit(client, p.base+"/fn/bench/fn/orders", `{"order": 42}`); err != nil {
+				if err := op(); err != nil {
 					errs <- err
 					return
 				}
@@ -188,11 +197,6 @@ func acceptRate(ctx context.Context, url string, n, clients int) (float64, error
 		return 0, err
 	}
 	return float64(n) / took.Seconds(), nil
-}
-
-func submit(client *http.Client, url, body string) error {
-	_, err := submitID(client, url, body)
-	return err
 }
 
 func submitID(client *http.Client, url, body string) (runs.ID, error) {
@@ -226,31 +230,13 @@ func bareRate(ctx context.Context, url string, n int) (float64, error) {
 	}
 	defer pool.Close()
 	header := []byte(`[["Content-Type","application/json"],["X-Forwarded-For","127.0.0.1"],["X-Request-Id","bench"]]`)
-	var left atomic.Int64
-	left.Store(int64(n))
-	errs := make(chan error, storeConns)
-	begin := time.Now()
-	var wg sync.WaitGroup
-	for range storeConns {
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				at := time.Now()
-				if _, err := pool.Exec(ctx, `insert into sless_runs (id, namespace, function, state, created_at,
-					not_before, expires_at, method, path, header, body) values ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10)`,
-					runs.NewID(), "bench", "fn", runs.Queued, at, at.Add(time.Hour), "POST", "/orders", header, []byte(`{"order": 42}`)); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	took := time.Since(begin)
-	close(errs)
-	if err := <-errs; err != nil {
-		return 0, err
-	}
-	return float64(n) / took.Seconds(), nil
+	return rate(n, storeConns, func() error {
+		at := time.Now()
+		_, err := pool.Exec(ctx, `insert into sless_runs (id, namespace, function, state, created_at,
+			not_before, expires_at, method, path, header, body) values ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10)`,
+			runs.NewID(), "bench", "fn", runs.Queued, at, at.Add(time.Hour), "POST", "/orders", header, []byte(`{"order": 42}`))
+		return err
+	})
 }
 
 type latencies struct{ sync, async []time.Duration }
