@@ -398,6 +398,30 @@ function invokePanel(base) {
   return h('section', { class: 'panel', id: 'invoke' }, h('h2', { text: 'Invoke' }), form);
 }
 
+// syncRows shows items in tbody in their order, a row each, keyed by id:
+// rowFor(item, row) is the row to show for an item given its row now
+// (undefined for a new one); the rows of items gone are removed.
+function syncRows(tbody, rows, items, rowFor) {
+  const keep = new Set();
+  let prev = null;
+  for (const it of items) {
+    keep.add(it.id);
+    const old = rows.get(it.id);
+    const tr = rowFor(it, old);
+    if (old && tr !== old) old.replaceWith(tr);
+    rows.set(it.id, tr);
+    const want = prev ? prev.nextSibling : tbody.firstChild;
+    if (want !== tr) tbody.insertBefore(tr, want);
+    prev = tr;
+  }
+  for (const [id, tr] of rows) {
+    if (!keep.has(id)) {
+      tr.remove();
+      rows.delete(id);
+    }
+  }
+}
+
 // ---- invocations ----
 
 function invocationsPanel(base) {
@@ -410,25 +434,7 @@ function invocationsPanel(base) {
     if (status.value) q.set('status', status.value);
     if (trigger.value) q.set('trigger', trigger.value);
     const page = await api(base + '/invocations?' + q);
-    const keep = new Set();
-    let prev = null;
-    for (const r of page.invocations) {
-      keep.add(r.id);
-      let tr = rows.get(r.id);
-      if (!tr) {
-        tr = invocationRow(r);
-        rows.set(r.id, tr);
-      }
-      const want = prev ? prev.nextSibling : tbody.firstChild;
-      if (want !== tr) tbody.insertBefore(tr, want);
-      prev = tr;
-    }
-    for (const [id, tr] of rows) {
-      if (!keep.has(id)) {
-        tr.remove();
-        rows.delete(id);
-      }
-    }
+    syncRows(tbody, rows, page.invocations, (r, tr) => tr || invocationRow(r));
   };
   const reload = () => {
     rows.clear();
@@ -476,29 +482,13 @@ function runsPanel(base) {
       }
       throw e;
     }
-    const keep = new Set();
-    let prev = null;
-    for (const r of list.runs) {
-      keep.add(r.id);
+    syncRows(tbody, rows, list.runs, (r, tr) => {
       const key = JSON.stringify([r.state, r.attempts, r.status, r.completedAt]);
-      let tr = rows.get(r.id);
-      if (!tr || (tr.dataset.key !== key && !tr.querySelector('details[open]'))) {
-        const fresh = runRow(r);
-        fresh.dataset.key = key;
-        if (tr) tr.replaceWith(fresh);
-        tr = fresh;
-        rows.set(r.id, tr);
-      }
-      const want = prev ? prev.nextSibling : tbody.firstChild;
-      if (want !== tr) tbody.insertBefore(tr, want);
-      prev = tr;
-    }
-    for (const [id, tr] of rows) {
-      if (!keep.has(id)) {
-        tr.remove();
-        rows.delete(id);
-      }
-    }
+      if (tr && (tr.dataset.key === key || tr.querySelector('details[open]'))) return tr;
+      const fresh = runRow(r);
+      fresh.dataset.key = key;
+      return fresh;
+    });
   };
   state.addEventListener('change', () => {
     rows.clear();
