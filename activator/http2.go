@@ -1,14 +1,18 @@
 package activator
 
 import (
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"sless.dev/sless/internal/forward"
+	"sless.dev/sless/runs"
 )
 
 // ServeHTTP2 is the handler of the requests that came over HTTP/2 (h2c,
@@ -17,12 +21,20 @@ import (
 func (a *Activator) ServeHTTP2(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rt, rest, ok := a.routes.match([]byte(r.RequestURI), []byte(r.Host), a.cfg.Domain)
+	if !ok && strings.HasPrefix(r.RequestURI, runs.Path) {
+		a.serveRunsHTTP2(w, r)
+		return
+	}
 	if !ok || rt == nil || !rt.fn.HTTP {
 		msg := UnknownFunction
 		if rt != nil && rt.fn.DisabledHTTP != "" {
 			msg = "trigger " + rt.fn.DisabledHTTP + " of " + rt.fn.Namespace + "/" + rt.fn.Name + " is disabled (enabled: false)"
 		}
 		failHTTP2(w, r, rt, http.StatusNotFound, msg)
+		return
+	}
+	if wantsAsyncHTTP2(r.Header) {
+		a.submitHTTP2(w, r, rt, rest)
 		return
 	}
 	res, out := a.serveHTTP2(w, r, rt, rest, start)
@@ -42,22 +54,9 @@ func (a *Activator) serveHTTP2(w http.ResponseWriter, r *http.Request, rt *route
 		res.code, res.err = failHTTP2(w, r, rt, http.StatusRequestEntityTooLarge, forward.ErrBodyTooLarge.Error()), forward.ErrBodyTooLarge.Error()
 		return res, forward.Outcome{}
 	}
-	prefix := ""
-	if strings.HasPrefix(r.RequestURI, "/fn/") {
-		prefix = rt.prefix // routed by path, not by host
-	}
-	if rest != nil {
-		u, err := url.ParseRequestURI(string(rest))
-		if err != nil {
-			res.code, res.err = failHTTP2(w, r, rt, http.StatusBadRequest, "malformed request"), "malformed request"
-			return res, forward.Outcome{}
-		}
-		r.URL.Path, r.URL.RawPath, r.URL.RawQuery = u.Path, u.RawPath, u.RawQuery
-	}
-	forward.StripReservedHTTP(r.Header)
-	forward.SetForwardedHTTP(r.Header, prefix, len(a.cfg.TrustedProxies) > 0 && a.trusted(remoteIP(r.RemoteAddr)))
-	if r.Header.Get("X-Request-Id") == "" {
-		r.Header.Set("X-Request-Id", string(a.appendRequestID(nil)))
+	if !a.prepareHTTP2(r, rt, rest) {
+		res.code, res.err = failHTTP2(w, r, rt, http.StatusBadRequest, "malformed request"), "malformed request"
+		return res, forward.Outcome{}
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, a.cfg.MaxBodyBytes)
 	deadline := start.Add(rt.fn.Timeout)
@@ -96,6 +95,79 @@ func (a *Activator) serveHTTP2(w http.ResponseWriter, r *http.Request, rt *route
 		}
 		return res, out
 	}
+}
+
+// prepareHTTP2 makes r the request its function gets, as ServeHTTP
+// does: its path under the function's route (rest, when routed by path),
+// the platform's header fields set and a client's copies of them
+// dropped; false when rest is malformed.
+func (a *Activator) prepareHTTP2(r *http.Request, rt *route, rest []byte) bool {
+	prefix := ""
+	if strings.HasPrefix(r.RequestURI, "/fn/") {
+		prefix = rt.prefix // routed by path, not by host
+	}
+	if rest != nil {
+		u, err := url.ParseRequestURI(string(rest))
+		if err != nil {
+			return false
+		}
+		r.URL.Path, r.URL.RawPath, r.URL.RawQuery = u.Path, u.RawPath, u.RawQuery
+	}
+	forward.StripReservedHTTP(r.Header)
+	forward.SetForwardedHTTP(r.Header, prefix, len(a.cfg.TrustedProxies) > 0 && a.trusted(remoteIP(r.RemoteAddr)))
+	if r.Header.Get("X-Request-Id") == "" {
+		r.Header.Set("X-Request-Id", string(a.appendRequestID(nil)))
+	}
+	return true
+}
+
+// submitHTTP2 is submit for a request that came over HTTP/2. Its run is
+// attempted over HTTP/1.1, as any run is: a run is a whole request and
+// a whole answer, which either carries.
+func (a *Activator) submitHTTP2(w http.ResponseWriter, r *http.Request, rt *route, rest []byte) {
+	if a.runs == nil {
+		answerHTTP2(w, r, rt, failure(http.StatusNotImplemented, noRunsTaken))
+		return
+	}
+	if r.Method == http.MethodConnect {
+		answerHTTP2(w, r, rt, failure(http.StatusBadRequest, noSwitch))
+		return
+	}
+	if r.ContentLength > a.runs.cfg.MaxBodyBytes {
+		answerHTTP2(w, r, rt, failure(http.StatusRequestEntityTooLarge, forward.ErrBodyTooLarge.Error()+": "+a.runs.tooLarge()))
+		return
+	}
+	if !a.prepareHTTP2(r, rt, rest) {
+		answerHTTP2(w, r, rt, failure(http.StatusBadRequest, "malformed request"))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, a.runs.cfg.MaxBodyBytes))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		answerHTTP2(w, r, rt, failure(http.StatusRequestEntityTooLarge, forward.ErrBodyTooLarge.Error()+": "+a.runs.tooLarge()))
+		return
+	case err != nil:
+		answerHTTP2(w, r, rt, failure(http.StatusBadRequest, "the request's body could not be read: "+err.Error()))
+		return
+	}
+	r.Header.Del("Prefer")
+	req, text := runRequestOfHTTP2(r, body)
+	answerHTTP2(w, r, rt, a.takeRun(r.Context(), rt, r.Header.Get(runs.IdempotencyKeyHeader), req, text))
+}
+
+// runRequestOfHTTP2 is runRequestOf for a request that came over HTTP/2:
+// its authority is the run's Host.
+func runRequestOfHTTP2(r *http.Request, body []byte) (runs.Request, bool) {
+	req := runs.Request{Method: r.Method, Path: r.URL.RequestURI(), Body: body, Header: [][2]string{{"Host", r.Host}}}
+	ok := utf8.ValidString(req.Path) && utf8.ValidString(r.Host)
+	for k, vs := range r.Header {
+		for _, v := range vs {
+			req.Header = append(req.Header, [2]string{k, v})
+			ok = ok && utf8.ValidString(k) && utf8.ValidString(v)
+		}
+	}
+	return req, ok
 }
 
 // failHTTP2 is fail for a request that came over HTTP/2.

@@ -3,8 +3,9 @@ package activator
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
+	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,51 +92,75 @@ func (a *Activator) EnableRuns(store runs.Store, cfg RunsConfig) {
 // (RFC 7240's respond-async).
 func wantsAsync(h *fasthttp.RequestHeader) bool {
 	v := h.Peek("Prefer")
-	if len(v) == 0 {
-		return false
-	}
-	for pref := range bytes.SplitSeq(v, []byte(",")) {
-		name, _, _ := bytes.Cut(pref, []byte(";"))
-		name, _, _ = bytes.Cut(name, []byte("="))
-		if bytes.EqualFold(bytes.TrimSpace(name), []byte(runs.PreferAsync)) {
+	return len(v) > 0 && prefersAsync(string(v))
+}
+
+// wantsAsyncHTTP2 is wantsAsync for a request that came over HTTP/2.
+func wantsAsyncHTTP2(h http.Header) bool {
+	return slices.ContainsFunc(h.Values("Prefer"), prefersAsync)
+}
+
+// prefersAsync says whether a Prefer field holds respond-async.
+func prefersAsync(v string) bool {
+	for pref := range strings.SplitSeq(v, ",") {
+		name, _, _ := strings.Cut(pref, ";")
+		name, _, _ = strings.Cut(name, "=")
+		if strings.EqualFold(strings.TrimSpace(name), runs.PreferAsync) {
 			return true
 		}
 	}
 	return false
 }
 
+// Why a run is refused where none are kept.
+const (
+	noRunsTaken  = "runs are not taken here: the activator keeps them in a database it has none of (--database-url)"
+	noRunsServed = "no runs here: the activator keeps them in a database it has none of (--database-url)"
+	noSwitch     = "a run cannot switch protocols: send it without Upgrade"
+)
+
 // submit stores the request as a run of rt and answers 202 with its id,
 // or, when it cannot be stored, why, having stored nothing. The request
 // is the one the function would get, its platform fields set.
 func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time, cc *forward.Conn) {
 	if a.runs == nil {
-		a.fail(ctx, fasthttp.StatusNotImplemented, "runs are not taken here: the activator keeps them in a database it has none of (--database-url)", rt)
+		a.answer(ctx, rt, failure(fasthttp.StatusNotImplemented, noRunsTaken))
 		return
 	}
 	h := &ctx.Request.Header
 	if len(h.Peek("Upgrade")) > 0 {
-		a.fail(ctx, fasthttp.StatusBadRequest, "a run cannot switch protocols: send it without Upgrade", rt)
-		return
-	}
-	key := string(h.Peek(runs.IdempotencyKeyHeader))
-	if len(key) > runs.MaxIdempotencyKey {
-		a.fail(ctx, fasthttp.StatusBadRequest, "Idempotency-Key is longer than "+strconv.Itoa(runs.MaxIdempotencyKey)+" bytes", rt)
+		a.answer(ctx, rt, failure(fasthttp.StatusBadRequest, noSwitch))
 		return
 	}
 	body, err := forward.ReadBody(&ctx.Request, cc, start.Add(rt.fn.Timeout), a.runs.cfg.MaxBodyBytes)
 	if err != nil {
 		f := forward.Classify(err)
 		if errors.Is(err, forward.ErrBodyTooLarge) {
-			f.Cause = "a run's body is at most " + strconv.FormatInt(a.runs.cfg.MaxBodyBytes, 10) + " bytes"
+			f.Cause = a.runs.tooLarge()
 		}
-		a.fail(ctx, f.Code, f.Message(), rt)
+		a.answer(ctx, rt, failure(f.Code, f.Message()))
 		return
 	}
 	h.Del("Prefer")
-	req, ok := runRequestOf(h, body)
-	if !ok || !utf8.ValidString(key) {
-		a.fail(ctx, fasthttp.StatusBadRequest, "a run's path, header fields and Idempotency-Key are UTF-8 text, as it is kept", rt)
-		return
+	req, text := runRequestOf(h, body)
+	a.answer(ctx, rt, a.takeRun(ctx, rt, string(h.Peek(runs.IdempotencyKeyHeader)), req, text))
+}
+
+// tooLarge is why a run's body is refused.
+func (r *runner) tooLarge() string {
+	return "a run's body is at most " + strconv.FormatInt(r.cfg.MaxBodyBytes, 10) + " bytes"
+}
+
+// takeRun stores req as a run of rt, once only for its Idempotency-Key,
+// and answers 202 with its id, or, when it cannot be stored, why, having
+// stored nothing. text says whether the request is UTF-8 text, as a run
+// keeps it.
+func (a *Activator) takeRun(ctx context.Context, rt *route, key string, req runs.Request, text bool) runAnswer {
+	if len(key) > runs.MaxIdempotencyKey {
+		return failure(fasthttp.StatusBadRequest, "Idempotency-Key is longer than "+strconv.Itoa(runs.MaxIdempotencyKey)+" bytes")
+	}
+	if !text || !utf8.ValidString(key) {
+		return failure(fasthttp.StatusBadRequest, "a run's path, header fields and Idempotency-Key are UTF-8 text, as it is kept")
 	}
 	// Not the request's context, which ends as the server stops: a run
 	// being stored then is stored, and said to be.
@@ -145,22 +170,19 @@ func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 		Request: req, IdempotencyKey: key, MaxAge: rt.fn.Runs.MaxAge})
 	switch {
 	case errors.Is(err, runs.ErrKeyConflict):
-		a.fail(ctx, fasthttp.StatusUnprocessableEntity, err.Error(), rt)
-		return
+		return failure(fasthttp.StatusUnprocessableEntity, err.Error())
 	case err != nil:
 		a.log.Warn("runs: a run could not be stored", "namespace", rt.fn.Namespace, "function", rt.fn.Name, "err", err)
-		ctx.Response.Header.Set("Retry-After", "1")
-		a.fail(ctx, fasthttp.StatusServiceUnavailable, "the run could not be stored, nothing was kept: "+err.Error(), rt)
-		return
+		return failure(fasthttp.StatusServiceUnavailable, "the run could not be stored, nothing was kept: "+err.Error())
 	}
 	if created {
 		a.runs.metrics.submitted.WithLabelValues(rt.fn.Namespace, rt.fn.Name).Inc()
 		a.runs.poke()
 	}
 	location := runs.Path + string(r.ID)
-	ctx.Response.Header.Set("Location", location)
-	ctx.Response.Header.Set("Preference-Applied", runs.PreferAsync)
-	a.writeJSON(ctx, fasthttp.StatusAccepted, runs.Accepted{ID: r.ID, State: r.State, Location: location})
+	ans := a.jsonAnswer(fasthttp.StatusAccepted, runs.Accepted{ID: r.ID, State: r.State, Location: location})
+	ans.fields = [][2]string{{"Location", location}, {"Preference-Applied", runs.PreferAsync}}
+	return ans
 }
 
 // runRequestOf is the request a run keeps: the one the function would
@@ -222,61 +244,6 @@ func (r *runner) poke() {
 	}
 }
 
-// serveRuns serves the runs API: GET /runs/{id} (?wait= holds the answer
-// until the run ends, within MaxWait), GET /runs/{id}/result and DELETE
-// /runs/{id}. The id is the capability: it is unguessable.
-func (a *Activator) serveRuns(ctx *fasthttp.RequestCtx) {
-	if a.runs == nil {
-		a.fail(ctx, fasthttp.StatusNotImplemented, "no runs here: the activator keeps them in a database it has none of (--database-url)", nil)
-		return
-	}
-	rest := strings.TrimPrefix(string(ctx.Path()), runs.Path)
-	id, sub, _ := strings.Cut(rest, "/")
-	method := string(ctx.Method())
-	switch {
-	case id == "" || (sub != "" && sub != "result"):
-		a.fail(ctx, fasthttp.StatusNotFound, "no such route: a run is at /runs/{id}, its answer at /runs/{id}/result", nil)
-	case !runs.ValidID(id):
-		a.fail(ctx, fasthttp.StatusNotFound, "no such run", nil)
-	case sub == "result" && method == fasthttp.MethodGet:
-		a.runResult(ctx, runs.ID(id))
-	case sub == "" && method == fasthttp.MethodGet:
-		a.getRun(ctx, runs.ID(id))
-	case sub == "" && method == fasthttp.MethodDelete:
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-		defer cancel()
-		r, cancelled, err := a.runs.store.Cancel(sctx, runs.ID(id))
-		a.runs.announce(runs.ID(id))
-		if cancelled {
-			a.runs.metrics.ended(r.Namespace, r.Function, runs.Cancelled, 1)
-			a.runs.cut(r.ID) // here; another activator's attempt is cut at its next check
-		}
-		a.answerRun(ctx, r, err)
-	default:
-		a.fail(ctx, fasthttp.StatusMethodNotAllowed, method+" is not a method of a run", nil)
-		ctx.Response.Header.Set("Allow", "GET, DELETE")
-	}
-}
-
-// getRun answers a run, once it ended when asked to wait.
-func (a *Activator) getRun(ctx *fasthttp.RequestCtx, id runs.ID) {
-	var wait time.Duration
-	if v := ctx.QueryArgs().Peek("wait"); len(v) > 0 {
-		d, err := time.ParseDuration(string(v))
-		if err != nil || d < 0 {
-			a.fail(ctx, fasthttp.StatusBadRequest, "wait is a duration such as 30s, not "+strconv.Quote(string(v)), nil)
-			return
-		}
-		wait = min(d, a.runs.cfg.MaxWait)
-	}
-	var gone <-chan struct{}
-	if cc, ok := ctx.Conn().(*forward.Conn); ok {
-		gone = cc.Gone()
-	}
-	r, err := a.runs.awaitEnd(ctx, id, wait, gone)
-	a.answerRun(ctx, r, err)
-}
-
 // awaitEnd reads a run until it has ended, wait passes, its client
 // leaves (gone) or the server stops (ctx), answering it as it is then.
 // The store is read again as soon as the run changes here, else after 50
@@ -311,63 +278,4 @@ func (r *runner) awaitEnd(ctx context.Context, id runs.ID, wait time.Duration, g
 			return run, nil
 		}
 	}
-}
-
-// answerRun answers a run as JSON, or the error reading it.
-func (a *Activator) answerRun(ctx *fasthttp.RequestCtx, r runs.Run, err error) {
-	switch {
-	case errors.Is(err, runs.ErrNotFound):
-		a.fail(ctx, fasthttp.StatusNotFound, "no such run", nil)
-	case err != nil:
-		a.runsUnavailable(ctx, err)
-	default:
-		a.writeJSON(ctx, fasthttp.StatusOK, r)
-	}
-}
-
-// runResult answers an ended run's answer as the function gave it.
-func (a *Activator) runResult(ctx *fasthttp.RequestCtx, id runs.ID) {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), storeTimeout)
-	defer cancel()
-	r, res, err := a.runs.store.Result(sctx, id)
-	switch {
-	case errors.Is(err, runs.ErrNotFound):
-		a.fail(ctx, fasthttp.StatusNotFound, "no such run", nil)
-	case errors.Is(err, runs.ErrNotEnded) || err == nil && res.Status == 0:
-		why := "the run is " + string(r.State) + ": it has no answer yet"
-		if r.State.Ended() {
-			why = "the run ended " + string(r.State) + " without an answer"
-		}
-		a.fail(ctx, fasthttp.StatusConflict, why, nil)
-	case err != nil:
-		a.runsUnavailable(ctx, err)
-	default:
-		ctx.Response.SetStatusCode(res.Status)
-		if res.ContentType != "" {
-			ctx.Response.Header.SetContentType(res.ContentType)
-		} else {
-			ctx.Response.Header.SetNoDefaultContentType(true)
-		}
-		ctx.Response.SetBody(res.Body)
-	}
-}
-
-// runsUnavailable answers a read of the runs that failed: the store is
-// out of reach for now.
-func (a *Activator) runsUnavailable(ctx *fasthttp.RequestCtx, err error) {
-	a.log.Warn("runs: the store could not be read", "err", err)
-	ctx.Response.Header.Set("Retry-After", "1")
-	a.fail(ctx, fasthttp.StatusServiceUnavailable, "the runs cannot be read now: "+err.Error(), nil)
-}
-
-// writeJSON answers v as JSON with code.
-func (a *Activator) writeJSON(ctx *fasthttp.RequestCtx, code int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		a.log.Error("runs: encode an answer", "err", err)
-		code, b = fasthttp.StatusInternalServerError, []byte(`{"error":"the answer could not be encoded"}`)
-	}
-	ctx.Response.SetStatusCode(code)
-	ctx.Response.Header.SetContentType("application/json")
-	ctx.Response.SetBody(b)
 }

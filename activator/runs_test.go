@@ -335,3 +335,72 @@ func TestRunGivenBackOnStop(t *testing.T) {
 		t.Errorf("the run after the dispatcher stopped: %+v %v, want it queued, unattempted", r, err)
 	}
 }
+
+// Over HTTP/2 (h2c) a run is taken, read, answered and cancelled as over
+// HTTP/1.1, and refused for the same reasons.
+func TestRunsOverHTTP2(t *testing.T) {
+	_, base, store := startRuns(t)
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	do := func(method, path, body string, header ...string) (*http.Response, []byte) {
+		t.Helper()
+		resp, b := callWith(t, h2c, method, base+path, body, header...)
+		if resp.ProtoMajor != 2 {
+			t.Fatalf("%s %s answered over %s", method, path, resp.Proto)
+		}
+		return resp, b
+	}
+	resp, b := do(http.MethodPost, "/fn/ns/hello/echo?x=1", "payload", "Prefer", "respond-async", "Idempotency-Key", "h2", wire.RunIDHeader, "forged")
+	var accepted runs.Accepted
+	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(b, &accepted) != nil || accepted.State != runs.Queued ||
+		resp.Header.Get("Location") != "/runs/"+string(accepted.ID) || resp.Header.Get("Preference-Applied") != "respond-async" {
+		t.Fatalf("a run over HTTP/2: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	var r runs.Run
+	eventually.True(t, "the run ended", func() bool {
+		resp, b := do(http.MethodGet, "/runs/"+string(accepted.ID)+"?wait=5s", "")
+		return resp.StatusCode == http.StatusOK && json.Unmarshal(b, &r) == nil && r.State.Ended()
+	})
+	if r.State != runs.Succeeded || r.Attempts != 1 {
+		t.Errorf("run: %+v", r)
+	}
+	resp, b = do(http.MethodGet, "/runs/"+string(accepted.ID)+"/result", "")
+	var e testfn.Echo
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "application/json" || json.Unmarshal(b, &e) != nil {
+		t.Fatalf("result: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	if e.Method != http.MethodPost || e.URI != "/echo?x=1" || string(e.Body) != "payload" || e.Headers["Prefer"] != nil ||
+		!slices.Equal(e.Headers[wire.RunIDHeader], []string{string(accepted.ID)}) ||
+		!slices.Equal(e.Headers["X-Forwarded-Prefix"], []string{"/fn/ns/hello"}) || len(e.Headers["X-Request-Id"]) != 1 {
+		t.Errorf("the function got %+v", e)
+	}
+	if resp, b := do(http.MethodPost, "/fn/ns/hello/echo?x=1", "another", "Prefer", "respond-async", "Idempotency-Key", "h2"); resp.StatusCode != http.StatusUnprocessableEntity {
+		t.Errorf("the key with another body: %d %s, want 422", resp.StatusCode, b)
+	}
+
+	idle := submitRun(t, base, "/fn/ns/idle/", "")
+	if resp, b := do(http.MethodDelete, "/runs/"+string(idle), ""); resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"state":"cancelled"`)) {
+		t.Errorf("DELETE over HTTP/2: %d %s", resp.StatusCode, b)
+	}
+	before, _ := store.Pending(context.Background())
+	for _, tc := range []struct {
+		name, method, path, body string
+		header                   []string
+		code                     int
+		says                     string
+	}{
+		{"body too large", "POST", "/fn/ns/hello/", strings.Repeat("x", 2<<10), []string{"Prefer", "respond-async"}, 413, "a run's body is at most 1024 bytes"},
+		{"unknown function", "POST", "/fn/ns/nobody/", "", []string{"Prefer", "respond-async"}, 404, UnknownFunction},
+		{"unknown run", "GET", "/runs/" + string(runs.NewID()), "", nil, 404, "no such run"},
+		{"bad method", "PUT", "/runs/" + string(runs.NewID()), "", nil, 405, "PUT is not a method of a run"},
+	} {
+		resp, b := do(tc.method, tc.path, tc.body, tc.header...)
+		if resp.StatusCode != tc.code || !bytes.Contains(b, []byte(tc.says)) {
+			t.Errorf("%s: %d %s, want %d saying %q", tc.name, resp.StatusCode, b, tc.code, tc.says)
+		}
+	}
+	if after, _ := store.Pending(context.Background()); len(after) != len(before) {
+		t.Errorf("runs kept by refused requests: %+v", after)
+	}
+}
