@@ -268,13 +268,23 @@ func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 		// the attempt (the run's error says why).
 		o.Result = result
 	}
+	rt.fn.Runs.Link(at, &o)
+	if o.Next != nil {
+		if next := a.routes.get(o.Next.Namespace, o.Next.Function); next != nil {
+			o.Next.MaxAge = next.fn.Runs.MaxAge
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), storeTimeout)
 	defer cancel()
-	_, err := a.runs.store.Finish(ctx, at, o)
+	r, err := a.runs.store.Finish(ctx, at, o)
 	switch {
 	case err == nil:
 		a.runs.announce(at.Run.ID)
 		a.runs.metrics.attempted(rt.fn.Namespace, rt.fn.Name, o)
+		if r.Next != "" {
+			a.runs.metrics.submitted.WithLabelValues(o.Next.Namespace, o.Next.Function).Inc()
+			a.runs.poke()
+		}
 	case !errors.Is(err, runs.ErrAttemptOver):
 		// Over (cancelled, or its lease ran out), its outcome is not
 		// the run's. Else the run is attempted again once its lease

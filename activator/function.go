@@ -33,7 +33,8 @@ func RouteSpecFor(fn *v1alpha1.Function) RouteSpec {
 		MaxDuration: time.Duration(fn.Spec.EffectiveMaxDurationSeconds()) * time.Second,
 		Triggers:    triggers,
 		Runs: runs.Policy{MaxAttempts: int(a.MaxAttempts), MinBackoff: duration(a.MinBackoff), MaxBackoff: duration(a.MaxBackoff),
-			MaxAge: duration(a.MaxAge), Concurrency: int(a.Concurrency)},
+			MaxAge: duration(a.MaxAge), Concurrency: int(a.Concurrency),
+			OnSuccess: a.OnSuccess.FunctionName(), OnFailure: a.OnFailure.FunctionName()},
 	}
 }
 

@@ -404,3 +404,52 @@ func TestRunsOverHTTP2(t *testing.T) {
 		t.Errorf("runs kept by refused requests: %+v", after)
 	}
 }
+
+// A run that ends passes its answer to the function its policy names for
+// that end, as a run made with the end: a POST of the answer, saying which
+// run ended and how. Functions that pass answers round in a circle stop
+// once the chain is as long as one may be.
+func TestRunChain(t *testing.T) {
+	a, base, _ := startRuns(t)
+	first, second := runsPolicy, runsPolicy
+	first.OnSuccess, first.OnFailure, second.OnSuccess = "second", "second", "first"
+	instance := startInstance(t)
+	for name, p := range map[string]runs.Policy{"first": first, "second": second} {
+		a.SetFunction(RouteSpec{Namespace: "ns", Name: name, HTTP: true, Timeout: 10 * time.Second, Runs: p})
+		a.SetEndpoints("ns", name, []string{instance})
+	}
+	id := submitRun(t, base, "/fn/ns/first/echo?status=404", "hello")
+	chain := []runs.Run{awaitRun(t, base, id)}
+	for r := chain[0]; r.Next != ""; r = chain[len(chain)-1] {
+		chain = append(chain, awaitRun(t, base, r.Next))
+		if len(chain) > runs.MaxChainDepth+1 {
+			t.Fatalf("the chain went on past %d runs: %+v", runs.MaxChainDepth+1, chain)
+		}
+	}
+	for i, r := range chain {
+		want := []string{"first", "second"}[i%2]
+		if r.Function != want || r.Depth != i || i > 0 && r.Parent != chain[i-1].ID {
+			t.Errorf("run %d of the chain: %+v, want one of %s, %d deep, made by %s", i, r, want, i, chain[max(i-1, 0)].ID)
+		}
+	}
+	if len(chain) != runs.MaxChainDepth+1 || chain[0].State != runs.Failed || !strings.Contains(chain[len(chain)-1].Error, "not passed on to") {
+		t.Fatalf("the chain: %d runs, the first %s, the last saying %q", len(chain), chain[0].State, chain[len(chain)-1].Error)
+	}
+
+	_, answer := call(t, http.MethodGet, base+"/runs/"+string(chain[0].ID)+"/result", "")
+	resp, b := call(t, http.MethodGet, base+"/runs/"+string(chain[1].ID)+"/result", "")
+	var e testfn.Echo
+	if resp.StatusCode != 200 || json.Unmarshal(b, &e) != nil {
+		t.Fatalf("the second run's answer: %d %s", resp.StatusCode, b)
+	}
+	h := e.Headers
+	if e.Method != http.MethodPost || e.URI != "/" || !bytes.Equal(e.Body, answer) ||
+		!slices.Equal(h[wire.RunParentHeader], []string{string(chain[0].ID)}) || !slices.Equal(h[wire.RunParentStateHeader], []string{"failed"}) ||
+		!slices.Equal(h[wire.RunParentStatusHeader], []string{"404"}) || !slices.Equal(h[wire.RunParentErrorHeader], []string{"the function answered 404"}) ||
+		!slices.Equal(h["Content-Type"], []string{"application/json"}) {
+		t.Errorf("the run made by the first's end got %s %s %v %q, want a POST of its answer %q", e.Method, e.URI, h, e.Body, answer)
+	}
+	if n := testutil.ToFloat64(a.metrics.runs.submitted.WithLabelValues("ns", "second")); n != float64((runs.MaxChainDepth+1)/2) {
+		t.Errorf("%v runs of second counted submitted, want %d", n, (runs.MaxChainDepth+1)/2)
+	}
+}

@@ -109,20 +109,35 @@ func (m *Memory) Submit(_ context.Context, s Submission) (Run, bool, error) {
 			}
 		}
 	}
-	size := requestSize(&s.Request)
-	if !m.makeRoom(size, now) || s.IdempotencyKey != "" && len(m.keys) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) {
-		return Run{}, false, ErrFull
+	if s.IdempotencyKey != "" && len(m.keys) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) {
+		m.forgetKeys(now)
+		if len(m.keys) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) {
+			return Run{}, false, ErrFull
+		}
 	}
-	m.seq++
-	m.bytes += size
-	e := &entry{run: Run{ID: NewID(), Namespace: s.Namespace, Function: s.Function, State: Queued, CreatedAt: now},
-		request: s.Request, notBefore: now, expiresAt: now.Add(s.MaxAge), seq: m.seq}
-	m.runs[e.run.ID] = e
-	heap.Push(&m.queue(fn).due, e)
+	e, err := m.add(s, now)
+	if err != nil {
+		return Run{}, false, err
+	}
 	if s.IdempotencyKey != "" {
 		m.keys[key] = keyUse{run: e.run.ID, digest: digest, at: now}
 	}
 	return e.run, true, nil
+}
+
+// add queues a run; m.mu is held.
+func (m *Memory) add(s Submission, now time.Time) (*entry, error) {
+	size := requestSize(&s.Request)
+	if !m.makeRoom(size, now) {
+		return nil, ErrFull
+	}
+	m.seq++
+	m.bytes += size
+	e := &entry{run: Run{ID: NewID(), Namespace: s.Namespace, Function: s.Function, State: Queued, CreatedAt: now,
+		Parent: s.Parent, Depth: s.Depth}, request: s.Request, notBefore: now, expiresAt: now.Add(s.MaxAge), seq: m.seq}
+	m.runs[e.run.ID] = e
+	heap.Push(&m.queue(functionKey{s.Namespace, s.Function}).due, e)
+	return e, nil
 }
 
 // makeRoom drops the oldest ended runs until one more, of size bytes,
@@ -285,6 +300,13 @@ func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
 		return e.run, nil
 	}
 	m.end(e, o.State, "")
+	if o.Next != nil {
+		if next, err := m.add(*o.Next, time.Now()); err != nil {
+			e.run.Error = invocation.TruncateError(joinError(e.run.Error, "its answer was not passed on to "+o.Next.Function+": "+err.Error()))
+		} else {
+			e.run.Next = next.run.ID
+		}
+	}
 	return e.run, nil
 }
 

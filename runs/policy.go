@@ -14,6 +14,10 @@ type Policy struct {
 	MaxAge      time.Duration `json:"maxAgeNs"`
 	// Concurrency bounds the runs attempted at once.
 	Concurrency int `json:"concurrency"`
+	// OnSuccess and OnFailure name the functions, in the same namespace,
+	// that a run which succeeded or failed passes its answer to (Chain).
+	OnSuccess string `json:"onSuccess,omitempty"`
+	OnFailure string `json:"onFailure,omitempty"`
 }
 
 // Answer is how an attempt went, as the platform saw it.

@@ -92,6 +92,11 @@ type Submission struct {
 	// MaxAge bounds how long the run may wait queued before it is
 	// Expired.
 	MaxAge time.Duration
+	// Parent is the run whose end made this one (onSuccess, onFailure),
+	// and Depth how many runs the chain went through to it (0 for a run
+	// a caller submitted).
+	Parent ID
+	Depth  int
 }
 
 // Run is a run as its readers see it.
@@ -116,6 +121,11 @@ type Run struct {
 	// failed, or why the run ended as it did (invocation.MaxErrorBytes at
 	// most).
 	Error string `json:"error,omitempty"`
+	// Parent is the run whose end made this one, Depth its place in the
+	// chain (Submission's); Next is the run its end made.
+	Parent ID  `json:"parent,omitempty"`
+	Depth  int `json:"depth,omitempty"`
+	Next   ID  `json:"next,omitempty"`
 }
 
 // Result is a function's answer to a run's last attempt.
@@ -153,6 +163,10 @@ type Outcome struct {
 	// stopped first): it does not count as one, and the run is queued
 	// again.
 	Unsent bool
+	// Next, with an outcome that ends the run, is the run its end makes
+	// (Policy.Link), stored in the same write: a chain loses no link
+	// to a process lost in between.
+	Next *Submission
 }
 
 // Check says whether o is an outcome a store takes: one that ends the

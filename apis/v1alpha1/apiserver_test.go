@@ -106,6 +106,8 @@ func testRejects(t *testing.T, c client.Client) {
 			[]string{`spec.async.minBackoff: Invalid value`, `minBackoff must not exceed maxBackoff`}},
 		{"async maxAge too long", `{runtime: go, async: {maxAge: 48h}}`, []string{`spec.async.maxAge: Invalid value`, `maxAge must be between 1s and 24h`}},
 		{"async attempts", `{runtime: go, async: {maxAttempts: 101}}`, []string{`spec.async.maxAttempts: Invalid value`}},
+		{"onSuccess not a name", `{runtime: go, async: {onSuccess: {function: Next}}}`, []string{`spec.async.onSuccess.function: Invalid value: "Next"`}},
+		{"onFailure without a function", `{runtime: go, async: {onFailure: {}}}`, []string{`spec.async.onFailure.function: Required value`}},
 		{"two trigger kinds", `{runtime: go, triggers: [{name: a, http: {}, cron: {schedule: "@hourly"}}]}`,
 			[]string{`spec.triggers[0]: Invalid value`, `exactly one of http, cron or rabbitmq must be set`}},
 		{"no trigger kind", `{runtime: go, triggers: [{name: a}]}`, []string{`spec.triggers[0]: Invalid value`, `exactly one of`}},

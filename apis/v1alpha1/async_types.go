@@ -4,6 +4,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
@@ -58,6 +59,28 @@ type Async struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=10000
 	Concurrency int32 `json:"concurrency,omitempty"`
+
+	// OnSuccess is where a run's answer goes once the run succeeded.
+	// +optional
+	OnSuccess *RunTarget `json:"onSuccess,omitempty"`
+
+	// OnFailure is where a run's last answer, and why it failed, go once
+	// the run failed (its attempts spent, or an answer no retry changes).
+	// +optional
+	OnFailure *RunTarget `json:"onFailure,omitempty"`
+}
+
+// RunTarget is where an ended run's answer goes: a run of another
+// Function, its request a POST of the answer (docs/runs.md), made in the
+// same write that ends the run. Chains are at most 11 runs long, so that
+// functions passing answers round in a circle stop.
+type RunTarget struct {
+	// Function names the Function to run, in the same namespace. It may
+	// not exist yet: its run waits, queued, for it, up to its maxAge.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
+	Function string `json:"function"`
 }
 
 // Defaults of Async, the same as its CRD markers.
@@ -104,5 +127,28 @@ func validateAsync(a *Async, p *field.Path) field.ErrorList {
 	if a.MaxAge != nil {
 		errs = append(errs, durationInRange(p.Child("maxAge"), a.MaxAge.Duration, time.Second, maxAge)...)
 	}
+	errs = append(errs, validateRunTarget(a.OnSuccess, p.Child("onSuccess"))...)
+	return append(errs, validateRunTarget(a.OnFailure, p.Child("onFailure"))...)
+}
+
+func validateRunTarget(t *RunTarget, p *field.Path) field.ErrorList {
+	if t == nil {
+		return nil
+	}
+	if t.Function == "" {
+		return field.ErrorList{field.Required(p.Child("function"), "the Function to run with the answer")}
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1035Label(t.Function) {
+		errs = append(errs, field.Invalid(p.Child("function"), t.Function, msg))
+	}
 	return errs
+}
+
+// FunctionName is the Function t names, "" for none (t nil).
+func (t *RunTarget) FunctionName() string {
+	if t == nil {
+		return ""
+	}
+	return t.Function
 }

@@ -176,6 +176,9 @@ func TestValidate(t *testing.T) {
 				MaxBackoff: &metav1.Duration{Duration: time.Second}, MaxAge: &metav1.Duration{Duration: 48 * time.Hour}}
 		}, want: []string{`spec.async.maxAttempts: Invalid value: 101`, `spec.async.concurrency: Invalid value: -1`,
 			`spec.async.minBackoff: Invalid value: "1m0s": must not exceed maxBackoff`, `spec.async.maxAge: Invalid value: "48h0m0s"`}},
+		{name: "async targets", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Async.OnSuccess, f.Spec.Async.OnFailure = &RunTarget{Function: "Next"}, &RunTarget{}
+		}, want: []string{`spec.async.onSuccess.function: Invalid value: "Next"`, `spec.async.onFailure.function: Required value`}},
 		{name: "two trigger kinds", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].Cron = &CronTrigger{Schedule: "@hourly", Timezone: "UTC"} },
 			want: []string{`spec.triggers[0]: Invalid value: "web": exactly one of http, cron or rabbitmq must be set, found 2`}},
 		{name: "no trigger kind", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].HTTP = nil },

@@ -93,6 +93,12 @@ func describeRun(w io.Writer, v adminapi.RunView) {
 	if v.Error != "" {
 		fmt.Fprintf(tw, "Error:\t%s\n", v.Error)
 	}
+	if v.Parent != "" {
+		fmt.Fprintf(tw, "Made by:\t%s (the chain's run %d)\n", v.Parent, v.Depth+1)
+	}
+	if v.Next != "" {
+		fmt.Fprintf(tw, "Passed on to:\t%s\n", v.Next)
+	}
 	_ = tw.Flush()
 	res := v.Result
 	if res == nil {

@@ -115,6 +115,13 @@ const (
 	// function can tell a run attempted again by its id.
 	RunIDHeader      = HeaderPrefix + "Run-Id"
 	RunAttemptHeader = HeaderPrefix + "Run-Attempt"
+	// A run made by another's end (onSuccess, onFailure): the run that
+	// ended, how (succeeded, failed), its function's status when it
+	// answered, and why it failed.
+	RunParentHeader       = HeaderPrefix + "Run-Parent"
+	RunParentStateHeader  = HeaderPrefix + "Run-Parent-State"
+	RunParentStatusHeader = HeaderPrefix + "Run-Parent-Status"
+	RunParentErrorHeader  = HeaderPrefix + "Run-Parent-Error"
 )
 
 // NonRootUID is the user (and group) sless's images run as, and the

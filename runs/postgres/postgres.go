@@ -119,12 +119,17 @@ func (s *Store) maintain(ctx context.Context, now time.Time) error {
 func now() time.Time { return time.Now().Truncate(time.Microsecond) }
 
 // runColumns are what a Run is read from, in scanRun's order.
-const runColumns = "id, namespace, function, state, attempts, created_at, started_at, completed_at, status, error, result_size, result_truncated"
+const runColumns = "id, namespace, function, state, attempts, created_at, started_at, completed_at, status, error, result_size, result_truncated, parent, depth, next"
+
+// runFields are where runColumns are scanned to.
+func runFields(r *runs.Run) []any {
+	return []any{&r.ID, &r.Namespace, &r.Function, &r.State, &r.Attempts, &r.CreatedAt, &r.StartedAt,
+		&r.CompletedAt, &r.Status, &r.Error, &r.ResultSize, &r.ResultTruncated, &r.Parent, &r.Depth, &r.Next}
+}
 
 func scanRun(row pgx.Row) (runs.Run, error) {
 	var r runs.Run
-	err := row.Scan(&r.ID, &r.Namespace, &r.Function, &r.State, &r.Attempts, &r.CreatedAt, &r.StartedAt,
-		&r.CompletedAt, &r.Status, &r.Error, &r.ResultSize, &r.ResultTruncated)
+	err := row.Scan(runFields(&r)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return r, runs.ErrNotFound
 	}
@@ -167,12 +172,13 @@ func (s *Store) Submit(ctx context.Context, sub runs.Submission) (runs.Run, bool
 	return r, true, nil
 }
 
-// insert inserts a run with an Idempotency-Key, in the key's transaction.
+// insert inserts a run in a transaction of its own: the one taking its
+// Idempotency-Key, or ending the run whose end made it.
 func (s *Store) insert(ctx context.Context, q pgx.Tx, id runs.ID, sub runs.Submission, header []byte, at time.Time) (runs.Run, error) {
 	return scanRun(q.QueryRow(ctx, `insert into sless_runs (id, namespace, function, state, created_at,
-		not_before, expires_at, method, path, header, body) values ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10)
+		not_before, expires_at, method, path, header, body, parent, depth) values ($1, $2, $3, $4, $5, $5, $6, $7, $8, $9, $10, $11, $12)
 		returning `+runColumns, id, sub.Namespace, sub.Function, runs.Queued, at, at.Add(sub.MaxAge),
-		sub.Request.Method, sub.Request.Path, header, nonNil(sub.Request.Body)))
+		sub.Request.Method, sub.Request.Path, header, nonNil(sub.Request.Body), sub.Parent, sub.Depth))
 }
 
 // useKey takes sub's idempotency key for run id, or returns the run it
@@ -226,8 +232,7 @@ func (s *Store) Result(ctx context.Context, id runs.ID) (runs.Run, runs.Result, 
 	var res runs.Result
 	var r runs.Run
 	err := s.pool.QueryRow(ctx, "select "+runColumns+", content_type, result from sless_runs where id = $1", id).
-		Scan(&r.ID, &r.Namespace, &r.Function, &r.State, &r.Attempts, &r.CreatedAt, &r.StartedAt, &r.CompletedAt,
-			&r.Status, &r.Error, &r.ResultSize, &r.ResultTruncated, &res.ContentType, &res.Body)
+		Scan(append(runFields(&r), &res.ContentType, &res.Body)...)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return r, res, runs.ErrNotFound
@@ -274,9 +279,7 @@ func (s *Store) Claim(ctx context.Context, namespace, function string, lease tim
 		where r.id = due.id and r.created_at = due.created_at
 		returning `+prefixed("r.", runColumns)+", r.method, r.path, r.header, r.body",
 		namespace, function, at, runs.Running, at.Add(lease)).
-		Scan(&a.Run.ID, &a.Run.Namespace, &a.Run.Function, &a.Run.State, &a.Run.Attempts, &a.Run.CreatedAt,
-			&a.Run.StartedAt, &a.Run.CompletedAt, &a.Run.Status, &a.Run.Error, &a.Run.ResultSize, &a.Run.ResultTruncated,
-			&a.Request.Method, &a.Request.Path, &header, &a.Request.Body)
+		Scan(append(runFields(&a.Run), &a.Request.Method, &a.Request.Path, &header, &a.Request.Body)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return a, false, nil
 	}
@@ -309,14 +312,29 @@ func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (run
 	if o.Unsent {
 		unsent = 1
 	}
-	r, err := scanRun(s.pool.QueryRow(ctx, `update sless_runs set state = $4, not_before = $5, completed_at = $6,
-			attempts = attempts - $13, error = $7, status = case when $8 > 0 then $8 else status end,
-			content_type = case when $8 > 0 then $9 else content_type end, result = coalesce($10, result),
-			result_truncated = case when $8 > 0 then $11 else result_truncated end,
-			result_size = case when $8 > 0 then $12 else result_size end
-		where id = $1 and created_at = $2 and state = 'running' and attempts = $3
-		returning `+runColumns, a.Run.ID, a.Run.CreatedAt, a.Number, o.State, notBefore, completed,
-		invocation.TruncateError(o.Error), o.Result.Status, o.Result.ContentType, result, o.Result.Truncated, o.Result.BodySize, unsent))
+	update := func(q querier, next runs.ID) (runs.Run, error) {
+		return scanRun(q.QueryRow(ctx, `update sless_runs set state = $4, not_before = $5, completed_at = $6,
+				attempts = attempts - $13, error = $7, status = case when $8 > 0 then $8 else status end,
+				content_type = case when $8 > 0 then $9 else content_type end, result = coalesce($10, result),
+				result_truncated = case when $8 > 0 then $11 else result_truncated end,
+				result_size = case when $8 > 0 then $12 else result_size end, next = $14
+			where id = $1 and created_at = $2 and state = 'running' and attempts = $3
+			returning `+runColumns, a.Run.ID, a.Run.CreatedAt, a.Number, o.State, notBefore, completed,
+			invocation.TruncateError(o.Error), o.Result.Status, o.Result.ContentType, result, o.Result.Truncated, o.Result.BodySize, unsent, next))
+	}
+	var r runs.Run
+	var err error
+	if o.Next == nil || o.State == runs.Queued {
+		r, err = update(s.pool, "") // one statement: no transaction to pay for
+	} else {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			next := runs.NewID()
+			if r, err = update(tx, next); err != nil {
+				return err
+			}
+			return s.insertNext(ctx, tx, next, o.Next, at)
+		})
+	}
 	if errors.Is(err, runs.ErrNotFound) {
 		if r, err = s.Get(ctx, a.Run.ID); err == nil {
 			err = runs.ErrAttemptOver
@@ -327,6 +345,22 @@ func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (run
 		return r, s.fail("finish", err)
 	}
 	return r, nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// insertNext inserts the run an ended run's end made, in the
+// transaction that ends it.
+func (s *Store) insertNext(ctx context.Context, tx pgx.Tx, id runs.ID, sub *runs.Submission, at time.Time) error {
+	header, err := json.Marshal(nonNil(sub.Request.Header))
+	if err != nil {
+		return err
+	}
+	_, err = s.insert(ctx, tx, id, *sub, header, at)
+	return err
 }
 
 // Over implements runs.Store, in one query however many attempts.

@@ -37,6 +37,7 @@ func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
 		{"Pending", testPending},
 		{"List", testList},
 		{"Over", testOver},
+		{"Chain", testChain},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, open(t)) })
 	}
@@ -498,5 +499,40 @@ func testOver(t *testing.T, s runs.Store) {
 	slices.Sort(want)
 	if err != nil || !slices.Equal(got, want) {
 		t.Errorf("over: %v %v, want the cancelled and the lapsed attempts %v", got, err, want)
+	}
+}
+
+// The run an outcome makes as it ends its run is stored with that end:
+// its parent, depth and request as given, the ended run naming it. An
+// attempt over makes none, and an outcome queueing the run again none.
+func testChain(t *testing.T, s runs.Store) {
+	r := submit(t, s, runs.Submission{Request: request(1)})
+	a := mustClaim(t, s)
+	next := &runs.Submission{Namespace: "default", Function: "fn", Parent: r.ID, Depth: 1, MaxAge: time.Hour, Request: request(2)}
+	if again, err := s.Finish(ctx, a, runs.Outcome{State: runs.Queued, RetryAt: time.Now(), Next: next}); err != nil || again.Next != "" {
+		t.Fatalf("a run queued again made its next: %+v %v", again, err)
+	}
+	a = mustClaim(t, s)
+	done, err := s.Finish(ctx, a, runs.Outcome{State: runs.Failed, Error: "boom", Next: next})
+	if err != nil || done.State != runs.Failed || done.Next == "" || done.Next == r.ID {
+		t.Fatalf("finish with a next run: %+v %v", done, err)
+	}
+	if got := get(t, s, r.ID); got.Next != done.Next {
+		t.Errorf("the ended run names %q, want %q", got.Next, done.Next)
+	}
+	n := get(t, s, done.Next)
+	if n.State != runs.Queued || n.Parent != r.ID || n.Depth != 1 || n.Function != "fn" || n.Attempts != 0 {
+		t.Errorf("the next run: %+v", n)
+	}
+	b := mustClaim(t, s)
+	if b.Run.ID != n.ID || b.Run.Depth != 1 || b.Run.Parent != r.ID || b.Request.Path != next.Request.Path ||
+		string(b.Request.Body) != string(next.Request.Body) || !slices.Equal(b.Request.Header, next.Request.Header) {
+		t.Errorf("the next run claimed: %+v, want the chained request %+v", b, next.Request)
+	}
+	if _, err := s.Finish(ctx, a, runs.Outcome{State: runs.Succeeded, Next: next}); !errors.Is(err, runs.ErrAttemptOver) {
+		t.Errorf("an attempt over: %v, want ErrAttemptOver", err)
+	}
+	if _, ok := claim(t, s, time.Hour); ok {
+		t.Error("an attempt over made a next run")
 	}
 }
