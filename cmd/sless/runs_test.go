@@ -245,3 +245,66 @@ func TestDevRunsDatabaseOutage(t *testing.T) {
 		})
 	}
 }
+
+// chainManifest is hi passing its answers on to shout, whichever way its
+// runs end.
+const chainManifest = `apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: hi}
+spec:
+  runtime: python
+  source: ./hi
+  scale: {initial: 1}
+  async: {maxAttempts: 1, onSuccess: {function: shout}, onFailure: {function: shout}}
+---
+apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: shout}
+spec:
+  runtime: python
+  source: ./shout
+  scale: {initial: 1}
+`
+
+const shoutHandler = `def handle(e):
+    return e['headers'].get('sless-run-parent-state', 'none') + ':' + e['body'].upper()
+`
+
+// A Function's onSuccess and onFailure under sless dev on PostgreSQL: a run
+// of hi that ends makes a run of shout with its answer, which the CLI
+// shows from either end.
+func TestDevRunChain(t *testing.T) {
+	url, _ := pgtest.DB(t)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"hi/main.py": devHandler, "shout/main.py": shoutHandler, "fns.yaml": chainManifest})
+	d := startDevIn(t, dir, nil, "--database-url", url)
+	waitStatus(t, d.invoke+"/fn/default/shout", http.StatusOK)
+	cli := func(args ...string) (string, error) { t.Helper(); return sless(t, d.admin, args...) }
+	for _, tc := range []struct{ path, answer string }{
+		{"/", "succeeded:HI"},
+		{"/?fail=1", `failed:{"ERROR": "VALUEERROR: ASKED TO FAIL"}`},
+	} {
+		id := submit(t, d.invoke+"/fn/default/hi"+tc.path)
+		var next string
+		eventually.True(t, "the run of hi passed on", func() bool {
+			out, err := cli("run", string(id))
+			m := regexp.MustCompile(`(?m)^Passed on to: +([A-Z2-7]{26})$`).FindStringSubmatch(out)
+			if err == nil && m != nil {
+				next = m[1]
+			}
+			return next != ""
+		})
+		var out string
+		eventually.True(t, "the run of shout ended", func() bool {
+			var err error
+			out, err = cli("run", next)
+			return err == nil && strings.Contains(out, "succeeded")
+		})
+		words := strings.Join(strings.Fields(out), " ")
+		for _, want := range []string{"Function: default/shout", "Made by: " + string(id) + " (the chain's run 2)", tc.answer} {
+			if !strings.Contains(words, want) {
+				t.Errorf("%s: run %s: want %q in\n%s", tc.path, next, want, out)
+			}
+		}
+	}
+}
