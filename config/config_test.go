@@ -30,9 +30,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -314,8 +312,7 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 	}
 	mo.LeaderElection, mo.LeaderElectionID, mo.LeaderElectionNamespace = true, controller.Name, namespace
 	mo.LeaderElectionReleaseOnCancel = true
-	mo.Metrics = metricsserver.Options{BindAddress: "0"}
-	mo.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+	controlplane.ForTests(&mo)
 	// Errors only: a role that lacks something shows up as refused calls.
 	mo.Logger = logr.FromSlogHandler(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	mgr, err := manager.New(cfg, mo)
@@ -341,15 +338,7 @@ func runControllerAs(t *testing.T, admin *rest.Config, c client.Client) {
 	if err := controller.New(mgr, opts).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	controlplane.StartManager(t, mgr)
 
 	fn := &v1alpha1.Function{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "orders"},

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -21,9 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
@@ -76,8 +73,7 @@ func (e *env) start(t *testing.T, opts controller.Options, register bool, newCli
 	if err != nil {
 		t.Fatal(err)
 	}
-	mo.Metrics = metricsserver.Options{BindAddress: "0"}
-	mo.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+	controlplane.ForTests(&mo)
 	mo.NewClient = newClient
 	mgr, err := manager.New(e.cfg, mo)
 	if err != nil {
@@ -89,23 +85,7 @@ func (e *env) start(t *testing.T, opts controller.Options, register bool, newCli
 			t.Fatal(err)
 		}
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	var stopped atomic.Bool
-	stop := func() {
-		if stopped.Swap(true) {
-			return
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	}
-	t.Cleanup(stop)
-	if !mgr.GetCache().WaitForCacheSync(ctx) {
-		t.Fatal("manager cache did not sync")
-	}
+	stop := controlplane.StartManager(t, mgr)
 	return &running{mgr: mgr, r: r, stop: stop}
 }
 

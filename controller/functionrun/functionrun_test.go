@@ -17,9 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/controller"
@@ -102,8 +100,7 @@ func (e *env) startController(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mo.Metrics = metricsserver.Options{BindAddress: "0"}
-	mo.Controller = config.Controller{SkipNameValidation: ptr.To(true)}
+	controlplane.ForTests(&mo)
 	mgr, err := manager.New(e.cfg, mo)
 	if err != nil {
 		t.Fatal(err)
@@ -112,15 +109,7 @@ func (e *env) startController(t *testing.T) {
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	controlplane.StartManager(t, mgr)
 }
 
 func (e *env) create(t *testing.T, name string, spec v1alpha1.FunctionRunSpec) *v1alpha1.FunctionRun {
