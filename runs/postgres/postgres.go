@@ -261,7 +261,10 @@ func (s *Store) Cancel(ctx context.Context, id runs.ID) (runs.Run, bool, error) 
 
 // Claim implements runs.Store. A running run's not_before is its lease's
 // end: the one index orders queued runs by when they are due and finds
-// the running ones whose lease ran out.
+// the running ones whose lease ran out. The runs lost on their last
+// attempt are ended first from the index of the running runs alone
+// (sless_runs_running), not from that one, where they lie among every
+// run queued.
 func (s *Store) Claim(ctx context.Context, namespace, function string, lease time.Duration, maxAttempts int) (runs.Attempt, bool, error) {
 	at := now()
 	if _, err := s.pool.Exec(ctx, `update sless_runs set state = $5, completed_at = $3, error = $6

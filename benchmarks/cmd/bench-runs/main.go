@@ -7,12 +7,18 @@
 //     many connections as the store has;
 //   - a run's time from its submission to its end, read by a client
 //     waiting on GET /runs/{id}?wait=, against the same request waited on,
-//     one at a time, through the same activator to the same instance.
+//     one at a time, through the same activator to the same instance;
+//   - runs queued at a function at zero (no instance), then drained once
+//     an instance comes, nothing lost (each accepted run succeeded, its
+//     instance saw it exactly once), against the same requests waited on
+//     by as many clients as the function's runs concurrency; with the
+//     cost of the dispatcher's look (Pending) at that backlog against
+//     its cost with one run.
 //
-// Each round runs in a database of its own, dropped at the end. It prints
-// Markdown for benchmarks/RESULTS.md.
+// Each measurement runs in a database of its own, dropped at the end. It
+// prints Markdown for benchmarks/RESULTS.md.
 //
-//	go run ./benchmarks/cmd/bench-runs [-runs 20000] [-clients 32] [-latency 1000] [-rounds 3]
+//	go run ./benchmarks/cmd/bench-runs [-runs 20000] [-clients 32] [-latency 1000] [-rounds 3] [-drain 100000] [-drain-rounds 1]
 package main
 
 import (
@@ -51,6 +57,9 @@ func main() {
 		clients = flag.Int("clients", 32, "concurrent submitters")
 		latency = flag.Int("latency", 1000, "runs and requests, one at a time, per latency measurement")
 		rounds  = flag.Int("rounds", 3, "measurements of each, taken in turn; medians are shown")
+		drain   = flag.Int("drain", 100_000, "runs queued at zero, then drained (0: the drain is not measured)")
+		drainR  = flag.Int("drain-rounds", 1, "measurements of the drain and its floor; medians are shown")
+		within  = flag.Duration("drain-timeout", time.Hour, "the longest a drain may take before it counts as failed")
 		profile = flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
 	)
 	flag.Parse()
@@ -65,13 +74,21 @@ func main() {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	if err := run(context.Background(), *server, *n, *clients, *latency, *rounds); err != nil {
+	ctx := context.Background()
+	err := run(ctx, *server, *n, *clients, *latency, *rounds)
+	if err == nil && *drain > 0 {
+		err = runDrain(ctx, *server, *drain, *clients, *drainR, *within)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-runs:", err)
 		os.Exit(1) //nolint:gocritic // the profile of a failed run is not wanted
 	}
 }
 
 func run(ctx context.Context, server string, n, clients, latency, rounds int) error {
+	if rounds == 0 {
+		return nil
+	}
 	var accepted, bare []float64
 	var sync50, async50, sync99, async99 []time.Duration
 	for range rounds {
@@ -107,12 +124,23 @@ const storeConns = 4
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// runsConcurrency is bench/fn's async.concurrency: the runs an activator
+// attempts at once, and the clients of the drain's floor.
+const runsConcurrency = 100
+
+// fnTimeout is bench/fn's timeout: the runs the dispatcher claims while
+// the function is at zero wait that long for an instance, through the
+// whole of the drain's submissions, before their attempt fails (504).
+const fnTimeout = 10 * time.Minute
+
 // platform is an activator on loopback taking runs into PostgreSQL, with
-// function bench/fn on the instance at instance ("" for none).
+// function bench/fn on the instance at instance ("" for none: at zero,
+// until its activator is given one).
 type platform struct {
-	base  string
-	store *runspg.Store
-	stop  func()
+	base      string
+	store     *runspg.Store
+	activator *activator.Activator
+	stop      func()
 }
 
 func start(ctx context.Context, url, instance string, dispatch bool) (*platform, error) {
@@ -126,8 +154,8 @@ func start(ctx context.Context, url, instance string, dispatch bool) (*platform,
 		return nil, err
 	}
 	a.EnableRuns(store, activator.RunsConfig{})
-	a.SetFunction(activator.RouteSpec{Namespace: "bench", Name: "fn", HTTP: true, Timeout: time.Minute,
-		Runs: runs.Policy{MaxAttempts: 1, MaxAge: time.Hour, Concurrency: 100}})
+	a.SetFunction(activator.RouteSpec{Namespace: "bench", Name: "fn", HTTP: true, Timeout: fnTimeout,
+		Runs: runs.Policy{MaxAttempts: 1, MaxAge: time.Hour, Concurrency: runsConcurrency}})
 	if instance != "" {
 		a.SetEndpoints("bench", "fn", []string{instance})
 	}
@@ -154,7 +182,7 @@ func start(ctx context.Context, url, instance string, dispatch bool) (*platform,
 		store.Close()
 		return nil, err
 	}
-	return &platform{base: base, store: store, stop: func() { cancel(); wg.Wait(); store.Close() }}, nil
+	return &platform{base: base, store: store, activator: a, stop: func() { cancel(); wg.Wait(); store.Close() }}, nil
 }
 
 // acceptRate is the rate at which n runs are accepted, from clients
