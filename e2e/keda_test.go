@@ -27,16 +27,16 @@ import (
 )
 
 // handledIDs collects the ids that a test's functions report handled, by
-// POST to the URL it returns, reachable from pods: a set, so that a
-// message delivered twice cannot stand in for one never delivered.
-func handledIDs(t *testing.T) (url string, ids func() map[string]bool) {
+// POST to the URL it returns, reachable from pods: how often each was, so
+// that a message delivered twice cannot stand in for one never delivered.
+func handledIDs(t *testing.T) (url string, ids func() map[string]int) {
 	t.Helper()
 	ln, err := net.Listen("tcp", net.JoinHostPort(nodeIP, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
-	seen := map[string]bool{}
+	seen := map[string]int{}
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := io.ReadAll(io.LimitReader(r.Body, 1<<10))
 		if err != nil {
@@ -44,27 +44,50 @@ func handledIDs(t *testing.T) (url string, ids func() map[string]bool) {
 			return
 		}
 		mu.Lock()
-		seen[string(id)] = true
+		seen[string(id)]++
 		mu.Unlock()
 	})}
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
-	return "http://" + ln.Addr().String() + "/", func() map[string]bool {
+	return "http://" + ln.Addr().String() + "/", func() map[string]int {
 		mu.Lock()
 		defer mu.Unlock()
 		return maps.Clone(seen)
 	}
 }
 
-// worker is a Python function that takes 50 ms a message and reports the
-// message's body, its id, to HANDLED_URL.
+// worker is a Python function that takes 50 ms a call and reports its id
+// to HANDLED_URL: a run's id (Sless-Run-Id) for a run's attempt, else the
+// body, a message's id.
 const worker = `import os, time, urllib.request
 
 def handle(event):
     time.sleep(0.05)
-    urllib.request.urlopen(urllib.request.Request(os.environ['HANDLED_URL'], data=event['body'].encode(), method='POST'), timeout=30).read()
+    handled = event['headers'].get('sless-run-id', event['body'])
+    urllib.request.urlopen(urllib.request.Request(os.environ['HANDLED_URL'], data=handled.encode(), method='POST'), timeout=30).read()
     return 'ok'
 `
+
+// deployWorker deploys worker as the Function name in ns with sless
+// deploy, reporting to handledURL; spec is the rest of its spec (YAML,
+// indented by two).
+func deployWorker(t *testing.T, ns, name, handledURL, spec string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, name), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name, "main.py"), []byte(worker), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, name+".yaml")
+	manifest := fmt.Sprintf("apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: %s}\nspec:\n  runtime: python\n  source: ./%s\n"+
+		"  env: [{name: HANDLED_URL, value: %q}]\n%s", name, name, handledURL, spec)
+	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sless(t, "deploy", "-f", file, "-n", ns)
+}
 
 // RabbitMQ through the real KEDA and HPA: 5,000 messages to a function at
 // zero wake it, KEDA's HPA wants more than one pod, every message is handled
@@ -81,25 +104,11 @@ func TestRabbitMQThroughKEDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	handledURL, handled := handledIDs(t)
-	src := filepath.Join(t.TempDir(), "worker")
-	if err := os.MkdirAll(src, 0o755); err != nil {
-		t.Fatal(err)
-	}
 	// 10 at a time, one instance takes 25 s for the lot: long enough for
 	// the HPA to want more.
-	if err := os.WriteFile(filepath.Join(src, "main.py"), []byte(worker), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(filepath.Dir(src), "worker.yaml")
-	manifest := fmt.Sprintf("apiVersion: sless.dev/v1alpha1\nkind: Function\nmetadata: {name: worker}\nspec:\n  runtime: python\n  source: ./worker\n"+
-		"  env: [{name: HANDLED_URL, value: %q}]\n"+
-		"  scale: {initial: 0, max: 4, window: 10s, scaleToZeroGracePeriod: 5s}\n"+
+	deployWorker(t, ns, "worker", handledURL, fmt.Sprintf("  scale: {initial: 0, max: 4, window: 10s, scaleToZeroGracePeriod: 5s}\n"+
 		"  triggers:\n    - {name: jobs, rabbitmq: {queue: %s, connectionSecret: amqp, prefetch: 10, targetQueueLength: 5, deadLetterQueue: %s}}\n",
-		handledURL, queue, dlq)
-	if err := os.WriteFile(file, []byte(manifest), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sless(t, "deploy", "-f", file, "-n", ns)
+		queue, dlq))
 	waitFor(t, "KEDA to take the ScaledObject as ready, the function at zero", func() bool {
 		return scaledObjectReady(t, ns, "worker") && len(pods(t, ns, "worker")) == 0
 	})
@@ -116,7 +125,7 @@ func TestRabbitMQThroughKEDA(t *testing.T) {
 	})
 	ids := handled()
 	for _, b := range bodies {
-		if !ids[string(b)] {
+		if ids[string(b)] == 0 {
 			t.Errorf("message %s never handled", b)
 		}
 	}

@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -47,6 +48,22 @@ func useDatabase(t *testing.T, dbURL string) {
 	})
 }
 
+// activatorsOnDatabase gives the activators a database of the test's own
+// on the machine's PostgreSQL (useDatabase), and returns its URL from this
+// machine.
+func activatorsOnDatabase(t *testing.T) string {
+	t.Helper()
+	dbURL, _ := pgtest.DB(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local := u.String()
+	u.Host = nodeIP + ":5432" // the machine's PostgreSQL, relayed onto the bridge
+	useDatabase(t, u.String())
+	return local
+}
+
 // restartActivators rolls the activators out again, as kubectl rollout
 // restart does, and waits for the rollout, and for the old pods to be
 // gone: each serves on for its propagation delay after it is told to stop,
@@ -82,15 +99,7 @@ func restartActivators(t *testing.T) {
 // a FunctionRun applied with kubectl runs through them; the admin API and
 // the console answer through the activators' admin Service.
 func TestRecordsAndAdmin(t *testing.T) {
-	dbURL, _ := pgtest.DB(t)
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	local := u.String()
-	u.Host = nodeIP + ":5432" // the machine's PostgreSQL, relayed onto the bridge
-	useDatabase(t, u.String())
-
+	local := activatorsOnDatabase(t)
 	ns := namespace(t, "e2e-records")
 	sless(t, "deploy", "-n", ns, "-f", manifest(t, "rec", "go", "hello-go", "Handle", "  scale: {initial: 1}\n"))
 	if a := mustInvokeKnown(t, ns, "rec", "?name=records"); a.code != 200 {
@@ -194,21 +203,30 @@ func testFunctionRun(t *testing.T, ns string) {
 // activator.
 func adminGet(t *testing.T, path string, out any) {
 	t.Helper()
+	if err := tryAdminGet(adminToken(t), path, out); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryAdminGet is adminGet with the admin token given, returning what went
+// wrong: for a test polling while an activator may be away.
+func tryAdminGet(token, path string, out any) error {
 	req, _ := http.NewRequest(http.MethodGet, cluster.admin+path, nil)
-	req.Header.Set("Authorization", "Bearer "+adminToken(t))
+	req.Header.Set("Authorization", "Bearer "+token)
 	client := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}}
 	resp, err := client.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		body, _ := io.ReadAll(resp.Body)
-		t.Fatalf("GET %s: %s %.300s", path, resp.Status, body)
+		return fmt.Errorf("GET %s: %s %.300s", path, resp.Status, body)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		return fmt.Errorf("GET %s: %v", path, err)
 	}
+	return nil
 }
 
 // records reads a function's invocations, those query selects, from every
