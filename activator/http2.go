@@ -134,7 +134,7 @@ func (a *Activator) submitHTTP2(w http.ResponseWriter, r *http.Request, rt *rout
 		return
 	}
 	if r.ContentLength > a.runs.cfg.MaxBodyBytes {
-		answerHTTP2(w, r, rt, failure(http.StatusRequestEntityTooLarge, forward.ErrBodyTooLarge.Error()+": "+a.runs.tooLarge()))
+		answerHTTP2(w, r, rt, a.runs.tooLarge())
 		return
 	}
 	if !a.prepareHTTP2(r, rt, rest) {
@@ -145,7 +145,7 @@ func (a *Activator) submitHTTP2(w http.ResponseWriter, r *http.Request, rt *rout
 	var tooLarge *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooLarge):
-		answerHTTP2(w, r, rt, failure(http.StatusRequestEntityTooLarge, forward.ErrBodyTooLarge.Error()+": "+a.runs.tooLarge()))
+		answerHTTP2(w, r, rt, a.runs.tooLarge())
 		return
 	case err != nil:
 		answerHTTP2(w, r, rt, failure(http.StatusBadRequest, "the request's body could not be read: "+err.Error()))

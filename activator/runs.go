@@ -133,11 +133,12 @@ func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 		return
 	}
 	body, err := forward.ReadBody(&ctx.Request, cc, start.Add(rt.fn.Timeout), a.runs.cfg.MaxBodyBytes)
-	if err != nil {
+	switch {
+	case errors.Is(err, forward.ErrBodyTooLarge):
+		a.answer(ctx, rt, a.runs.tooLarge())
+		return
+	case err != nil:
 		f := forward.Classify(err)
-		if errors.Is(err, forward.ErrBodyTooLarge) {
-			f.Cause = a.runs.tooLarge()
-		}
 		a.answer(ctx, rt, failure(f.Code, f.Message()))
 		return
 	}
@@ -146,9 +147,9 @@ func (a *Activator) submit(ctx *fasthttp.RequestCtx, rt *route, start time.Time,
 	a.answer(ctx, rt, a.takeRun(ctx, rt, string(h.Peek(runs.IdempotencyKeyHeader)), req, text))
 }
 
-// tooLarge is why a run's body is refused.
-func (r *runner) tooLarge() string {
-	return "a run's body is at most " + strconv.FormatInt(r.cfg.MaxBodyBytes, 10) + " bytes"
+// tooLarge is the answer to a run whose body is over the bound.
+func (r *runner) tooLarge() runAnswer {
+	return failure(http.StatusRequestEntityTooLarge, "a run's body is at most "+strconv.FormatInt(r.cfg.MaxBodyBytes, 10)+" bytes")
 }
 
 // takeRun stores req as a run of rt, once only for its Idempotency-Key,
