@@ -128,7 +128,7 @@ func (m *Memory) Submit(_ context.Context, s Submission) (Run, bool, error) {
 // add queues a run; m.mu is held.
 func (m *Memory) add(s Submission, now time.Time) (*entry, error) {
 	size := requestSize(&s.Request)
-	if !m.makeRoom(size, now) {
+	if !m.makeRoom(size) {
 		return nil, ErrFull
 	}
 	m.seq++
@@ -141,11 +141,8 @@ func (m *Memory) add(s Submission, now time.Time) (*entry, error) {
 }
 
 // makeRoom drops the oldest ended runs until one more, of size bytes,
-// fits, and the keys past their window; false when it does not fit.
-func (m *Memory) makeRoom(size int64, now time.Time) bool {
-	if len(m.keys) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) {
-		m.forgetKeys(now)
-	}
+// fits; false when it does not fit.
+func (m *Memory) makeRoom(size int64) bool {
 	for len(m.runs) >= cmp.Or(m.MaxRuns, DefaultMaxRuns) || m.bytes+size > cmp.Or(m.MaxBytes, DefaultMaxBytes) {
 		if len(m.ended) == 0 {
 			return false

@@ -332,8 +332,9 @@ func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (run
 	} else {
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			next := runs.NewID()
-			if r, err = update(tx, next); err != nil {
-				return err
+			var uerr error
+			if r, uerr = update(tx, next); uerr != nil {
+				return uerr
 			}
 			return s.insertNext(ctx, tx, next, o.Next, at)
 		})
