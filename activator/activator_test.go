@@ -80,6 +80,14 @@ func startInstance(t *testing.T) string { return queueproxytest.Start(t).Addr }
 
 var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 600}}
 
+// h2cClient speaks HTTP/2 without TLS, with prior knowledge, as gRPC
+// clients and curl --http2-prior-knowledge do.
+var h2cClient = func() *http.Client {
+	var p http.Protocols
+	p.SetUnencryptedHTTP2(true)
+	return &http.Client{Transport: &http.Transport{Protocols: &p}}
+}()
+
 func get(t *testing.T, url string, header ...string) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)

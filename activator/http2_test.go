@@ -85,15 +85,12 @@ func TestHTTP2Requests(t *testing.T) {
 	a.SetFunction(RouteSpec{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
 	a.SetEndpoints("ns", "fn", []string{dead, startInstance(t)})
 	base := serveActivator(t, a)
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	h2c := &http.Client{Transport: &http.Transport{Protocols: &p}}
 	get := func(path string, header ...string) (*http.Response, []byte) {
 		req, _ := http.NewRequest(http.MethodGet, base+path, nil)
 		for i := 0; i < len(header); i += 2 {
 			req.Header.Set(header[i], header[i+1])
 		}
-		resp, err := h2c.Do(req)
+		resp, err := h2cClient.Do(req)
 		if err != nil {
 			t.Fatalf("GET %s: %v", path, err)
 		}
@@ -127,9 +124,6 @@ func TestTrustedProxies(t *testing.T) {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	h1 := &http.Client{Transport: &http.Transport{Protocols: &p}}
-	var p2 http.Protocols
-	p2.SetUnencryptedHTTP2(true)
-	h2c := &http.Client{Transport: &http.Transport{Protocols: &p2}}
 	for _, tt := range []struct {
 		trust       string
 		wantForward bool
@@ -138,7 +132,7 @@ func TestTrustedProxies(t *testing.T) {
 		a.SetFunction(RouteSpec{Namespace: "ns", Name: "fn", HTTP: true, Timeout: 10 * time.Second})
 		a.SetEndpoints("ns", "fn", []string{instance})
 		base := serveActivator(t, a)
-		for proto, c := range map[string]*http.Client{"HTTP/1.1": h1, "HTTP/2.0": h2c} {
+		for proto, c := range map[string]*http.Client{"HTTP/1.1": h1, "HTTP/2.0": h2cClient} {
 			req, _ := http.NewRequest(http.MethodGet, base+"/fn/ns/fn/echo", nil)
 			req.Header.Set("X-Forwarded-Proto", "https")
 			req.Header.Set("X-Forwarded-Host", "api.example.test")

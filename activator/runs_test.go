@@ -246,29 +246,35 @@ sless_runs_running{function="idle",namespace="ns"} 1
 	}
 }
 
-// What cannot be a run is refused with the reason, and nothing is kept.
+// What cannot be a run is refused with the reason, and nothing is kept,
+// over HTTP/1.1 and HTTP/2 alike.
 func TestRunRefused(t *testing.T) {
 	_, base, store := startRuns(t)
 	async := []string{"Prefer", "respond-async"}
-	for _, tc := range []struct {
-		name, method, path, body string
-		header                   []string
-		code                     int
-		says                     string
-	}{
-		{"body too large", "POST", "/fn/ns/hello/", strings.Repeat("x", 2<<10), async, 413, "a run's body is at most 1024 bytes"},
-		{"unknown function", "POST", "/fn/ns/nobody/", "", async, 404, UnknownFunction},
-		{"key too long", "POST", "/fn/ns/hello/", "", append([]string{"Idempotency-Key", strings.Repeat("k", 256)}, async...), 400, "Idempotency-Key"},
-		{"unknown run", "GET", "/runs/" + string(runs.NewID()), "", nil, 404, "no such run"},
-		{"not a run id", "DELETE", "/runs/%FF", "", nil, 404, "no such run"},
-		{"field not text", "POST", "/fn/ns/hello/", "", append([]string{"X-Tag", "caf\xe9"}, async...), 400, "UTF-8"},
-		{"no id", "GET", "/runs/", "", nil, 404, "no such route"},
-		{"bad wait", "GET", "/runs/" + string(runs.NewID()) + "?wait=soon", "", nil, 400, "wait is a duration"},
-		{"bad method", "PUT", "/runs/" + string(runs.NewID()), "", nil, 405, "PUT is not a method of a run"},
-	} {
-		resp, b := call(t, tc.method, base+tc.path, tc.body, tc.header...)
-		if resp.StatusCode != tc.code || !bytes.Contains(b, []byte(tc.says)) {
-			t.Errorf("%s: %d %s, want %d saying %q", tc.name, resp.StatusCode, b, tc.code, tc.says)
+	for proto, c := range map[string]*http.Client{"HTTP/1.1": client, "HTTP/2.0": h2cClient} {
+		for _, tc := range []struct {
+			name, method, path, body string
+			header                   []string
+			code                     int
+			says                     string
+		}{
+			{"body too large", "POST", "/fn/ns/hello/", strings.Repeat("x", 2<<10), async, 413, "a run's body is at most 1024 bytes"},
+			{"unknown function", "POST", "/fn/ns/nobody/", "", async, 404, UnknownFunction},
+			{"key too long", "POST", "/fn/ns/hello/", "", append([]string{"Idempotency-Key", strings.Repeat("k", 256)}, async...), 400, "Idempotency-Key"},
+			{"unknown run", "GET", "/runs/" + string(runs.NewID()), "", nil, 404, "no such run"},
+			{"not a run id", "DELETE", "/runs/%FF", "", nil, 404, "no such run"},
+			{"field not text", "POST", "/fn/ns/hello/", "", append([]string{"X-Tag", "caf\xe9"}, async...), 400, "UTF-8"},
+			{"no id", "GET", "/runs/", "", nil, 404, "no such route"},
+			{"bad wait", "GET", "/runs/" + string(runs.NewID()) + "?wait=soon", "", nil, 400, "wait is a duration"},
+			{"bad method", "PUT", "/runs/" + string(runs.NewID()), "", nil, 405, "PUT is not a method of a run"},
+		} {
+			resp, b := callWith(t, c, tc.method, base+tc.path, tc.body, tc.header...)
+			if resp.Proto != proto || resp.StatusCode != tc.code || !bytes.Contains(b, []byte(tc.says)) {
+				t.Errorf("%s, %s: %s %d %s, want %d saying %q", proto, tc.name, resp.Proto, resp.StatusCode, b, tc.code, tc.says)
+			}
+			if tc.code == 405 && resp.Header.Get("Allow") != "GET, DELETE" {
+				t.Errorf("%s, %s: Allow %q, want GET, DELETE", proto, tc.name, resp.Header.Get("Allow"))
+			}
 		}
 	}
 	if p, _ := store.Pending(context.Background()); len(p) != 0 {
@@ -337,15 +343,12 @@ func TestRunGivenBackOnStop(t *testing.T) {
 }
 
 // Over HTTP/2 (h2c) a run is taken, read, answered and cancelled as over
-// HTTP/1.1, and refused for the same reasons.
+// HTTP/1.1 (TestRunRefused refuses over both).
 func TestRunsOverHTTP2(t *testing.T) {
-	_, base, store := startRuns(t)
-	var p http.Protocols
-	p.SetUnencryptedHTTP2(true)
-	h2c := &http.Client{Transport: &http.Transport{Protocols: &p}}
+	_, base, _ := startRuns(t)
 	do := func(method, path, body string, header ...string) (*http.Response, []byte) {
 		t.Helper()
-		resp, b := callWith(t, h2c, method, base+path, body, header...)
+		resp, b := callWith(t, h2cClient, method, base+path, body, header...)
 		if resp.ProtoMajor != 2 {
 			t.Fatalf("%s %s answered over %s", method, path, resp.Proto)
 		}
@@ -382,26 +385,6 @@ func TestRunsOverHTTP2(t *testing.T) {
 	idle := submitRun(t, base, "/fn/ns/idle/", "")
 	if resp, b := do(http.MethodDelete, "/runs/"+string(idle), ""); resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"state":"cancelled"`)) {
 		t.Errorf("DELETE over HTTP/2: %d %s", resp.StatusCode, b)
-	}
-	before, _ := store.Pending(context.Background())
-	for _, tc := range []struct {
-		name, method, path, body string
-		header                   []string
-		code                     int
-		says                     string
-	}{
-		{"body too large", "POST", "/fn/ns/hello/", strings.Repeat("x", 2<<10), []string{"Prefer", "respond-async"}, 413, "a run's body is at most 1024 bytes"},
-		{"unknown function", "POST", "/fn/ns/nobody/", "", []string{"Prefer", "respond-async"}, 404, UnknownFunction},
-		{"unknown run", "GET", "/runs/" + string(runs.NewID()), "", nil, 404, "no such run"},
-		{"bad method", "PUT", "/runs/" + string(runs.NewID()), "", nil, 405, "PUT is not a method of a run"},
-	} {
-		resp, b := do(tc.method, tc.path, tc.body, tc.header...)
-		if resp.StatusCode != tc.code || !bytes.Contains(b, []byte(tc.says)) {
-			t.Errorf("%s: %d %s, want %d saying %q", tc.name, resp.StatusCode, b, tc.code, tc.says)
-		}
-	}
-	if after, _ := store.Pending(context.Background()); len(after) != len(before) {
-		t.Errorf("runs kept by refused requests: %+v", after)
 	}
 }
 
