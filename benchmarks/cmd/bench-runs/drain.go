@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -240,18 +240,7 @@ func syncFloor(ctx context.Context, url string, n int) (float64, error) {
 	defer p.stop()
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: runsConcurrency}}
 	target := p.base + "/fn/bench/fn/orders"
-	r, err := rate(n, runsConcurrency, func() error {
-		resp, err := client.Post(target, "application/json", strings.NewReader(`{"order": 42}`))
-		if err != nil {
-			return err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("a request answered %s", resp.Status)
-		}
-		return nil
-	})
+	r, err := rate(n, runsConcurrency, func() error { return postOK(client, target, `{"order": 42}`) })
 	if err == nil && inst.total() != n {
 		err = fmt.Errorf("%d requests answered, the instance got %d", n, inst.total())
 	}
@@ -344,9 +333,5 @@ func (i *instance) total() int {
 func (i *instance) requests() map[runs.ID]int {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	out := make(map[runs.ID]int, len(i.runs))
-	for id, c := range i.runs {
-		out[id] = c
-	}
-	return out
+	return maps.Clone(i.runs)
 }

@@ -273,14 +273,12 @@ type latencies struct{ sync, async []time.Duration }
 // its end, one at a time, to an instance answering at once.
 func measureLatency(ctx context.Context, url string, n int) (latencies, error) {
 	var l latencies
-	instance, err := net.Listen("tcp", "127.0.0.1:0")
+	inst, err := startInstance()
 	if err != nil {
 		return l, err
 	}
-	fn := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "done") })}
-	go fn.Serve(instance) //nolint:errcheck
-	defer fn.Close()
-	p, err := start(ctx, url, instance.Addr().String(), true)
+	defer inst.close()
+	p, err := start(ctx, url, inst.addr, true)
 	if err != nil {
 		return l, err
 	}
@@ -289,14 +287,8 @@ func measureLatency(ctx context.Context, url string, n int) (latencies, error) {
 	target := p.base + "/fn/bench/fn/"
 	for i := range n + n/10 { // the first tenth warms up
 		begin := time.Now()
-		resp, err := client.Post(target, "text/plain", strings.NewReader("x"))
-		if err != nil {
+		if err := postOK(client, target, "x"); err != nil {
 			return l, err
-		}
-		_, _ = io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != http.StatusOK {
-			return l, fmt.Errorf("a request answered %s", resp.Status)
 		}
 		if i >= n/10 {
 			l.sync = append(l.sync, time.Since(begin))
@@ -320,6 +312,21 @@ func measureLatency(ctx context.Context, url string, n int) (latencies, error) {
 		}
 	}
 	return l, nil
+}
+
+// postOK sends a request waited on, and reads its answer, an error
+// unless 200.
+func postOK(client *http.Client, url, body string) error {
+	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("a request answered %s", resp.Status)
+	}
+	return nil
 }
 
 // awaitEnd reads a run with ?wait= until it ended.
