@@ -36,6 +36,7 @@ const storeTimeout = 10 * time.Second
 
 // Dispatch attempts the runs due of the functions the activator serves,
 // each through the same throttling, instances and records as a request,
+// and with a RunsConfig.BrokerURL publishes the answers of ended runs,
 // until ctx ends: call it with the context that ends as the activator
 // begins to stop, so that it claims no run it may not finish. It looks
 // every RunsConfig.Interval, and at once when a run is submitted here or
@@ -48,6 +49,11 @@ func (a *Activator) Dispatch(ctx context.Context) {
 		return
 	}
 	defer r.attempts.Wait()
+	if r.cfg.BrokerURL != "" {
+		published := make(chan struct{})
+		go func() { a.publishAnswers(ctx); close(published) }()
+		defer func() { <-published }()
+	}
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	failing := false // the store failed at the last look: said once
@@ -269,6 +275,10 @@ func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 		o.Result = result
 	}
 	rt.fn.Runs.Link(at, &o)
+	if o.Publish != "" && a.runs.cfg.BrokerURL == "" && a.runs.unbrokered.CompareAndSwap(false, true) {
+		a.log.Warn("runs: answers to publish to a queue wait, kept with their runs: this activator has no broker (--rabbitmq-url)",
+			"namespace", rt.fn.Namespace, "function", rt.fn.Name, "queue", o.Publish)
+	}
 	if o.Next != nil {
 		if next := a.routes.get(o.Next.Namespace, o.Next.Function); next != nil {
 			o.Next.MaxAge = next.fn.Runs.MaxAge
@@ -284,6 +294,9 @@ func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 		if r.Next != "" {
 			a.runs.metrics.submitted.WithLabelValues(o.Next.Namespace, o.Next.Function).Inc()
 			a.runs.poke()
+		}
+		if r.PublishTo != "" {
+			a.runs.pokePublisher()
 		}
 	case !errors.Is(err, runs.ErrAttemptOver):
 		// Over (cancelled, or its lease ran out), its outcome is not

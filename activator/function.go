@@ -34,8 +34,16 @@ func RouteSpecFor(fn *v1alpha1.Function) RouteSpec {
 		Triggers:    triggers,
 		Runs: runs.Policy{MaxAttempts: int(a.MaxAttempts), MinBackoff: duration(a.MinBackoff), MaxBackoff: duration(a.MaxBackoff),
 			MaxAge: duration(a.MaxAge), Concurrency: int(a.Concurrency),
-			OnSuccess: a.OnSuccess.FunctionName(), OnFailure: a.OnFailure.FunctionName()},
+			OnSuccess: runTarget(a.OnSuccess), OnFailure: runTarget(a.OnFailure)},
 	}
+}
+
+// runTarget is where t sends an ended run's answer: nowhere when nil.
+func runTarget(t *v1alpha1.RunTarget) runs.Target {
+	if t == nil {
+		return runs.Target{}
+	}
+	return runs.Target{Function: t.Function, Queue: t.Queue}
 }
 
 // duration is d's, 0 when unset.

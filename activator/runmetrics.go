@@ -18,6 +18,7 @@ type runMetrics struct {
 	submitted *prometheus.CounterVec
 	attempts  *prometheus.CounterVec
 	completed *prometheus.CounterVec
+	published prometheus.Counter
 }
 
 // The outcomes of an attempt (sless_run_attempts_total): it ended its
@@ -43,8 +44,12 @@ func newRunMetrics(reg prometheus.Registerer, a *Activator) (*runMetrics, error)
 			Name: "sless_runs_completed_total",
 			Help: "Runs ended by this activator, by final state: succeeded, failed, cancelled (DELETE /runs/{id}) or expired (queued past async.maxAge).",
 		}, append(fn, "state")),
+		published: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sless_run_answers_published_total",
+			Help: "Answers of ended runs published by this activator to the queues of their functions' onSuccess and onFailure, confirmed by the broker.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.submitted, m.attempts, m.completed, pendingCollector{a}} {
+	for _, c := range []prometheus.Collector{m.submitted, m.attempts, m.completed, m.published, pendingCollector{a}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

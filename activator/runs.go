@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -30,8 +31,13 @@ type RunsConfig struct {
 	// MaxWait bounds a GET /runs/{id}?wait=.
 	MaxWait time.Duration
 	// Interval is how often the dispatcher looks for runs due, besides
-	// when one is submitted here or an attempt ends.
+	// when one is submitted here or an attempt ends, and the publisher
+	// for answers to publish.
 	Interval time.Duration
+	// BrokerURL is the RabbitMQ broker that the answers of runs are
+	// published to (a function's onSuccess or onFailure queue). Empty,
+	// they wait, kept with their runs, for an activator that has one.
+	BrokerURL string
 }
 
 // Defaults of RunsConfig.
@@ -49,6 +55,11 @@ type runner struct {
 	cfg   RunsConfig
 	// wake tells the dispatcher to look for runs due now.
 	wake chan struct{}
+	// toPublish tells the publisher an answer waits to be published.
+	toPublish chan struct{}
+	// unbrokered is set once an answer to publish was found with no
+	// broker to publish it to: said once.
+	unbrokered atomic.Bool
 
 	metrics *runMetrics
 
@@ -84,7 +95,7 @@ func (a *Activator) EnableRuns(store runs.Store, cfg RunsConfig) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultRunInterval
 	}
-	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{},
+	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), toPublish: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{},
 		metrics: a.metrics.runs, running: map[attemptKey]*forward.Conn{}, waiters: map[runs.ID]*waiters{}}
 }
 
@@ -241,6 +252,14 @@ func (r *runner) announce(id runs.ID) {
 func (r *runner) poke() {
 	select {
 	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// pokePublisher wakes the publisher, without waiting.
+func (r *runner) pokePublisher() {
+	select {
+	case r.toPublish <- struct{}{}:
 	default:
 	}
 }

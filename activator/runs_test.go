@@ -31,9 +31,17 @@ var runsPolicy = runs.Policy{MaxAttempts: 3, MinBackoff: 10 * time.Millisecond, 
 // function ns/hello on one instance and ns/idle on none.
 func startRuns(t *testing.T) (*Activator, string, runs.Store) {
 	t.Helper()
-	a := newActivator(t, Config{}, &countingPoker{})
 	store := runs.NewMemory()
-	a.EnableRuns(store, RunsConfig{MaxBodyBytes: 1 << 10, Interval: 20 * time.Millisecond})
+	a, base := startRunsWith(t, store, RunsConfig{MaxBodyBytes: 1 << 10, Interval: 20 * time.Millisecond})
+	return a, base, store
+}
+
+// startRunsWith serves an activator taking runs into store, as cfg says,
+// with function ns/hello on one instance and ns/idle on none.
+func startRunsWith(t *testing.T, store runs.Store, cfg RunsConfig) (*Activator, string) {
+	t.Helper()
+	a := newActivator(t, Config{}, &countingPoker{})
+	a.EnableRuns(store, cfg)
 	a.SetFunction(RouteSpec{Namespace: "ns", Name: "hello", HTTP: true, Timeout: 10 * time.Second, Runs: runsPolicy})
 	a.SetFunction(RouteSpec{Namespace: "ns", Name: "idle", HTTP: true, Timeout: time.Hour, Runs: runsPolicy})
 	a.SetEndpoints("ns", "hello", []string{startInstance(t)})
@@ -41,7 +49,7 @@ func startRuns(t *testing.T) (*Activator, string, runs.Store) {
 	done := make(chan struct{})
 	go func() { a.Dispatch(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	return a, serveActivator(t, a), store
+	return a, serveActivator(t, a)
 }
 
 // call sends a request, its header given as name, value pairs, and
@@ -395,7 +403,7 @@ func TestRunsOverHTTP2(t *testing.T) {
 func TestRunChain(t *testing.T) {
 	a, base, _ := startRuns(t)
 	first, second := runsPolicy, runsPolicy
-	first.OnSuccess, first.OnFailure, second.OnSuccess = "second", "second", "first"
+	first.OnSuccess, first.OnFailure, second.OnSuccess = runs.Target{Function: "second"}, runs.Target{Function: "second"}, runs.Target{Function: "first"}
 	instance := startInstance(t)
 	for name, p := range map[string]runs.Policy{"first": first, "second": second} {
 		a.SetFunction(RouteSpec{Namespace: "ns", Name: name, HTTP: true, Timeout: 10 * time.Second, Runs: p})

@@ -89,7 +89,9 @@ type Options struct {
 	// doubles with each failure, up to maxInstallRetry.
 	InstallRetry time.Duration
 	// AMQPURL is the broker of every RabbitMQ trigger (a manifest's
-	// connectionSecret is for Kubernetes); empty, none is consumed.
+	// connectionSecret is for Kubernetes), and the one the answers of
+	// runs are published to (async.onSuccess, onFailure); empty, none
+	// is consumed, and answers wait, kept with their runs.
 	AMQPURL string
 	// RetryBackoff is the wait before a failed message's first retry
 	// (consumer.DefaultBackoff when 0).
@@ -234,7 +236,7 @@ func New(opts Options) (*Platform, error) {
 	if p.act, err = activator.New(activator.Config{MaxBodyBytes: opts.MaxBodyBytes, Domain: Domain, Dial: p.sup.Dial}, p.pokes, timeline.Tee(p.records, p.timeline), p.reg, opts.Log); err != nil {
 		return nil, err
 	}
-	p.act.EnableRuns(opts.Runs, activator.RunsConfig{})
+	p.act.EnableRuns(opts.Runs, activator.RunsConfig{BrokerURL: opts.AMQPURL})
 	cronMetrics, err := scheduler.NewMetrics(p.reg)
 	if err != nil {
 		return nil, err

@@ -27,7 +27,7 @@ const (
 // and results hold at most MaxBytes (a run's request is dropped as it
 // ends), and as many idempotency keys as runs: a full store drops its
 // oldest ended runs for a new one, and refuses one (ErrFull) when what it
-// holds is still queued or running.
+// holds is still queued or running, or its answer waits to be published.
 type Memory struct {
 	// KeyWindow, Retention, MaxRuns and MaxBytes default to
 	// DefaultKeyWindow, DefaultRetention, DefaultMaxRuns and
@@ -41,8 +41,15 @@ type Memory struct {
 	functions map[functionKey]*queue
 	keys      map[idempotencyKey]keyUse
 	ended     []ID // in the order runs ended, the oldest first; may name runs gone
-	seq       uint64
-	bytes     int64 // of the requests and results held
+	// unpublished are the ended runs whose answers wait to be published,
+	// in the order they ended: they join ended once published, not to be
+	// dropped before.
+	unpublished []ID
+	// publishing is held by Publish, so that one send at a time has an
+	// answer.
+	publishing sync.Mutex
+	seq        uint64
+	bytes      int64 // of the requests and results held
 }
 
 type functionKey struct{ namespace, name string }
@@ -225,7 +232,11 @@ func (m *Memory) end(e *entry, s State, why string) {
 	if why != "" {
 		e.run.Error = invocation.TruncateError(why)
 	}
-	m.ended = append(m.ended, e.run.ID)
+	if e.run.PublishTo != "" {
+		m.unpublished = append(m.unpublished, e.run.ID)
+	} else {
+		m.ended = append(m.ended, e.run.ID)
+	}
 }
 
 // Claim implements Store.
@@ -296,6 +307,7 @@ func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
 		heap.Push(&q.due, e)
 		return e.run, nil
 	}
+	e.run.PublishTo = o.Publish
 	m.end(e, o.State, "")
 	if o.Next != nil {
 		if next, err := m.add(*o.Next, time.Now()); err != nil {
@@ -305,6 +317,33 @@ func (m *Memory) Finish(_ context.Context, a Attempt, o Outcome) (Run, error) {
 		}
 	}
 	return e.run, nil
+}
+
+// Publish implements Store.
+func (m *Memory) Publish(ctx context.Context, limit int, send Sender) (int, error) {
+	m.publishing.Lock()
+	defer m.publishing.Unlock()
+	m.mu.Lock()
+	ps := make([]Publication, 0, min(limit, len(m.unpublished)))
+	for _, id := range m.unpublished[:cap(ps)] {
+		e := m.runs[id]
+		ps = append(ps, Publication{Queue: e.run.PublishTo, Run: e.run, Result: e.result})
+	}
+	m.mu.Unlock()
+	if len(ps) == 0 {
+		return 0, nil
+	}
+	n, err := send(ctx, ps)
+	n = max(0, min(n, len(ps)))
+	now := time.Now()
+	m.mu.Lock()
+	for _, id := range m.unpublished[:n] {
+		m.runs[id].run.PublishedAt = &now
+	}
+	m.ended = append(m.ended, m.unpublished[:n]...)
+	m.unpublished = m.unpublished[n:]
+	m.mu.Unlock()
+	return n, err
 }
 
 // Over implements Store.

@@ -14,10 +14,17 @@ type Policy struct {
 	MaxAge      time.Duration `json:"maxAgeNs"`
 	// Concurrency bounds the runs attempted at once.
 	Concurrency int `json:"concurrency"`
-	// OnSuccess and OnFailure name the functions, in the same namespace,
-	// that a run which succeeded or failed passes its answer to (Chain).
-	OnSuccess string `json:"onSuccess,omitempty"`
-	OnFailure string `json:"onFailure,omitempty"`
+	// OnSuccess and OnFailure are where a run which succeeded or failed
+	// passes its answer (Link).
+	OnSuccess Target `json:"onSuccess,omitzero"`
+	OnFailure Target `json:"onFailure,omitzero"`
+}
+
+// Target is where an ended run's answer goes: a run of Function, in the
+// run's namespace, or a message on Queue; neither when both are empty.
+type Target struct {
+	Function string `json:"function,omitempty"`
+	Queue    string `json:"queue,omitempty"`
 }
 
 // Answer is how an attempt went, as the platform saw it.

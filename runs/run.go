@@ -126,6 +126,11 @@ type Run struct {
 	Parent ID  `json:"parent,omitempty"`
 	Depth  int `json:"depth,omitempty"`
 	Next   ID  `json:"next,omitempty"`
+	// PublishTo is the queue the run's answer is published to
+	// (Outcome.Publish), and PublishedAt when the broker confirmed it:
+	// nil while it waits.
+	PublishTo   string     `json:"publishTo,omitempty"`
+	PublishedAt *time.Time `json:"publishedAt,omitempty"`
 }
 
 // Result is a function's answer to a run's last attempt.
@@ -167,6 +172,10 @@ type Outcome struct {
 	// (Policy.Link), stored in the same write: a chain loses no link
 	// to a process lost in between.
 	Next *Submission
+	// Publish, with an outcome that ends the run, names the queue its
+	// answer is to be published to (Policy.Link): the store keeps it
+	// with the run's end, for Store.Publish to hand to a publisher.
+	Publish string
 }
 
 // Check says whether o is an outcome a store takes: one that ends the
@@ -235,7 +244,18 @@ type Store interface {
 	Pending(ctx context.Context) ([]Demand, error)
 	// List is a function's runs, the newest first, as q selects them.
 	List(ctx context.Context, namespace, function string, q Query) ([]Run, error)
+	// Publish hands send up to limit of the answers waiting to be
+	// published (Outcome.Publish), those of the runs ended first first,
+	// each to one send at a time across processes, and marks published
+	// the first n that send says the broker has: those are never handed
+	// again. One handed to a process lost before its mark is handed
+	// again: at least once. It answers n and send's error.
+	Publish(ctx context.Context, limit int, send Sender) (n int, err error)
 }
+
+// Sender publishes answers in their order, and says how many of the first
+// the broker has: all of them, or fewer with the error that stopped it.
+type Sender func(ctx context.Context, ps []Publication) (int, error)
 
 // Query selects the runs List answers.
 type Query struct {

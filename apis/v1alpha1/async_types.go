@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -70,17 +71,31 @@ type Async struct {
 	OnFailure *RunTarget `json:"onFailure,omitempty"`
 }
 
-// RunTarget is where an ended run's answer goes: a run of another
-// Function, its request a POST of the answer (docs/runs.md), made in the
-// same write that ends the run. Chains are at most 11 runs long, so that
-// functions passing answers round in a circle stop.
+// RunTarget is where an ended run's answer goes (docs/runs.md): a run of
+// another Function, its request a POST of the answer, made in the same
+// write that ends the run; or a message on a RabbitMQ queue of the
+// platform's broker, kept with the run until the broker confirmed it.
+// Chains of runs are at most 11 runs long, so that functions passing
+// answers round in a circle stop.
+//
+// +kubebuilder:validation:XValidation:rule="has(self.function) != has(self.queue)",message="exactly one of function or queue must be set"
 type RunTarget struct {
 	// Function names the Function to run, in the same namespace. It may
 	// not exist yet: its run waits, queued, for it, up to its maxAge.
+	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[a-z]([-a-z0-9]*[a-z0-9])?$`
-	Function string `json:"function"`
+	Function string `json:"function,omitempty"`
+
+	// Queue names the queue of the platform's broker (the activators'
+	// --rabbitmq-url) the answer is published to, durable, declared
+	// when missing. The amq. prefix is the broker's own.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('amq.')",message="queue names starting amq. are reserved by RabbitMQ"
+	Queue string `json:"queue,omitempty"`
 }
 
 // Defaults of Async, the same as its CRD markers.
@@ -132,11 +147,15 @@ func validateAsync(a *Async, p *field.Path) field.ErrorList {
 }
 
 func validateRunTarget(t *RunTarget, p *field.Path) field.ErrorList {
-	if t == nil {
+	switch {
+	case t == nil:
 		return nil
-	}
-	if t.Function == "" {
-		return field.ErrorList{field.Required(p.Child("function"), "the Function to run with the answer")}
+	case t.Function == "" && t.Queue == "":
+		return field.ErrorList{field.Required(p, "exactly one of function or queue must be set")}
+	case t.Function != "" && t.Queue != "":
+		return field.ErrorList{field.Forbidden(p.Child("queue"), "exactly one of function or queue must be set, and function is")}
+	case t.Queue != "":
+		return validateTargetQueue(t.Queue, p.Child("queue"))
 	}
 	var errs field.ErrorList
 	for _, msg := range validation.IsDNS1035Label(t.Function) {
@@ -145,10 +164,15 @@ func validateRunTarget(t *RunTarget, p *field.Path) field.ErrorList {
 	return errs
 }
 
-// FunctionName is the Function t names, "" for none (t nil).
-func (t *RunTarget) FunctionName() string {
-	if t == nil {
-		return ""
+// maxQueueName bounds a RabbitMQ queue's name, in bytes.
+const maxQueueName = 255
+
+func validateTargetQueue(q string, p *field.Path) field.ErrorList {
+	switch {
+	case len(q) > maxQueueName:
+		return field.ErrorList{field.TooLong(p, q, maxQueueName)}
+	case strings.HasPrefix(q, "amq."):
+		return field.ErrorList{field.Invalid(p, q, "queue names starting amq. are reserved by RabbitMQ")}
 	}
-	return t.Function
+	return nil
 }

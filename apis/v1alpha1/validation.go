@@ -381,8 +381,8 @@ func validateRabbitMQ(r *RabbitMQTrigger, mode Mode, p *field.Path) field.ErrorL
 	var errs field.ErrorList
 	if r.Queue == "" {
 		errs = append(errs, field.Required(p.Child("queue"), "the queue to consume"))
-	} else if len(r.Queue) > 255 {
-		errs = append(errs, field.TooLong(p.Child("queue"), r.Queue, 255))
+	} else if len(r.Queue) > maxQueueName {
+		errs = append(errs, field.TooLong(p.Child("queue"), r.Queue, maxQueueName))
 	}
 	if r.ConnectionSecret == "" && mode == ModeKubernetes {
 		errs = append(errs, field.Required(p.Child("connectionSecret"), "a Secret whose key url holds the AMQP URL"))

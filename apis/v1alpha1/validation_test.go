@@ -178,7 +178,12 @@ func TestValidate(t *testing.T) {
 			`spec.async.minBackoff: Invalid value: "1m0s": must not exceed maxBackoff`, `spec.async.maxAge: Invalid value: "48h0m0s"`}},
 		{name: "async targets", mode: ModeLocal, mutate: func(f *Function) {
 			f.Spec.Async.OnSuccess, f.Spec.Async.OnFailure = &RunTarget{Function: "Next"}, &RunTarget{}
-		}, want: []string{`spec.async.onSuccess.function: Invalid value: "Next"`, `spec.async.onFailure.function: Required value`}},
+		}, want: []string{`spec.async.onSuccess.function: Invalid value: "Next"`, `spec.async.onFailure: Required value: exactly one of function or queue`}},
+		{name: "async queue targets", mode: ModeLocal, mutate: func(f *Function) {
+			f.Spec.Async.OnSuccess = &RunTarget{Queue: "amq.done"}
+			f.Spec.Async.OnFailure = &RunTarget{Function: "next", Queue: "failed"}
+		}, want: []string{`spec.async.onSuccess.queue: Invalid value: "amq.done": queue names starting amq. are reserved`,
+			`spec.async.onFailure.queue: Forbidden: exactly one of function or queue must be set`}},
 		{name: "two trigger kinds", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].Cron = &CronTrigger{Schedule: "@hourly", Timezone: "UTC"} },
 			want: []string{`spec.triggers[0]: Invalid value: "web": exactly one of http, cron or rabbitmq must be set, found 2`}},
 		{name: "no trigger kind", mode: ModeLocal, mutate: func(f *Function) { f.Spec.Triggers[0].HTTP = nil },

@@ -37,6 +37,7 @@ func newActivatorCommand() *cobra.Command {
 		listen, admin, domain, autoscaler string
 		trustedProxies                    []string
 		peersService, adminSecret         string
+		rabbitmqURL                       string
 		cfg                               activator.Config
 		drain, readTimeout, propagation   time.Duration
 		records                           int
@@ -97,7 +98,7 @@ SLESS_DATABASE_URL), to memory without.`,
 			}
 			dispatched := make(chan struct{})
 			if runStore != nil {
-				a.EnableRuns(runStore, activator.RunsConfig{})
+				a.EnableRuns(runStore, activator.RunsConfig{BrokerURL: rabbitmqURL})
 				// No run is claimed once the activator begins to stop;
 				// those under way have the drain to end, and the store
 				// stays open for their outcomes.
@@ -181,7 +182,15 @@ SLESS_DATABASE_URL), to memory without.`,
 			" is the admin API's token: created with a random one when missing, followed when rotated (unused with SLESS_ADMIN_TOKEN)")
 	f.StringVar(&peersService, "peers-service", "sless-activator",
 		"the activators' Service, in the pod's namespace (POD_NAMESPACE): its ready endpoints share every instance's concurrency; POD_IP names this one")
-	cmd.PreRunE = func(*cobra.Command, []string) error {
+	f.StringVar(&rabbitmqURL, "rabbitmq-url", "",
+		"AMQP URL of the broker that the answers of runs are published to, for functions whose async.onSuccess or onFailure name a queue ["+rabbitmqURLEnv+"] (they wait, kept with their runs, when empty)")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if !cmd.Flags().Changed("rabbitmq-url") {
+			rabbitmqURL = os.Getenv(rabbitmqURLEnv)
+		}
+		if err := checkAMQPURL("--rabbitmq-url", rabbitmqURL); err != nil {
+			return err
+		}
 		cfg.Domain = domain
 		proxies, err := parsePrefixes(trustedProxies)
 		if err != nil {

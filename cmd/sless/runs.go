@@ -99,6 +99,13 @@ func describeRun(w io.Writer, v adminapi.RunView) {
 	if v.Next != "" {
 		fmt.Fprintf(tw, "Passed on to:\t%s\n", v.Next)
 	}
+	switch {
+	case v.PublishTo == "":
+	case v.PublishedAt != nil:
+		fmt.Fprintf(tw, "Published to:\tqueue %s at %s\n", v.PublishTo, v.PublishedAt.Local().Format(time.RFC3339))
+	default:
+		fmt.Fprintf(tw, "Published to:\tqueue %s: waiting for the broker\n", v.PublishTo)
+	}
 	_ = tw.Flush()
 	res := v.Result
 	if res == nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"sless.dev/sless/adminapi"
+	"sless.dev/sless/internal/amqptest"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/pgtest"
 	"sless.dev/sless/runs"
@@ -309,5 +311,38 @@ func TestDevRunChain(t *testing.T) {
 				t.Errorf("%s: run %s: want %q in\n%s", tc.path, next, want, out)
 			}
 		}
+	}
+}
+
+// A Function's onFailure naming a queue under sless dev, runs in memory:
+// the answer of a run that failed is published to the queue, on the
+// broker of --amqp-url, and the CLI says when.
+func TestDevRunPublished(t *testing.T) {
+	ch := amqptest.Channel(t)
+	queue := amqptest.Name("failed")
+	amqptest.DeleteAtCleanup(t, ch, queue)
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"hi/main.py": devHandler, "fns.yaml": fmt.Sprintf(`apiVersion: sless.dev/v1alpha1
+kind: Function
+metadata: {name: hi}
+spec:
+  runtime: python
+  source: ./hi
+  scale: {initial: 1}
+  async: {maxAttempts: 1, onFailure: {queue: %s}}
+`, queue)})
+	d := startDevIn(t, dir, nil, "--amqp-url", amqptest.URL())
+	waitStatus(t, d.invoke+"/fn/default/hi", http.StatusOK)
+	id := submit(t, d.invoke+"/fn/default/hi/?fail=1")
+	eventually.True(t, "the run's answer published", func() bool {
+		out, err := sless(t, d.admin, "run", string(id))
+		return err == nil && strings.Contains(out, "Published to:  queue "+queue+" at ")
+	})
+	msg, ok, err := ch.Get(queue, true)
+	if err != nil || !ok {
+		t.Fatalf("queue %s: no message (%v)", queue, err)
+	}
+	if msg.MessageId != string(id) || msg.Headers[runs.MessageStateHeader] != "failed" || !strings.Contains(string(msg.Body), "asked to fail") {
+		t.Errorf("message %s %v %q, want run %s's failed answer", msg.MessageId, msg.Headers, msg.Body, id)
 	}
 }

@@ -119,12 +119,12 @@ func (s *Store) maintain(ctx context.Context, now time.Time) error {
 func now() time.Time { return time.Now().Truncate(time.Microsecond) }
 
 // runColumns are what a Run is read from, in scanRun's order.
-const runColumns = "id, namespace, function, state, attempts, created_at, started_at, completed_at, status, error, result_size, result_truncated, parent, depth, next"
+const runColumns = "id, namespace, function, state, attempts, created_at, started_at, completed_at, status, error, result_size, result_truncated, parent, depth, next, publish_to, published_at"
 
 // runFields are where runColumns are scanned to.
 func runFields(r *runs.Run) []any {
 	return []any{&r.ID, &r.Namespace, &r.Function, &r.State, &r.Attempts, &r.CreatedAt, &r.StartedAt,
-		&r.CompletedAt, &r.Status, &r.Error, &r.ResultSize, &r.ResultTruncated, &r.Parent, &r.Depth, &r.Next}
+		&r.CompletedAt, &r.Status, &r.Error, &r.ResultSize, &r.ResultTruncated, &r.Parent, &r.Depth, &r.Next, &r.PublishTo, &r.PublishedAt}
 }
 
 func scanRun(row pgx.Row) (runs.Run, error) {
@@ -315,15 +315,19 @@ func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (run
 	if o.Unsent {
 		unsent = 1
 	}
+	publishTo := ""
+	if o.State != runs.Queued {
+		publishTo = o.Publish
+	}
 	update := func(q querier, next runs.ID) (runs.Run, error) {
 		return scanRun(q.QueryRow(ctx, `update sless_runs set state = $4, not_before = $5, completed_at = $6,
 				attempts = attempts - $13, error = $7, status = case when $8 > 0 then $8 else status end,
 				content_type = case when $8 > 0 then $9 else content_type end, result = coalesce($10, result),
 				result_truncated = case when $8 > 0 then $11 else result_truncated end,
-				result_size = case when $8 > 0 then $12 else result_size end, next = $14
+				result_size = case when $8 > 0 then $12 else result_size end, next = $14, publish_to = $15
 			where id = $1 and created_at = $2 and state = 'running' and attempts = $3
 			returning `+runColumns, a.Run.ID, a.Run.CreatedAt, a.Number, o.State, notBefore, completed,
-			invocation.TruncateError(o.Error), o.Result.Status, o.Result.ContentType, result, o.Result.Truncated, o.Result.BodySize, unsent, next))
+			invocation.TruncateError(o.Error), o.Result.Status, o.Result.ContentType, result, o.Result.Truncated, o.Result.BodySize, unsent, next, publishTo))
 	}
 	var r runs.Run
 	var err error
@@ -365,6 +369,46 @@ func (s *Store) insertNext(ctx context.Context, tx pgx.Tx, id runs.ID, sub *runs
 	}
 	_, err = s.insert(ctx, tx, id, *sub, header, at)
 	return err
+}
+
+// Publish implements runs.Store. The answers handed to send are locked in
+// a transaction until it returns (FOR UPDATE SKIP LOCKED: another
+// process's Publish passes them by), and marked in it.
+func (s *Store) Publish(ctx context.Context, limit int, send runs.Sender) (int, error) {
+	var n int
+	var sendErr error
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, "select "+runColumns+`, content_type, result from sless_runs
+			where publish_to <> '' and published_at is null order by completed_at limit $1 for update skip locked`, limit)
+		if err != nil {
+			return err
+		}
+		ps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runs.Publication, error) {
+			var p runs.Publication
+			err := row.Scan(append(runFields(&p.Run), &p.Result.ContentType, &p.Result.Body)...)
+			p.Queue, p.Result.Status, p.Result.BodySize, p.Result.Truncated = p.Run.PublishTo, p.Run.Status, p.Run.ResultSize, p.Run.ResultTruncated
+			return p, err
+		})
+		if err != nil || len(ps) == 0 {
+			return err
+		}
+		n, sendErr = send(ctx, ps)
+		n = max(0, min(n, len(ps)))
+		if n == 0 {
+			return nil
+		}
+		ids, created := make([]string, n), make([]time.Time, n)
+		for i, p := range ps[:n] {
+			ids[i], created[i] = string(p.Run.ID), p.Run.CreatedAt
+		}
+		_, err = tx.Exec(ctx, `update sless_runs r set published_at = $3 from unnest($1::text[], $2::timestamptz[]) as p(id, created_at)
+			where r.id = p.id and r.created_at = p.created_at`, ids, created, now())
+		return err
+	})
+	if err != nil {
+		return 0, s.fail("publish", err)
+	}
+	return n, sendErr
 }
 
 // Over implements runs.Store, in one query however many attempts.

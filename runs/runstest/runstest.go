@@ -38,6 +38,8 @@ func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
 		{"List", testList},
 		{"Over", testOver},
 		{"Chain", testChain},
+		{"Publish", testPublish},
+		{"PublishedOnce", testPublishedOnce},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.test(t, open(t)) })
 	}
@@ -534,5 +536,115 @@ func testChain(t *testing.T, s runs.Store) {
 	}
 	if _, ok := claim(t, s, time.Hour); ok {
 		t.Error("an attempt over made a next run")
+	}
+}
+
+// end claims the next run due and ends it with o.
+func end(t *testing.T, s runs.Store, o runs.Outcome) runs.Run {
+	t.Helper()
+	r, err := s.Finish(ctx, mustClaim(t, s), o)
+	if err != nil {
+		t.Fatalf("finish: %v", err)
+	}
+	return r
+}
+
+// The answers an outcome says to publish are kept with the run's end and
+// handed to a publisher in the order the runs ended, until it says the
+// broker has them; none of a run queued again.
+func testPublish(t *testing.T, s runs.Store) {
+	for n := range 4 {
+		submit(t, s, runs.Submission{Request: request(n)})
+	}
+	answer := runs.Result{Status: 201, ContentType: "text/csv", Body: []byte("a,b\n"), Truncated: true, BodySize: 9000}
+	queued, err := s.Finish(ctx, mustClaim(t, s), runs.Outcome{State: runs.Queued, RetryAt: time.Now().Add(time.Hour), Publish: "done"})
+	if err != nil || queued.PublishTo != "" {
+		t.Fatalf("a run queued again is to be published: %+v %v", queued, err)
+	}
+	ok := end(t, s, runs.Outcome{State: runs.Succeeded, Result: answer, Publish: "done"})
+	failed := end(t, s, runs.Outcome{State: runs.Failed, Error: "the function answered 400", Publish: "failed"})
+	end(t, s, runs.Outcome{State: runs.Succeeded})
+	if ok.PublishTo != "done" || ok.PublishedAt != nil || get(t, s, failed.ID).PublishTo != "failed" {
+		t.Fatalf("ended runs to publish: %+v, %+v", ok, failed)
+	}
+
+	var handed [][]runs.Publication
+	send := func(n int, err error) runs.Sender {
+		return func(_ context.Context, ps []runs.Publication) (int, error) {
+			handed = append(handed, ps)
+			return min(n, len(ps)), err
+		}
+	}
+	down := errors.New("broker down")
+	if n, err := s.Publish(ctx, 10, send(1, down)); n != 1 || !errors.Is(err, down) {
+		t.Errorf("publish, one of two sent: %d %v, want 1 and the sender's error", n, err)
+	}
+	if len(handed) != 1 || len(handed[0]) != 2 {
+		t.Fatalf("handed %+v, want the two answers", handed)
+	}
+	p := handed[0][0]
+	if p.Queue != "done" || p.Run.ID != ok.ID || p.Run.State != runs.Succeeded || p.Result.Status != 201 ||
+		p.Result.ContentType != "text/csv" || string(p.Result.Body) != "a,b\n" || !p.Result.Truncated || p.Result.BodySize != 9000 {
+		t.Errorf("first handed %+v, want the succeeded run's answer to done", p)
+	}
+	if p := handed[0][1]; p.Queue != "failed" || p.Run.ID != failed.ID || p.Run.Error != "the function answered 400" {
+		t.Errorf("second handed %+v, want the failed run to failed", p)
+	}
+	if r := get(t, s, ok.ID); r.PublishedAt == nil {
+		t.Errorf("the answer sent is not marked published: %+v", r)
+	}
+	if r := get(t, s, failed.ID); r.PublishedAt != nil {
+		t.Errorf("the answer not sent is marked published: %+v", r)
+	}
+
+	handed = nil
+	if n, err := s.Publish(ctx, 10, send(10, nil)); n != 1 || err != nil || len(handed) != 1 || len(handed[0]) != 1 || handed[0][0].Run.ID != failed.ID {
+		t.Errorf("publish again: %d %v, handed %+v, want the one not sent", n, err, handed)
+	}
+	handed = nil
+	if n, err := s.Publish(ctx, 10, send(10, nil)); n != 0 || err != nil || len(handed) != 0 {
+		t.Errorf("publish with none waiting: %d %v, handed %+v", n, err, handed)
+	}
+}
+
+// Publishers at once are each handed answers no other is: each answer is
+// handed once when every send succeeds.
+func testPublishedOnce(t *testing.T, s runs.Store) {
+	const total = 30
+	for n := range total {
+		submit(t, s, runs.Submission{Request: request(n)})
+		end(t, s, runs.Outcome{State: runs.Succeeded, Result: runs.Result{Status: 200}, Publish: "done"})
+	}
+	var mu sync.Mutex
+	seen := map[runs.ID]int{}
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			for {
+				n, err := s.Publish(ctx, 4, func(_ context.Context, ps []runs.Publication) (int, error) {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, p := range ps {
+						seen[p.Run.ID]++
+					}
+					return len(ps), nil
+				})
+				if err != nil {
+					t.Errorf("publish: %v", err)
+				}
+				if n == 0 || err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(seen) != total {
+		t.Errorf("%d answers handed, want %d", len(seen), total)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("the answer of run %s handed %d times", id, n)
+		}
 	}
 }
