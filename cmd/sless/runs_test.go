@@ -314,10 +314,11 @@ func TestDevRunChain(t *testing.T) {
 	}
 }
 
-// A Function's onFailure naming a queue under sless dev, runs in memory:
-// the answer of a run that failed is published to the queue, on the
-// broker of --amqp-url, and the CLI says when.
+// A Function's onFailure naming a queue under sless dev on PostgreSQL: the
+// answer of a run that failed is published to the queue, on the broker of
+// --amqp-url, and the CLI says when.
 func TestDevRunPublished(t *testing.T) {
+	url, _ := pgtest.DB(t)
 	ch := amqptest.Channel(t)
 	queue := amqptest.Name("failed")
 	amqptest.DeleteAtCleanup(t, ch, queue)
@@ -331,7 +332,7 @@ spec:
   scale: {initial: 1}
   async: {maxAttempts: 1, onFailure: {queue: %s}}
 `, queue)})
-	d := startDevIn(t, dir, nil, "--amqp-url", amqptest.URL())
+	d := startDevIn(t, dir, nil, "--database-url", url, "--amqp-url", amqptest.URL())
 	waitStatus(t, d.invoke+"/fn/default/hi", http.StatusOK)
 	id := submit(t, d.invoke+"/fn/default/hi/?fail=1")
 	eventually.True(t, "the run's answer published", func() bool {
