@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -21,7 +22,7 @@ import (
 // request: an attempt that outlives its lease could overlap the next.
 const leaseMargin = 10 * time.Second
 
-// expireEvery is how many of the dispatcher's looks pass between two
+// expireEvery is how many of the dispatcher's intervals pass between two
 // expiries of the runs queued too long.
 const expireEvery = 20
 
@@ -34,13 +35,23 @@ const overEvery = time.Second
 // answering holds no caller, dispatcher or attempt for longer.
 const storeTimeout = 10 * time.Second
 
+// maxClaim bounds the runs one claim takes: one statement each.
+const maxClaim = 100
+
+// pendingCost is how many times its own duration passes between two reads
+// of every function's runs not ended (Pending): with a large backlog the
+// read is long, and claiming, not counting, is the dispatcher's work.
+const pendingCost = 10
+
 // Dispatch attempts the runs due of the functions the activator serves,
 // each through the same throttling, instances and records as a request,
 // and with a RunsConfig.BrokerURL publishes the answers of ended runs,
 // until ctx ends: call it with the context that ends as the activator
-// begins to stop, so that it claims no run it may not finish. It looks
-// every RunsConfig.Interval, and at once when a run is submitted here or
-// an attempt ends. It returns once the attempts under way have ended and
+// begins to stop, so that it claims no run it may not finish. It reads
+// which functions have runs due every RunsConfig.Interval (or ten times
+// that read's own duration, when longer), and claims at once for a
+// function a run was submitted to here, or whose attempt ended here while
+// it had more due. It returns once the attempts under way have ended and
 // their outcomes are stored; one cut short by the process's end is
 // attempted again once its lease runs out.
 func (a *Activator) Dispatch(ctx context.Context) {
@@ -57,10 +68,20 @@ func (a *Activator) Dispatch(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	failing := false // the store failed at the last look: said once
-	var checked time.Time
-	for n := 0; ; n++ {
-		err := a.dispatchDue(ctx)
-		if err == nil && n%expireEvery == 0 {
+	var read, expired, checked time.Time
+	var took time.Duration
+	for {
+		var err error
+		if time.Since(read) >= max(r.cfg.Interval, pendingCost*took) {
+			read = time.Now()
+			err = a.readPending(ctx)
+			took = time.Since(read)
+		}
+		if err == nil {
+			err = a.dispatchDue(ctx)
+		}
+		if err == nil && time.Since(expired) >= expireEvery*r.cfg.Interval {
+			expired = time.Now()
 			err = r.expire(ctx)
 		}
 		if err == nil && time.Since(checked) >= overEvery {
@@ -83,69 +104,121 @@ func (a *Activator) Dispatch(ctx context.Context) {
 	}
 }
 
-// dispatchDue claims the runs due of every function served, each up to
-// its concurrency, and starts their attempts.
-func (a *Activator) dispatchDue(ctx context.Context) error {
+// readPending reads every function's runs not ended, for the metrics,
+// and marks due those with runs due.
+func (a *Activator) readPending(ctx context.Context) error {
 	pctx, cancel := context.WithTimeout(ctx, storeTimeout)
 	pending, err := a.runs.store.Pending(pctx)
 	cancel()
 	if err != nil {
 		return err
 	}
-	a.runs.mu.Lock()
-	a.runs.pending = pending
-	a.runs.mu.Unlock()
+	r := a.runs
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pending = pending
 	for _, d := range pending {
-		if d.Due == 0 {
-			continue
-		}
-		// A run of a function not served here waits: another activator
-		// may serve it, or its Function come back before it expires.
-		if rt := a.routes.get(d.Namespace, d.Function); rt != nil {
-			if err := a.claim(ctx, rt, d.Due); err != nil {
-				return err
-			}
+		if d.Due > 0 {
+			r.due[types.NamespacedName{Namespace: d.Namespace, Name: d.Function}]++
 		}
 	}
 	return nil
 }
 
-// claim takes up to due runs of rt, within its concurrency, and starts
-// their attempts.
-func (a *Activator) claim(ctx context.Context, rt *route, due int) error {
-	key := types.NamespacedName{Namespace: rt.fn.Namespace, Name: rt.fn.Name}
-	lease := max(rt.fn.MaxDuration, rt.fn.Timeout) + leaseMargin
-	for range due {
-		if !a.runs.reserve(key, max(rt.fn.Runs.Concurrency, 1)) {
-			return nil
+// dispatchDue claims runs of the functions marked due, each up to its
+// concurrency, and starts their attempts.
+func (a *Activator) dispatchDue(ctx context.Context) error {
+	r := a.runs
+	r.mu.Lock()
+	due := maps.Clone(r.due)
+	r.mu.Unlock()
+	for key, mark := range due {
+		// A run of a function not served here waits: another activator
+		// may serve it, or its Function come back before it expires.
+		rt := a.routes.get(key.Namespace, key.Name)
+		if rt == nil {
+			r.notDue(key, mark)
+			continue
 		}
-		cctx, cancel := context.WithTimeout(ctx, storeTimeout)
-		at, ok, err := a.runs.store.Claim(cctx, rt.fn.Namespace, rt.fn.Name, lease, max(rt.fn.Runs.MaxAttempts, 1))
-		cancel()
-		if err != nil || !ok {
-			a.runs.release(key)
+		if err := a.claim(ctx, rt, mark); err != nil {
 			return err
 		}
-		a.runs.attempts.Add(1)
+	}
+	return nil
+}
+
+// claim takes as many runs of rt as its concurrency leaves room for, up to
+// maxClaim, and starts their attempts. A claim that finds fewer than it
+// asked for unmarks the function, unless it was marked again since mark.
+func (a *Activator) claim(ctx context.Context, rt *route, mark uint64) error {
+	r := a.runs
+	key := types.NamespacedName{Namespace: rt.fn.Namespace, Name: rt.fn.Name}
+	n := r.reserve(key, max(rt.fn.Runs.Concurrency, 1))
+	if n == 0 {
+		return nil // still due: an attempt's end wakes the dispatcher
+	}
+	lease := max(rt.fn.MaxDuration, rt.fn.Timeout) + leaseMargin
+	cctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	ats, err := r.store.Claim(cctx, rt.fn.Namespace, rt.fn.Name, lease, max(rt.fn.Runs.MaxAttempts, 1), n)
+	cancel()
+	r.unreserve(key, n-len(ats))
+	if err != nil {
+		return err
+	}
+	if len(ats) < n {
+		r.notDue(key, mark)
+	}
+	for _, at := range ats {
+		r.attempts.Add(1)
 		go func() {
-			defer a.runs.attempts.Done()
-			defer a.runs.release(key)
+			defer r.attempts.Done()
+			defer r.release(key)
 			a.attempt(rt, at, ctx.Done())
 		}()
 	}
 	return nil
 }
 
-// reserve takes one of a function's attempts in flight, if fewer than
-// limit are.
-func (r *runner) reserve(key types.NamespacedName, limit int) bool {
+// reserve takes as many of a function's attempts in flight as are free
+// below limit, up to maxClaim, and says how many it took.
+func (r *runner) reserve(key types.NamespacedName, limit int) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.inFlight[key] >= limit {
-		return false
+	n := min(limit-r.inFlight[key], maxClaim)
+	if n <= 0 {
+		return 0
 	}
-	r.inFlight[key]++
-	return true
+	r.inFlight[key] += n
+	return n
+}
+
+// unreserve gives back n attempts reserve took that no run was claimed
+// for.
+func (r *runner) unreserve(key types.NamespacedName, n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.inFlight[key] -= n; r.inFlight[key] <= 0 {
+		delete(r.inFlight, key)
+	}
+}
+
+// wakeFor marks a function due and wakes the dispatcher: a run of it was
+// submitted here.
+func (r *runner) wakeFor(key types.NamespacedName) {
+	r.mu.Lock()
+	r.due[key]++
+	r.mu.Unlock()
+	r.poke()
+}
+
+// notDue unmarks a function found with no more runs due, unless it was
+// marked again since mark.
+func (r *runner) notDue(key types.NamespacedName, mark uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.due[key] == mark {
+		delete(r.due, key)
+	}
 }
 
 // expire ends the runs queued too long.
@@ -219,11 +292,7 @@ func (r *runner) untrack(at runs.Attempt) {
 // release gives back an attempt reserve took, and wakes the dispatcher:
 // another run may be due.
 func (r *runner) release(key types.NamespacedName) {
-	r.mu.Lock()
-	if r.inFlight[key]--; r.inFlight[key] == 0 {
-		delete(r.inFlight, key)
-	}
-	r.mu.Unlock()
+	r.unreserve(key, 1)
 	r.poke()
 }
 
@@ -293,7 +362,7 @@ func (a *Activator) attempt(rt *route, at runs.Attempt, stop <-chan struct{}) {
 		a.runs.metrics.attempted(rt.fn.Namespace, rt.fn.Name, o)
 		if r.Next != "" {
 			a.runs.metrics.submitted.WithLabelValues(o.Next.Namespace, o.Next.Function).Inc()
-			a.runs.poke()
+			a.runs.wakeFor(types.NamespacedName{Namespace: o.Next.Namespace, Name: o.Next.Function})
 		}
 		if r.PublishTo != "" {
 			a.runs.pokePublisher()

@@ -65,6 +65,11 @@ type runner struct {
 
 	mu       sync.Mutex
 	inFlight map[types.NamespacedName]int
+	// due marks the functions that may have runs due: found so by the
+	// last Pending, or sent a run here. Each mark counts up, so that a
+	// claim that found none more unmarks only a function not marked
+	// since it began.
+	due map[types.NamespacedName]uint64
 	// pending is what the dispatcher last read of the runs not ended,
 	// for the metrics.
 	pending []runs.Demand
@@ -95,7 +100,7 @@ func (a *Activator) EnableRuns(store runs.Store, cfg RunsConfig) {
 	if cfg.Interval == 0 {
 		cfg.Interval = DefaultRunInterval
 	}
-	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), toPublish: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{},
+	a.runs = &runner{store: store, cfg: cfg, wake: make(chan struct{}, 1), toPublish: make(chan struct{}, 1), inFlight: map[types.NamespacedName]int{}, due: map[types.NamespacedName]uint64{},
 		metrics: a.metrics.runs, running: map[attemptKey]*forward.Conn{}, waiters: map[runs.ID]*waiters{}}
 }
 
@@ -189,7 +194,7 @@ func (a *Activator) takeRun(ctx context.Context, rt *route, key string, req runs
 	}
 	if created {
 		a.runs.metrics.submitted.WithLabelValues(rt.fn.Namespace, rt.fn.Name).Inc()
-		a.runs.poke()
+		a.runs.wakeFor(types.NamespacedName{Namespace: rt.fn.Namespace, Name: rt.fn.Name})
 	}
 	location := runs.Path + string(r.ID)
 	ans := a.jsonAnswer(fasthttp.StatusAccepted, runs.Accepted{ID: r.ID, State: r.State, Location: location})

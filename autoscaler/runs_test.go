@@ -44,8 +44,11 @@ func TestRunsAskForInstances(t *testing.T) {
 		if _, _, err := store.Submit(ctx, sub); err != nil {
 			t.Fatal(err)
 		}
-		at, _, _ := store.Claim(ctx, "default", "later", time.Hour, 3)
-		if _, err := store.Finish(ctx, at, runs.Outcome{State: runs.Queued, RetryAt: time.Now().Add(time.Hour)}); err != nil {
+		as, err := store.Claim(ctx, "default", "later", time.Hour, 3, 1)
+		if err != nil || len(as) != 1 {
+			t.Fatalf("claim: %d attempts, %v", len(as), err)
+		}
+		if _, err := store.Finish(ctx, as[0], runs.Outcome{State: runs.Queued, RetryAt: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(3 * time.Second)

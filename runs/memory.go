@@ -240,30 +240,47 @@ func (m *Memory) end(e *entry, s State, why string) {
 }
 
 // Claim implements Store.
-func (m *Memory) Claim(_ context.Context, namespace, function string, lease time.Duration, maxAttempts int) (Attempt, bool, error) {
+func (m *Memory) Claim(_ context.Context, namespace, function string, lease time.Duration, maxAttempts, n int) ([]Attempt, error) {
 	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	q := m.functions[functionKey{namespace, function}]
 	if q == nil {
-		return Attempt{}, false, nil
+		return nil, nil
 	}
+	var out []Attempt
+	for len(out) < n {
+		e := m.due(q, now, maxAttempts)
+		if e == nil {
+			break
+		}
+		e.run.State, e.run.Attempts, e.leaseUntil = Running, e.run.Attempts+1, now.Add(lease)
+		if e.run.StartedAt == nil {
+			e.run.StartedAt = &now
+		}
+		q.running[e.run.ID] = e
+		out = append(out, Attempt{Run: e.run, Request: e.request, Number: e.run.Attempts})
+	}
+	return out, nil
+}
+
+// due takes the run of q due longest out of its place, nil when none is:
+// the running run whose lease ran out first, or the first queued one,
+// whichever came due first. A lapsed run whose attempts are spent ends
+// failed on the way. m.mu is held.
+func (m *Memory) due(q *queue, now time.Time, maxAttempts int) *entry {
 	e := q.lapsed(now)
 	for ; e != nil && e.run.Attempts >= maxAttempts; e = q.lapsed(now) {
 		m.end(e, Failed, LostError)
 	}
-	if e == nil {
-		if len(q.due) == 0 || q.due[0].notBefore.After(now) {
-			return Attempt{}, false, nil
-		}
-		e = heap.Pop(&q.due).(*entry)
+	queued := len(q.due) > 0 && !q.due[0].notBefore.After(now)
+	switch {
+	case queued && (e == nil || q.due[0].notBefore.Before(e.leaseUntil)):
+		return heap.Pop(&q.due).(*entry)
+	case e != nil:
+		return e
 	}
-	e.run.State, e.run.Attempts, e.leaseUntil = Running, e.run.Attempts+1, now.Add(lease)
-	if e.run.StartedAt == nil {
-		e.run.StartedAt = &now
-	}
-	q.running[e.run.ID] = e
-	return Attempt{Run: e.run, Request: e.request, Number: e.run.Attempts}, true, nil
+	return nil
 }
 
 // lapsed returns the running run whose lease ran out first, if one did.

@@ -26,7 +26,7 @@ func TestMemoryBounded(t *testing.T) {
 	if _, _, err := m.Submit(ctx, sub); !errors.Is(err, runs.ErrFull) {
 		t.Fatalf("a third run in a store of two, both queued: %v, want ErrFull", err)
 	}
-	a, _, _ := m.Claim(ctx, "default", "fn", time.Hour, 3)
+	a := claimOne(t, m)
 	if _, err := m.Finish(ctx, a, runs.Outcome{State: runs.Succeeded}); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestMemoryBoundedInBytes(t *testing.T) {
 	if _, _, err := m.Submit(ctx, sub); !errors.Is(err, runs.ErrFull) {
 		t.Fatalf("a second 600 bytes in 1000, the first queued: %v, want ErrFull", err)
 	}
-	a, _, _ := m.Claim(ctx, "default", "fn", time.Hour, 3)
+	a := claimOne(t, m)
 	if _, err := m.Finish(ctx, a, runs.Outcome{State: runs.Succeeded, Result: runs.Result{Status: 200, Body: make([]byte, 300)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestMemoryBoundedInBytes(t *testing.T) {
 	if _, _, err := m.Result(ctx, a.Run.ID); err != nil {
 		t.Errorf("the first run's result: %v, want it kept while there is room", err)
 	}
-	b, _, _ := m.Claim(ctx, "default", "fn", time.Hour, 3)
+	b := claimOne(t, m)
 	if _, err := m.Finish(ctx, b, runs.Outcome{State: runs.Succeeded, Result: runs.Result{Status: 200, Body: make([]byte, 300)}}); err != nil ||
 		b.Run.ID != second.ID {
 		t.Fatal(err)
@@ -78,4 +78,14 @@ func TestMemoryBoundedInBytes(t *testing.T) {
 	if _, _, err := m.Result(ctx, second.ID); err != nil {
 		t.Errorf("the second run: %v, want it kept", err)
 	}
+}
+
+// claimOne claims the run of default/fn due first, failing when none is.
+func claimOne(t *testing.T, m *runs.Memory) runs.Attempt {
+	t.Helper()
+	as, err := m.Claim(context.Background(), "default", "fn", time.Hour, 3, 1)
+	if err != nil || len(as) != 1 {
+		t.Fatalf("claim: %d attempts, %v", len(as), err)
+	}
+	return as[0]
 }

@@ -224,12 +224,13 @@ type Store interface {
 	// left as it is. The run is returned as it is after, cancelled true
 	// when this call ended it.
 	Cancel(ctx context.Context, id ID) (r Run, cancelled bool, err error)
-	// Claim takes a run of a function that is due (queued and its retry
-	// time reached, or running with its lease run out), the longest due
-	// first, for an attempt leased until now+lease; ok false when none is
-	// due. A lapsed run that has had maxAttempts attempts is not attempted
-	// again: it ends failed, lost with the attempt that held it.
-	Claim(ctx context.Context, namespace, function string, lease time.Duration, maxAttempts int) (a Attempt, ok bool, err error)
+	// Claim takes up to n runs of a function that are due (queued and
+	// their retry time reached, or running with their lease run out),
+	// the longest due first, each for an attempt leased until now+lease;
+	// none when none is due. One call is one look at the store, however
+	// many it takes. A lapsed run that has had maxAttempts attempts is not
+	// attempted again: it ends failed, lost with the attempt that held it.
+	Claim(ctx context.Context, namespace, function string, lease time.Duration, maxAttempts, n int) ([]Attempt, error)
 	// Finish records an attempt's outcome; ErrAttemptOver when the
 	// attempt no longer holds the run.
 	Finish(ctx context.Context, a Attempt, o Outcome) (Run, error)

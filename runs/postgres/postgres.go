@@ -20,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"sless.dev/sless/internal/pgstore"
-	"sless.dev/sless/invocation"
 	"sless.dev/sless/runs"
 )
 
@@ -48,10 +47,13 @@ func (o *Options) defaults() {
 
 // Store is the PostgreSQL run store.
 type Store struct {
-	opts  Options
-	pool  *pgxpool.Pool
-	host  string
-	batch *batcher // the submissions without an Idempotency-Key
+	opts Options
+	pool *pgxpool.Pool
+	host string
+	// submits batch the submissions without an Idempotency-Key, and
+	// finishes the outcomes that make no run.
+	submits  *batcher[submission]
+	finishes *batcher[finishing]
 }
 
 var _ runs.Store = (*Store)(nil)
@@ -87,14 +89,17 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("database %s: %w", host, err)
 	}
-	s.batch = newBatcher(pool, max(1, int(opts.MaxConns)/2))
+	workers := max(1, int(opts.MaxConns)/2)
+	s.submits = newBatcher(workers, s.insertRuns)
+	s.finishes = newBatcher(workers, s.finishAll)
 	return s, nil
 }
 
-// Close closes the store's connections, once the submissions under way
-// are answered.
+// Close closes the store's connections, once the writes under way are
+// answered.
 func (s *Store) Close() {
-	s.batch.close()
+	s.submits.close()
+	s.finishes.close()
 	s.pool.Close()
 }
 
@@ -148,7 +153,7 @@ func (s *Store) Submit(ctx context.Context, sub runs.Submission) (runs.Run, bool
 	id := runs.NewID()
 	if sub.IdempotencyKey == "" {
 		r := runs.Run{ID: id, Namespace: sub.Namespace, Function: sub.Function, State: runs.Queued, CreatedAt: at}
-		if err := s.batch.submit(ctx, &submission{run: r, req: &sub.Request, header: header, expiry: at.Add(sub.MaxAge)}); err != nil {
+		if err := s.submits.do(ctx, &submission{run: r, req: &sub.Request, header: header, expiry: at.Add(sub.MaxAge)}); err != nil {
 			return runs.Run{}, false, s.fail("submit", err)
 		}
 		return r, true, nil
@@ -170,6 +175,34 @@ func (s *Store) Submit(ctx context.Context, sub runs.Submission) (runs.Run, bool
 		return r, false, err
 	}
 	return r, true, nil
+}
+
+// submission is a run waiting for its batch's commit.
+type submission struct {
+	run    runs.Run
+	req    *runs.Request
+	header []byte
+	expiry time.Time
+}
+
+// insertRuns inserts a batch of submissions in one statement.
+func (s *Store) insertRuns(ctx context.Context, batch []*submission) error {
+	n := len(batch)
+	ids, namespaces, functions := make([]string, n), make([]string, n), make([]string, n)
+	created, expiries := make([]time.Time, n), make([]time.Time, n)
+	methods, paths, headers, bodies := make([]string, n), make([]string, n), make([]string, n), make([][]byte, n)
+	for i, sub := range batch {
+		ids[i], namespaces[i], functions[i] = string(sub.run.ID), sub.run.Namespace, sub.run.Function
+		created[i], expiries[i] = sub.run.CreatedAt, sub.expiry
+		methods[i], paths[i], headers[i], bodies[i] = sub.req.Method, sub.req.Path, string(sub.header), nonNil(sub.req.Body)
+	}
+	_, err := s.pool.Exec(ctx, `insert into sless_runs (id, namespace, function, state, created_at, not_before,
+			expires_at, method, path, header, body)
+		select id, namespace, function, 'queued', created_at, created_at, expires_at, method, path, header, body
+		from unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::timestamptz[], $6::text[], $7::text[],
+			$8::jsonb[], $9::bytea[]) as r(id, namespace, function, created_at, expires_at, method, path, header, body)`,
+		ids, namespaces, functions, created, expiries, methods, paths, headers, bodies)
+	return err
 }
 
 // insert inserts a run in a transaction of its own: the one taking its
@@ -259,116 +292,49 @@ func (s *Store) Cancel(ctx context.Context, id runs.ID) (runs.Run, bool, error) 
 	return r, true, nil
 }
 
-// Claim implements runs.Store. A running run's not_before is its lease's
-// end: the one index orders queued runs by when they are due and finds
-// the running ones whose lease ran out. The runs lost on their last
-// attempt are ended first from the index of the running runs alone
-// (sless_runs_running), not from that one, where they lie among every
-// run queued.
-func (s *Store) Claim(ctx context.Context, namespace, function string, lease time.Duration, maxAttempts int) (runs.Attempt, bool, error) {
+// Claim implements runs.Store, in two statements however many it takes.
+// A running run's not_before is its lease's end: the one index orders
+// queued runs by when they are due and finds the running ones whose lease
+// ran out. The runs lost on their last attempt are ended first from the
+// index of the running runs alone (sless_runs_running), not from that
+// one, where they lie among every run queued.
+func (s *Store) Claim(ctx context.Context, namespace, function string, lease time.Duration, maxAttempts, n int) ([]runs.Attempt, error) {
+	if n <= 0 {
+		return nil, nil
+	}
 	at := now()
 	if _, err := s.pool.Exec(ctx, `update sless_runs set state = $5, completed_at = $3, error = $6
 		where namespace = $1 and function = $2 and state = 'running' and not_before <= $3 and attempts >= $4`,
 		namespace, function, at, maxAttempts, runs.Failed, runs.LostError); err != nil {
-		return runs.Attempt{}, false, s.fail("claim", err)
+		return nil, s.fail("claim", err)
 	}
-	var a runs.Attempt
-	var header []byte
-	err := s.pool.QueryRow(ctx, `update sless_runs r set state = $4, attempts = r.attempts + 1,
+	rows, err := s.pool.Query(ctx, `update sless_runs r set state = $4, attempts = r.attempts + 1,
 			started_at = coalesce(r.started_at, $3), not_before = $5
 		from (select id, created_at from sless_runs where namespace = $1 and function = $2
 			and state in ('queued', 'running') and not_before <= $3
-			order by not_before, created_at limit 1 for update skip locked) due
+			order by not_before, created_at limit $6 for update skip locked) due
 		where r.id = due.id and r.created_at = due.created_at
 		returning `+prefixed("r.", runColumns)+", r.method, r.path, r.header, r.body",
-		namespace, function, at, runs.Running, at.Add(lease)).
-		Scan(append(runFields(&a.Run), &a.Request.Method, &a.Request.Path, &header, &a.Request.Body)...)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return a, false, nil
-	}
+		namespace, function, at, runs.Running, at.Add(lease), n)
 	if err != nil {
-		return a, false, s.fail("claim", err)
+		return nil, s.fail("claim", err)
 	}
-	if err := json.Unmarshal(header, &a.Request.Header); err != nil {
-		return a, false, fmt.Errorf("runs: run %s: its header: %w", a.Run.ID, err)
-	}
-	a.Number = a.Run.Attempts
-	return a, true, nil
-}
-
-// Finish implements runs.Store.
-func (s *Store) Finish(ctx context.Context, a runs.Attempt, o runs.Outcome) (runs.Run, error) {
-	if err := o.Check(); err != nil {
-		return runs.Run{}, err
-	}
-	at := now()
-	var completed *time.Time
-	notBefore := o.RetryAt
-	if o.State != runs.Queued {
-		completed, notBefore = &at, at
-	}
-	var result []byte
-	if o.Result.Status > 0 {
-		result = nonNil(o.Result.Body)
-	}
-	unsent := 0
-	if o.Unsent {
-		unsent = 1
-	}
-	publishTo := ""
-	if o.State != runs.Queued {
-		publishTo = o.Publish
-	}
-	update := func(q querier, next runs.ID) (runs.Run, error) {
-		return scanRun(q.QueryRow(ctx, `update sless_runs set state = $4, not_before = $5, completed_at = $6,
-				attempts = attempts - $13, error = $7, status = case when $8 > 0 then $8 else status end,
-				content_type = case when $8 > 0 then $9 else content_type end, result = coalesce($10, result),
-				result_truncated = case when $8 > 0 then $11 else result_truncated end,
-				result_size = case when $8 > 0 then $12 else result_size end, next = $14, publish_to = $15
-			where id = $1 and created_at = $2 and state = 'running' and attempts = $3
-			returning `+runColumns, a.Run.ID, a.Run.CreatedAt, a.Number, o.State, notBefore, completed,
-			invocation.TruncateError(o.Error), o.Result.Status, o.Result.ContentType, result, o.Result.Truncated, o.Result.BodySize, unsent, next, publishTo))
-	}
-	var r runs.Run
-	var err error
-	if o.Next == nil || o.State == runs.Queued {
-		r, err = update(s.pool, "") // one statement: no transaction to pay for
-	} else {
-		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			next := runs.NewID()
-			var uerr error
-			if r, uerr = update(tx, next); uerr != nil {
-				return uerr
-			}
-			return s.insertNext(ctx, tx, next, o.Next, at)
-		})
-	}
-	if errors.Is(err, runs.ErrNotFound) {
-		if r, err = s.Get(ctx, a.Run.ID); err == nil {
-			err = runs.ErrAttemptOver
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runs.Attempt, error) {
+		var a runs.Attempt
+		var header []byte
+		if err := row.Scan(append(runFields(&a.Run), &a.Request.Method, &a.Request.Path, &header, &a.Request.Body)...); err != nil {
+			return a, err
 		}
-		return r, err
-	}
+		if err := json.Unmarshal(header, &a.Request.Header); err != nil {
+			return a, fmt.Errorf("run %s: its header: %w", a.Run.ID, err)
+		}
+		a.Number = a.Run.Attempts
+		return a, nil
+	})
 	if err != nil {
-		return r, s.fail("finish", err)
+		return nil, s.fail("claim", err)
 	}
-	return r, nil
-}
-
-// querier is a pool or a transaction.
-type querier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
-// insertNext inserts the run an ended run's end made, in the
-// transaction that ends it.
-func (s *Store) insertNext(ctx context.Context, tx pgx.Tx, id runs.ID, sub *runs.Submission, at time.Time) error {
-	header, err := json.Marshal(nonNil(sub.Request.Header))
-	if err != nil {
-		return err
-	}
-	_, err = s.insert(ctx, tx, id, *sub, header, at)
-	return err
+	return out, nil
 }
 
 // Publish implements runs.Store. The answers handed to send are locked in

@@ -50,8 +50,8 @@ func TestRunsOutliveTheStore(t *testing.T) {
 		}
 		ids = append(ids, r.ID)
 	}
-	if _, ok, err := first.Claim(ctx, "default", "fn", 300*time.Millisecond, 3); !ok || err != nil {
-		t.Fatalf("claim: %t %v", ok, err)
+	if as, err := first.Claim(ctx, "default", "fn", 300*time.Millisecond, 3, 1); len(as) != 1 || err != nil {
+		t.Fatalf("claim: %d attempts, %v", len(as), err)
 	}
 	first.Close()
 
@@ -62,11 +62,11 @@ func TestRunsOutliveTheStore(t *testing.T) {
 	defer second.Close()
 	claimed := map[runs.ID]int{}
 	eventually.True(t, "every run claimed again", func() bool {
-		a, ok, err := second.Claim(ctx, "default", "fn", time.Hour, 3)
+		as, err := second.Claim(ctx, "default", "fn", time.Hour, 3, 3)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
+		for _, a := range as {
 			claimed[a.Run.ID] = a.Number
 		}
 		return len(claimed) == len(ids)
@@ -178,5 +178,49 @@ func TestSubmissionsBatched(t *testing.T) {
 	var batches int
 	if err := s.pool.QueryRow(ctx, "select count(distinct xmin::text) from sless_runs").Scan(&batches); err != nil || batches >= n-1 {
 		t.Errorf("%d transactions for %d runs submitted at once (%v), want fewer", batches, n-1, err)
+	}
+}
+
+// Outcomes stored at once are committed together, each answered with its
+// own run; an attempt over among them is answered ErrAttemptOver alone.
+func TestOutcomesBatched(t *testing.T) {
+	s := open(t, Options{})
+	ctx := context.Background()
+	const n = 200
+	for i := range n {
+		if _, _, err := s.Submit(ctx, runs.Submission{Namespace: "default", Function: "fn",
+			Request: runs.Request{Method: "POST", Path: fmt.Sprintf("/?n=%d", i)}, MaxAge: time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	as, err := s.Claim(ctx, "default", "fn", time.Hour, 3, n)
+	if err != nil || len(as) != n {
+		t.Fatalf("claim: %d attempts, %v", len(as), err)
+	}
+	over := as[0]
+	over.Number++ // an attempt that no longer holds its run
+	as = append(as, over)
+	errs := make([]error, len(as))
+	var wg sync.WaitGroup
+	for i, a := range as {
+		wg.Go(func() {
+			var r runs.Run
+			r, errs[i] = s.Finish(ctx, a, runs.Outcome{State: runs.Succeeded, Result: runs.Result{Status: 200 + i%3, Body: []byte{byte(i)}}})
+			if errs[i] == nil && (r.ID != a.Run.ID || r.State != runs.Succeeded || r.Status != 200+i%3) {
+				errs[i] = fmt.Errorf("answered %+v", r)
+			}
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if i == n && !errors.Is(err, runs.ErrAttemptOver) {
+			t.Errorf("the attempt over: %v, want ErrAttemptOver", err)
+		} else if i < n && err != nil {
+			t.Errorf("outcome %d: %v", i, err)
+		}
+	}
+	var batches int
+	if err := s.pool.QueryRow(ctx, "select count(distinct xmin::text) from sless_runs").Scan(&batches); err != nil || batches >= n {
+		t.Errorf("%d transactions for %d outcomes stored at once (%v), want fewer", batches, n, err)
 	}
 }

@@ -26,6 +26,7 @@ func TestStore(t *testing.T, open func(t *testing.T) runs.Store) {
 		{"SubmitAndGet", testSubmitAndGet},
 		{"IdempotencyKey", testIdempotencyKey},
 		{"ClaimInOrder", testClaimInOrder},
+		{"ClaimMany", testClaimMany},
 		{"Finish", testFinish},
 		{"Retry", testRetry},
 		{"GivenBack", testGivenBack},
@@ -83,11 +84,14 @@ func get(t *testing.T, s runs.Store, id runs.ID) runs.Run {
 
 func claim(t *testing.T, s runs.Store, lease time.Duration) (runs.Attempt, bool) {
 	t.Helper()
-	a, ok, err := s.Claim(ctx, "default", "fn", lease, maxAttempts)
-	if err != nil {
-		t.Fatalf("claim: %v", err)
+	as, err := s.Claim(ctx, "default", "fn", lease, maxAttempts, 1)
+	if err != nil || len(as) > 1 {
+		t.Fatalf("claim one: %d attempts, %v", len(as), err)
 	}
-	return a, ok
+	if len(as) == 0 {
+		return runs.Attempt{}, false
+	}
+	return as[0], true
 }
 
 func mustClaim(t *testing.T, s runs.Store) runs.Attempt {
@@ -182,6 +186,54 @@ func testClaimInOrder(t *testing.T, s runs.Store) {
 	}
 }
 
+// One claim takes as many runs as asked, if as many are due, the longest
+// due first: a run whose lease ran out is due from its lease's end, after
+// the runs queued before.
+func testClaimMany(t *testing.T, s runs.Store) {
+	var ids []runs.ID
+	for n := range 5 {
+		ids = append(ids, submit(t, s, runs.Submission{Request: request(n)}).ID)
+	}
+	claimed := func(n int) []runs.ID {
+		t.Helper()
+		as, err := s.Claim(ctx, "default", "fn", time.Hour, maxAttempts, n)
+		if err != nil {
+			t.Fatalf("claim %d: %v", n, err)
+		}
+		var got []runs.ID
+		for _, a := range as {
+			if a.Run.State != runs.Running || a.Number != a.Run.Attempts || a.Request.Path == "" {
+				t.Errorf("claimed %+v", a)
+			}
+			got = append(got, a.Run.ID)
+		}
+		slices.Sort(got)
+		return got
+	}
+	if got := claimed(0); len(got) != 0 {
+		t.Errorf("claim 0: %v", got)
+	}
+	lapsing, err := s.Claim(ctx, "default", "fn", time.Millisecond, maxAttempts, 1)
+	if err != nil || len(lapsing) != 1 || lapsing[0].Run.ID != ids[0] {
+		t.Fatalf("claim the first: %+v %v", lapsing, err)
+	}
+	eventually.True(t, "the first's lease ran out", func() bool {
+		ds, err := s.Pending(ctx)
+		return err == nil && len(ds) == 1 && ds[0].Due == 5
+	})
+	want := slices.Sorted(slices.Values(ids[1:4]))
+	if got := claimed(3); !slices.Equal(got, want) {
+		t.Errorf("claim 3: %v, want the first three queued %v", got, want)
+	}
+	want = slices.Sorted(slices.Values([]runs.ID{ids[0], ids[4]}))
+	if got := claimed(10); !slices.Equal(got, want) {
+		t.Errorf("claim 10 of 2 due: %v, want the last queued and the lapsed %v", got, want)
+	}
+	if got := claimed(10); len(got) != 0 {
+		t.Errorf("claim with none due: %v", got)
+	}
+}
+
 func testFinish(t *testing.T, s runs.Store) {
 	r := submit(t, s, runs.Submission{Request: request(1)})
 	a := mustClaim(t, s)
@@ -226,9 +278,13 @@ func testRetry(t *testing.T, s runs.Store) {
 	if second.Run.ID != r.ID || second.Number != 2 {
 		t.Errorf("retried: %+v attempt %d, want %s attempt 2", second.Run, second.Number, r.ID)
 	}
-	done, err := s.Finish(ctx, second, runs.Outcome{State: runs.Failed, Result: runs.Result{Status: 500}, Error: "the function answered 500"})
-	if err != nil || done.State != runs.Failed || done.Attempts != 2 || done.Error != "the function answered 500" {
+	done, err := s.Finish(ctx, second, runs.Outcome{State: runs.Failed, Error: "timed out"})
+	if err != nil || done.State != runs.Failed || done.Attempts != 2 || done.Error != "timed out" || done.Status != 503 {
 		t.Errorf("failed: %+v %v", done, err)
+	}
+	// An attempt without an answer keeps the last answer.
+	if _, res, err := s.Result(ctx, r.ID); err != nil || res.Status != 503 || string(res.Body) != "busy" {
+		t.Errorf("result after an attempt without an answer: %+v %v, want the first attempt's 503", res, err)
 	}
 }
 
@@ -327,16 +383,18 @@ func testClaimedOnce(t *testing.T, s runs.Store) {
 	for range 4 {
 		wg.Go(func() {
 			for {
-				a, ok, err := s.Claim(ctx, "default", "fn", time.Hour, maxAttempts)
+				as, err := s.Claim(ctx, "default", "fn", time.Hour, maxAttempts, 3)
 				if err != nil {
 					t.Errorf("claim: %v", err)
 					return
 				}
-				if !ok {
+				if len(as) == 0 {
 					return
 				}
 				mu.Lock()
-				seen[a.Run.ID]++
+				for _, a := range as {
+					seen[a.Run.ID]++
+				}
 				mu.Unlock()
 			}
 		})
