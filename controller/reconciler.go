@@ -29,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/cachetrim"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -92,7 +93,7 @@ func ManagerOptions(keda bool) (manager.Options, error) {
 		byObject[&kedav1alpha1.ScaledObject{}] = owned
 		byObject[&kedav1alpha1.TriggerAuthentication{}] = owned
 	}
-	return manager.Options{Scheme: scheme, Cache: cache.Options{ByObject: byObject}}, nil
+	return manager.Options{Scheme: scheme, Cache: cache.Options{ByObject: byObject, DefaultTransform: cachetrim.Transform}}, nil
 }
 
 // The ClusterRole of the controller (config/rbac/role.yaml, `make

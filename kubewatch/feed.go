@@ -29,6 +29,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/internal/cachesync"
+	"sless.dev/sless/internal/cachetrim"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -87,7 +88,7 @@ func newFeed(cfg *rest.Config, component, doing string, deployments bool, log *s
 		f.extra = append(f.extra, object{&appsv1.Deployment{}, "deployments"})
 		byObject[&appsv1.Deployment{}] = cache.ByObject{Label: labels.NewSelector().Add(*labelled)}
 	}
-	f.cache, err = cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject})
+	f.cache, err = cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject, DefaultTransform: cachetrim.Transform})
 	if err != nil {
 		return nil, fmt.Errorf("%s watch cache: %w", component, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/internal/cachesync"
+	"sless.dev/sless/internal/cachetrim"
 	"sless.dev/sless/internal/endpointslice"
 	"sless.dev/sless/internal/wire"
 )
@@ -56,7 +57,7 @@ func NewPeers(cfg *rest.Config, namespace, service, selfIP string, sink PeerSink
 	if err := discoveryv1.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{namespace: {}},
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{namespace: {}}, DefaultTransform: cachetrim.Transform,
 		ByObject: map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {
 			Label: labels.SelectorFromSet(labels.Set{discoveryv1.LabelServiceName: service})}}})
 	if err != nil {

@@ -43,19 +43,44 @@ const kedaModule = "github.com/kedacore/keda/v2"
 // elsewhere, saying how to build them.
 func Start(t testing.TB) *rest.Config {
 	t.Helper()
-	root, err := repoRoot()
+	env, err := Environment()
+	if errors.Is(err, errNoBinaries) {
+		needs.Missing(t, "the test control plane: %v (run `make controlplane` or `make test`)", err)
+	}
 	if err != nil {
 		t.Fatal(err)
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatalf("start test control plane from %s: %v", env.BinaryAssetsDirectory, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Errorf("stop test control plane: %v", err)
+		}
+	})
+	return cfg
+}
+
+// errNoBinaries: kube-apiserver and etcd are not built.
+var errNoBinaries = errors.New("no control plane binaries")
+
+// Environment is the control plane Start runs, with the sless and KEDA
+// CRDs, for a program of its own (the scale benchmark) to start and stop.
+func Environment() (*envtest.Environment, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return nil, err
 	}
 	assets, err := assetsDir(root)
 	if err != nil {
-		needs.Missing(t, "the test control plane: %v (run `make controlplane` or `make test`)", err)
+		return nil, fmt.Errorf("%w: %w", errNoBinaries, err)
 	}
 	keda, err := moduleDir(root, kedaModule)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	env := &envtest.Environment{
+	return &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDDirectoryPaths: []string{
 			filepath.Join(root, "config", "crd", "bases"),
@@ -67,17 +92,7 @@ func Start(t testing.TB) *rest.Config {
 		// times, and fails the test. A slow start is not a failure.
 		ControlPlaneStartTimeout: 3 * time.Minute,
 		ControlPlaneStopTimeout:  time.Minute,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("start test control plane from %s: %v", assets, err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("stop test control plane: %v", err)
-		}
-	})
-	return cfg
+	}, nil
 }
 
 // repoRoot is the directory of the main module, found from this file so

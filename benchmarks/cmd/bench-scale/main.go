@@ -1,0 +1,445 @@
+// Command bench-scale measures sless's control plane holding many
+// Functions (issue 40): a real kube-apiserver and etcd (envtest's, built
+// by `make controlplane`) with the sless CRDs, and the controller, an
+// activator and an autoscaler, each the built binary in a process of its
+// own as on a cluster. Functions at zero, spread over -namespaces
+// namespaces, are created in steps up to each count of -functions; at
+// each step it waits until every Function's status is for its generation,
+// then reads each component's resident memory and Go heap. It prints each
+// step's figures and each component's growth per Function: the
+// least-squares slope over the steps, from none.
+//
+// No nodes and no pods yet: the Deployments stay at zero, and nothing is
+// scraped or routed.
+//
+//	go run ./benchmarks/cmd/bench-scale -sless bin/sless [-functions 1000,5000,10000] [-namespaces 100]
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/internal/controlplane"
+)
+
+func main() {
+	var (
+		sless      = flag.String("sless", "bin/sless", "the sless binary the components run from")
+		steps      = flag.String("functions", "1000,5000,10000", "the counts of Functions measured at, in order")
+		namespaces = flag.Int("namespaces", 100, "namespaces the Functions are spread over")
+		timeout    = flag.Duration("timeout", 20*time.Minute, "the longest one step may take to reconcile")
+	)
+	flag.Parse()
+	counts, err := parseCounts(*steps)
+	if err == nil {
+		err = run(*sless, counts, *namespaces, *timeout)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench-scale:", err)
+		os.Exit(1)
+	}
+}
+
+func parseCounts(s string) ([]int, error) {
+	var counts []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 || len(counts) > 0 && n <= counts[len(counts)-1] {
+			return nil, fmt.Errorf("-functions %q: want rising positive counts", s)
+		}
+		counts = append(counts, n)
+	}
+	return counts, nil
+}
+
+// point is what a step measured.
+type point struct {
+	functions  int
+	reconciled time.Duration // from the step's first create to every status
+	rss, heap  map[string]float64
+}
+
+func run(sless string, counts []int, namespaces int, timeout time.Duration) error {
+	bin, err := filepath.Abs(sless)
+	if err != nil {
+		return err
+	}
+	env, err := controlplane.Environment()
+	if err != nil {
+		return err
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return fmt.Errorf("start the control plane: %w", err)
+	}
+	defer func() { _ = env.Stop() }()
+	cfg.QPS, cfg.Burst = 500, 1000
+	c, err := newClient(cfg)
+	if err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp("", "bench-scale-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	kubeconfig, err := writeKubeconfig(env, dir)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	names := []string{"sless-system"}
+	for i := range namespaces {
+		names = append(names, namespace(i))
+	}
+	for _, ns := range names {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			return fmt.Errorf("namespace %s: %w", ns, err)
+		}
+	}
+	comps, err := startComponents(bin, kubeconfig, dir)
+	defer stopComponents(comps)
+	if err != nil {
+		return err
+	}
+	points := []point{{rss: map[string]float64{}, heap: map[string]float64{}}}
+	if err := measure(comps, &points[0]); err != nil {
+		return err
+	}
+	made := 0
+	for _, n := range counts {
+		start := time.Now()
+		if err := createFunctions(ctx, c, made, n, namespaces); err != nil {
+			return err
+		}
+		made = n
+		if err := awaitReconciled(ctx, c, n, timeout); err != nil {
+			return err
+		}
+		p := point{functions: n, reconciled: time.Since(start), rss: map[string]float64{}, heap: map[string]float64{}}
+		if err := measure(comps, &p); err != nil {
+			return err
+		}
+		points = append(points, p)
+		fmt.Fprintf(os.Stderr, "%d Functions reconciled in %s\n", n, p.reconciled.Round(100*time.Millisecond))
+	}
+	report(comps, points)
+	return nil
+}
+
+func namespace(i int) string { return fmt.Sprintf("scale-%03d", i) }
+
+func newClient(cfg *rest.Config) (client.Client, error) {
+	scheme := kruntime.NewScheme()
+	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
+}
+
+// writeKubeconfig writes a kubeconfig of an administrator of the control
+// plane, for the components.
+func writeKubeconfig(env *envtest.Environment, dir string) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "bench-scale", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("control plane user: %w", err)
+	}
+	raw, err := user.KubeConfig()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	return path, os.WriteFile(path, raw, 0o600)
+}
+
+// component is one of sless's processes.
+type component struct {
+	name  string
+	admin string // its health and metrics address
+	cmd   *exec.Cmd
+}
+
+// startComponents starts the controller, an activator and an autoscaler,
+// as configured for a cluster but for their addresses, and waits for
+// each to answer its health check.
+func startComponents(bin, kubeconfig, dir string) ([]*component, error) {
+	ports, err := freePorts(5)
+	if err != nil {
+		return nil, err
+	}
+	addr := func(i int) string { return "127.0.0.1:" + strconv.Itoa(ports[i]) }
+	specs := []struct {
+		name, admin string
+		args        []string
+	}{
+		{"controller", addr(0), []string{"controller", "--image", "ghcr.io/sless-dev/sless:bench"}},
+		{"activator", addr(1), []string{"activator", "--listen", addr(2), "--propagation-delay", "0s"}},
+		{"autoscaler", addr(3), []string{"autoscaler", "--listen", addr(4), "--grpc", "127.0.0.1:0", "--activator-admin", "http://" + addr(1)}},
+	}
+	var comps []*component
+	for _, s := range specs {
+		log, err := os.Create(filepath.Join(dir, s.name+".log"))
+		if err != nil {
+			return comps, err
+		}
+		cmd := exec.Command(bin, append(s.args, "--admin", s.admin)...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=sless-system", "POD_IP=127.0.0.1")
+		cmd.Stdout, cmd.Stderr = log, log
+		if err := cmd.Start(); err != nil {
+			return comps, fmt.Errorf("start %s: %w", s.name, err)
+		}
+		comps = append(comps, &component{name: s.name, admin: s.admin, cmd: cmd})
+	}
+	for _, c := range comps {
+		if err := awaitHealthy(c); err != nil {
+			log, _ := os.ReadFile(filepath.Join(dir, c.name+".log"))
+			return comps, fmt.Errorf("%w; its log ends:\n%s", err, log[max(0, len(log)-2000):])
+		}
+	}
+	return comps, nil
+}
+
+func awaitHealthy(c *component) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + c.admin + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("%s: not healthy within a minute", c.name)
+}
+
+func stopComponents(comps []*component) {
+	for _, c := range comps {
+		_ = c.cmd.Process.Kill()
+		_ = c.cmd.Wait()
+	}
+}
+
+func freePorts(n int) ([]int, error) {
+	var ports []int
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, ln)
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// createFunctions creates Functions from..to-1, round the namespaces, 16 at
+// once.
+func createFunctions(ctx context.Context, c client.Client, from, to, namespaces int) error {
+	work := make(chan int)
+	var mu sync.Mutex
+	var firstErr error
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for i := range work {
+				fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fn-%05d", i), Namespace: namespace(i % namespaces)},
+					Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "registry.example.com/fn:1"}}
+				if err := c.Create(ctx, fn); err != nil {
+					mu.Lock()
+					firstErr = cmpErr(firstErr, fmt.Errorf("create %s/%s: %w", fn.Namespace, fn.Name, err))
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i := from; i < to; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	return firstErr
+}
+
+func cmpErr(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// awaitReconciled waits until n Functions have a status for their
+// generation, listing them a page at a time.
+func awaitReconciled(ctx context.Context, c client.Client, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		done, err := reconciled(ctx, c)
+		if err != nil {
+			return err
+		}
+		if done == n {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d Functions reconciled after %s", done, n, timeout)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func reconciled(ctx context.Context, c client.Client) (int, error) {
+	done := 0
+	var list v1alpha1.FunctionList
+	for cont := ""; ; {
+		if err := c.List(ctx, &list, client.Limit(1000), client.Continue(cont)); err != nil {
+			return 0, err
+		}
+		for i := range list.Items {
+			if fn := &list.Items[i]; fn.Status.ObservedGeneration == fn.Generation {
+				done++
+			}
+		}
+		if cont = list.Continue; cont == "" {
+			return done, nil
+		}
+	}
+}
+
+// measure reads each component's resident memory and Go heap in use, the
+// least of five reads a second apart: what it holds, not what it has not
+// yet collected.
+func measure(comps []*component, p *point) error {
+	for range 5 {
+		for _, c := range comps {
+			rss, err := residentKiB(c.cmd.Process.Pid)
+			if err != nil {
+				return err
+			}
+			heap, err := heapKiB(c.admin)
+			if err != nil {
+				return fmt.Errorf("%s: %w", c.name, err)
+			}
+			p.rss[c.name] = least(p.rss, c.name, rss)
+			p.heap[c.name] = least(p.heap, c.name, heap)
+		}
+		time.Sleep(time.Second)
+	}
+	return nil
+}
+
+func least(m map[string]float64, k string, v float64) float64 {
+	if old, ok := m[k]; ok && old < v {
+		return old
+	}
+	return v
+}
+
+// residentKiB is a process's resident set, from /proc.
+func residentKiB(pid int) (float64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			return strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+		}
+	}
+	return 0, errors.New("no VmRSS in /proc status")
+}
+
+// heapKiB is a component's go_memstats_heap_inuse_bytes, from its metrics.
+func heapKiB(admin string) (float64, error) {
+	resp, err := http.Get("http://" + admin + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("go_memstats_heap_inuse_bytes ")); ok {
+			v, err := strconv.ParseFloat(string(rest), 64)
+			return v / 1024, err
+		}
+	}
+	return 0, errors.New("no go_memstats_heap_inuse_bytes in its metrics")
+}
+
+// slope is the least-squares slope of ys over xs.
+func slope(xs, ys []float64) float64 {
+	var mx, my float64
+	for i := range xs {
+		mx += xs[i]
+		my += ys[i]
+	}
+	mx, my = mx/float64(len(xs)), my/float64(len(ys))
+	var num, den float64
+	for i := range xs {
+		num += (xs[i] - mx) * (ys[i] - my)
+		den += (xs[i] - mx) * (xs[i] - mx)
+	}
+	return num / den
+}
+
+func report(comps []*component, points []point) {
+	fmt.Printf("| Functions | reconciled in |")
+	for _, c := range comps {
+		fmt.Printf(" %s RSS (MiB) | heap (MiB) |", c.name)
+	}
+	fmt.Printf("\n|---|---|%s\n", strings.Repeat("---|---|", len(comps)))
+	for _, p := range points {
+		took := "-"
+		if p.functions > 0 {
+			took = p.reconciled.Round(100 * time.Millisecond).String()
+		}
+		fmt.Printf("| %d | %s |", p.functions, took)
+		for _, c := range comps {
+			fmt.Printf(" %.1f | %.1f |", p.rss[c.name]/1024, p.heap[c.name]/1024)
+		}
+		fmt.Println()
+	}
+	xs, counts := make([]float64, len(points)), make([]string, len(points))
+	for i, p := range points {
+		xs[i], counts[i] = float64(p.functions), strconv.Itoa(p.functions)
+	}
+	fmt.Printf("\n| per Function (slope over %s Functions) | RSS (KiB) | heap (KiB) |\n|---|---|---|\n", strings.Join(counts, ", "))
+	for _, c := range comps {
+		rss, heap := make([]float64, len(points)), make([]float64, len(points))
+		for i, p := range points {
+			rss[i], heap[i] = p.rss[c.name], p.heap[c.name]
+		}
+		fmt.Printf("| %s | %.1f | %.1f |\n", c.name, slope(xs, rss), slope(xs, heap))
+	}
+}
