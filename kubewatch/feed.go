@@ -86,7 +86,7 @@ func newFeed(cfg *rest.Config, component, doing string, deployments bool, log *s
 	byObject := map[client.Object]cache.ByObject{&discoveryv1.EndpointSlice{}: {Label: labels.NewSelector().Add(*labelled)}}
 	if deployments {
 		f.extra = append(f.extra, object{&appsv1.Deployment{}, "deployments"})
-		byObject[&appsv1.Deployment{}] = cache.ByObject{Label: labels.NewSelector().Add(*labelled)}
+		byObject[&appsv1.Deployment{}] = cache.ByObject{Label: labels.NewSelector().Add(*labelled), Transform: cachetrim.ScaleOnly}
 	}
 	f.cache, err = cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject, DefaultTransform: cachetrim.Transform})
 	if err != nil {

@@ -53,8 +53,8 @@ func (t *Timeline) Snapshot(now time.Time) Snapshot {
 	for i, f := range fns {
 		fs := FunctionSteps{Namespace: keys[i].Namespace, Name: keys[i].Name}
 		f.mu.Lock()
-		for j := range f.slots {
-			if s := &f.slots[j]; s.at >= first && (s.requests > 0 || s.sampled) {
+		for j := first; j < first+int64(slots); j++ {
+			if s := f.view(j); s.requests > 0 || s.sampled {
 				fs.Steps = append(fs.Steps, s.count())
 			}
 		}
@@ -87,12 +87,23 @@ func (t *Timeline) Merge(now time.Time, s Snapshot) {
 			if c.At < first || len(c.Latency) > len(counts{}) {
 				continue
 			}
+			if c.zero() && f.sampledZero(c.At) {
+				continue
+			}
+			if !c.zero() {
+				f.active = max(f.active, c.At)
+			}
 			if sl := f.at(c.At); sl != nil {
 				sl.merge(c)
 			}
 		}
 		f.mu.Unlock()
 	}
+}
+
+// zero says whether c is a step sampled all zeros, without requests.
+func (c *StepCount) zero() bool {
+	return c.Sampled && c.Requests == 0 && c.Desired == 0 && c.Ready == 0 && c.Buffered == 0 && c.QueueDepth == 0
 }
 
 func (s *slot) merge(c StepCount) {

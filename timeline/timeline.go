@@ -44,9 +44,20 @@ type Timeline struct {
 	fns map[types.NamespacedName]*function
 }
 
+// function is one function's steps. Its slots are made at the first step
+// with something other than zeros in it (a request, a gauge above zero)
+// and dropped once the Span holds nothing else: a function at zero and
+// idle, most of them where there are thousands, holds no slots, only the
+// run of steps it was sampled at, all zeros, so that a series shows zeros
+// there and not gaps.
 type function struct {
 	mu    sync.Mutex
-	slots [slots]slot
+	slots *[slots]slot
+	// zeroFrom to zeroTo are the steps sampled all zeros while slots is
+	// nil; zeroFrom 0 when none were.
+	zeroFrom, zeroTo int64
+	// active is the last step with something other than zeros.
+	active int64
 }
 
 // slot is one Step of a function's life.
@@ -66,7 +77,11 @@ func stepOf(t time.Time) int64 { return t.UnixNano() / int64(Step) }
 
 // at returns f's slot for step i, reset when it held an older step; nil
 // when i is older than the slot's, so late records never wipe newer ones.
+// It makes f's slots when f has none.
 func (f *function) at(i int64) *slot {
+	if f.slots == nil {
+		f.grow(i)
+	}
 	s := &f.slots[i%int64(slots)]
 	switch {
 	case s.at == i:
@@ -76,6 +91,65 @@ func (f *function) at(i int64) *slot {
 		*s = slot{at: i}
 	}
 	return s
+}
+
+// grow makes f's slots, holding the steps it was sampled at all zeros
+// within the Span ending at step i.
+func (f *function) grow(i int64) {
+	f.slots = new([slots]slot)
+	for j := max(f.zeroFrom, i-int64(slots)+1); f.zeroFrom > 0 && j <= f.zeroTo; j++ {
+		f.slots[j%int64(slots)] = slot{at: j, sampled: true}
+	}
+	f.zeroFrom, f.zeroTo = 0, 0
+}
+
+// shrink drops f's slots once the Span ending at step i holds nothing
+// but zeros, keeping the steps sampled just before i as a run of zeros.
+func (f *function) shrink(i int64) {
+	if f.slots == nil || f.active > i-int64(slots) {
+		return
+	}
+	from := int64(0)
+	for j := i - 1; j > i-int64(slots); j-- {
+		if s := &f.slots[j%int64(slots)]; s.at != j || !s.sampled {
+			break
+		}
+		from = j
+	}
+	f.slots, f.zeroFrom, f.zeroTo = nil, from, max(from, i-1)
+	if from == 0 {
+		f.zeroTo = 0
+	}
+}
+
+// sampledZero notes that step i was sampled all zeros, and says whether
+// that is kept without slots (f has none). A step apart from the run
+// kept starts a new one when newer, and is left out when older.
+func (f *function) sampledZero(i int64) bool {
+	if f.slots != nil {
+		return false
+	}
+	switch {
+	case f.zeroFrom == 0 || i > f.zeroTo+1:
+		f.zeroFrom, f.zeroTo = i, i
+	case i >= f.zeroFrom-1:
+		f.zeroFrom, f.zeroTo = min(f.zeroFrom, i), max(f.zeroTo, i)
+	}
+	return true
+}
+
+// view is step i as f keeps it, empty when it keeps nothing of it.
+func (f *function) view(i int64) slot {
+	if f.slots == nil {
+		if f.zeroFrom > 0 && i >= f.zeroFrom && i <= f.zeroTo {
+			return slot{at: i, sampled: true}
+		}
+		return slot{}
+	}
+	if s := f.slots[i%int64(slots)]; s.at == i {
+		return s
+	}
+	return slot{}
 }
 
 // Add counts a record in the step it ended in; records of functions the
@@ -89,8 +163,10 @@ func (t *Timeline) Add(r invocation.Record) {
 		return
 	}
 	b := bucketOf(r.Duration)
+	i := stepOf(r.Start.Add(r.Duration))
 	f.mu.Lock()
-	if s := f.at(stepOf(r.Start.Add(r.Duration))); s != nil {
+	f.active = max(f.active, i)
+	if s := f.at(i); s != nil {
 		s.requests++
 		if r.Status >= 500 {
 			s.errors++
@@ -139,8 +215,17 @@ func (t *Timeline) track(k types.NamespacedName) *function {
 // new. Buffered keeps the step's peak, the others its last value.
 func (t *Timeline) Sample(now time.Time, namespace, name string, g Gauges) {
 	f := t.track(types.NamespacedName{Namespace: namespace, Name: name})
+	i := stepOf(now)
 	f.mu.Lock()
-	if s := f.at(stepOf(now)); s != nil {
+	defer f.mu.Unlock()
+	f.shrink(i)
+	if g == (Gauges{}) && f.sampledZero(i) {
+		return
+	}
+	if g != (Gauges{}) {
+		f.active = max(f.active, i)
+	}
+	if s := f.at(i); s != nil {
 		buffered := s.buffered
 		if !s.sampled {
 			buffered = 0
@@ -149,7 +234,6 @@ func (t *Timeline) Sample(now time.Time, namespace, name string, g Gauges) {
 		s.desired, s.ready, s.queueDepth = int32(g.Desired), int32(g.Ready), g.QueueDepth
 		s.buffered = max(buffered, int32(g.Buffered))
 	}
-	f.mu.Unlock()
 }
 
 // Retain forgets every function keep says no to.
@@ -197,8 +281,8 @@ func (t *Timeline) Stats(now time.Time, namespace, name string, window time.Dura
 	var latency counts
 	f.mu.Lock()
 	for i := first; i <= last; i++ {
-		s := &f.slots[i%int64(slots)]
-		if s.at != i || s.requests == 0 {
+		s := f.view(i)
+		if s.requests == 0 {
 			continue
 		}
 		st.Requests += int(s.requests)
@@ -278,10 +362,10 @@ func (t *Timeline) Series(now time.Time, namespace, name string) (Series, bool) 
 	last := stepOf(now)
 	s := newSeries()
 	f.mu.Lock()
-	steps := f.slots
-	f.mu.Unlock()
+	defer f.mu.Unlock()
 	for i := last - int64(slots) + 1; i <= last; i++ {
-		s.add(i, &steps[i%int64(slots)])
+		sl := f.view(i)
+		s.add(i, &sl)
 	}
 	return s, true
 }

@@ -153,3 +153,56 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	})
 }
+
+// An idle function at zero holds no slots, only the run of steps it was
+// sampled at, which its series shows as zeros; its first request makes
+// them, keeping those zeros, and a Span of zeros after its last drops
+// them again.
+func TestIdleHoldsNoSlots(t *testing.T) {
+	tl := New()
+	for s := range 3 {
+		tl.Sample(t0.Add(time.Duration(s)*Step), "default", "fn", Gauges{})
+	}
+	f := tl.get("default", "fn")
+	if f.slots != nil {
+		t.Fatal("an idle function holds slots")
+	}
+	zeros := func(at time.Time, want int) {
+		t.Helper()
+		s, _ := tl.Series(at, "default", "fn")
+		sampled := 0
+		for i, d := range s.Desired {
+			if d != nil {
+				sampled++
+				if *d != 0 || *s.Ready[i] != 0 {
+					t.Errorf("step %d: desired %d, ready %d, want zeros", i, *d, *s.Ready[i])
+				}
+			}
+		}
+		if sampled != want {
+			t.Errorf("%d steps sampled, want %d", sampled, want)
+		}
+	}
+	zeros(t0.Add(2*Step), 3)
+
+	tl.Add(record(t0.Add(3*Step), time.Millisecond, 200, false))
+	if f.slots == nil {
+		t.Fatal("a request made no slots")
+	}
+	zeros(t0.Add(3*Step), 3)
+	if st, _ := tl.Stats(t0.Add(3*Step), "default", "fn", time.Minute); st.Requests != 1 {
+		t.Errorf("%d requests, want 1", st.Requests)
+	}
+
+	end := t0.Add(3*Step + Span + Step)
+	for at := t0.Add(3 * Step); !at.After(end); at = at.Add(Step) {
+		tl.Sample(at, "default", "fn", Gauges{})
+	}
+	if f.slots != nil {
+		t.Error("a Span of zeros after the last request kept the slots")
+	}
+	zeros(end, slots)
+	if st, _ := tl.Stats(end, "default", "fn", Span); st.Requests != 0 {
+		t.Errorf("%d requests a Span on, want 0", st.Requests)
+	}
+}

@@ -9,6 +9,8 @@
 package cachetrim
 
 import (
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 )
 
@@ -36,4 +38,14 @@ func Transform(in any) (any, error) {
 		}
 	}
 	return in, nil
+}
+
+// ScaleOnly is Transform, and for a Deployment also drops its pod
+// template, which is most of it: for a cache of Deployments read for
+// their replicas (the autoscaler's), never written whole.
+func ScaleOnly(in any) (any, error) {
+	if dep, ok := in.(*appsv1.Deployment); ok {
+		dep.Spec.Template = corev1.PodTemplateSpec{}
+	}
+	return Transform(in)
 }

@@ -3,6 +3,7 @@ package cachetrim
 import (
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -29,5 +30,21 @@ func TestTransform(t *testing.T) {
 	}
 	if out, err := Transform("not an object"); out != "not an object" || err != nil {
 		t.Errorf("not an object: %v %v, want it as it is", out, err)
+	}
+}
+
+// A Deployment read for its replicas keeps them and its status, not its
+// pod template.
+func TestScaleOnly(t *testing.T) {
+	replicas := int32(3)
+	dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "fn", ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "sless"}}},
+		Spec: appsv1.DeploymentSpec{Replicas: &replicas, Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{Name: "function", Image: "fn:1"}}}}},
+		Status: appsv1.DeploymentStatus{Replicas: 2}}
+	if _, err := ScaleOnly(dep); err != nil {
+		t.Fatal(err)
+	}
+	if *dep.Spec.Replicas != 3 || dep.Status.Replicas != 2 || len(dep.Spec.Template.Spec.Containers) != 0 || dep.ManagedFields != nil {
+		t.Errorf("trimmed: %+v", dep)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -264,8 +265,8 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// createFunctions creates Functions from..to-1, round the namespaces, 16 at
-// once.
+// createFunctions creates Functions from..to-1, at zero (scale.initial 0),
+// round the namespaces, 16 at once.
 func createFunctions(ctx context.Context, c client.Client, from, to, namespaces int) error {
 	work := make(chan int)
 	var mu sync.Mutex
@@ -275,7 +276,8 @@ func createFunctions(ctx context.Context, c client.Client, from, to, namespaces 
 		wg.Go(func() {
 			for i := range work {
 				fn := &v1alpha1.Function{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("fn-%05d", i), Namespace: namespace(i % namespaces)},
-					Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "registry.example.com/fn:1"}}
+					Spec: v1alpha1.FunctionSpec{Runtime: v1alpha1.RuntimeGo, Image: "registry.example.com/fn:1",
+						Scale: v1alpha1.Scale{Initial: ptr.To[int32](0)}}}
 				if err := c.Create(ctx, fn); err != nil {
 					mu.Lock()
 					firstErr = cmpErr(firstErr, fmt.Errorf("create %s/%s: %w", fn.Namespace, fn.Name, err))
