@@ -74,8 +74,11 @@ func (a *Activator) Dispatch(ctx context.Context) {
 		var err error
 		if time.Since(read) >= max(r.cfg.Interval, pendingCost*took) {
 			read = time.Now()
-			err = a.readPending(ctx)
-			took = time.Since(read)
+			if err = a.readPending(ctx); err == nil {
+				took = time.Since(read)
+			} else {
+				took = 0 // a store failing is read again at the next interval
+			}
 		}
 		if err == nil {
 			err = a.dispatchDue(ctx)
