@@ -32,16 +32,6 @@ func awaitPublished(t *testing.T, base string, id runs.ID) runs.Run {
 	return r
 }
 
-// take takes the next message of queue, failing when there is none.
-func take(t *testing.T, ch *amqp.Channel, queue string) amqp.Delivery {
-	t.Helper()
-	d, ok, err := ch.Get(queue, true)
-	if err != nil || !ok {
-		t.Fatalf("queue %s: no message (%v)", queue, err)
-	}
-	return d
-}
-
 // The answers of runs whose function names a queue for their end are
 // published there once each: the answer's body and content type, the
 // run's id as the message id, what ended the run in the headers. A
@@ -69,7 +59,7 @@ func TestRunAnswersPublished(t *testing.T) {
 			t.Errorf("run %s: %+v, want %s and published to %s", tc.id, r, tc.state, tc.queue)
 		}
 		_, answer := call(t, http.MethodGet, base+"/runs/"+string(tc.id)+"/result", "")
-		d := take(t, ch, tc.queue)
+		d := amqptest.Take(t, ch, tc.queue)
 		h := d.Headers
 		if string(d.Body) != string(answer) || d.MessageId != string(tc.id) || d.ContentType != "application/json" ||
 			d.DeliveryMode != amqp.Persistent || !d.Timestamp.Equal(r.CompletedAt.Truncate(time.Second)) {
@@ -89,7 +79,7 @@ func TestRunAnswersPublished(t *testing.T) {
 	}
 	again := submitRun(t, base, "/fn/ns/hello/echo", "again")
 	awaitPublished(t, base, again)
-	if d := take(t, ch, done); d.MessageId != string(again) {
+	if d := amqptest.Take(t, ch, done); d.MessageId != string(again) {
 		t.Errorf("after the broker closed the connection, message %s, want run %s's", d.MessageId, again)
 	}
 	if n := testutil.ToFloat64(a.metrics.runs.published); n != 3 {
@@ -114,7 +104,7 @@ func TestRunAnswersWaitForABroker(t *testing.T) {
 	}
 	b, _ := startRunsWith(t, store, RunsConfig{Interval: 20 * time.Millisecond, BrokerURL: amqptest.URL()})
 	awaitPublished(t, base, id)
-	if d := take(t, ch, done); d.MessageId != string(id) {
+	if d := amqptest.Take(t, ch, done); d.MessageId != string(id) {
 		t.Errorf("message %s, want run %s's", d.MessageId, id)
 	}
 	if na, nb := testutil.ToFloat64(a.metrics.runs.published), testutil.ToFloat64(b.metrics.runs.published); na != 0 || nb != 1 {

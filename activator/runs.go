@@ -254,17 +254,15 @@ func (r *runner) announce(id runs.ID) {
 }
 
 // poke wakes the dispatcher, without waiting.
-func (r *runner) poke() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
-	}
-}
+func (r *runner) poke() { signal(r.wake) }
 
 // pokePublisher wakes the publisher, without waiting.
-func (r *runner) pokePublisher() {
+func (r *runner) pokePublisher() { signal(r.toPublish) }
+
+// signal sends on c, a channel of one, unless a signal already waits.
+func signal(c chan<- struct{}) {
 	select {
-	case r.toPublish <- struct{}{}:
+	case c <- struct{}{}:
 	default:
 	}
 }

@@ -163,10 +163,7 @@ func TestQueueCrashSparesOthers(t *testing.T) {
 	p.waitFor("the healthy messages processed and the poison dead-lettered", time.Minute, func() bool {
 		return len(seen(t, out)) == 4 && amqptest.Depth(t, ch, dlq) == 1
 	})
-	msg, ok, err := ch.Get(dlq, true)
-	if err != nil || !ok {
-		t.Fatalf("dead-letter queue: %v, %v", ok, err)
-	}
+	msg := amqptest.Take(t, ch, dlq)
 	if string(msg.Body) != "poison" || msg.Headers[consumer.AttemptsHeader] != int32(2) || msg.Headers[consumer.StatusHeader] != int32(502) {
 		t.Errorf("dead-lettered %q with %v, want the poison after 2 attempts, status 502", msg.Body, msg.Headers)
 	}

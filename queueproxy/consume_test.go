@@ -182,10 +182,7 @@ func TestConsumeRetries(t *testing.T) {
 	if r := h.results(queue, "retried"); r != 2+3 {
 		t.Errorf("retried = %d, want 5", r)
 	}
-	msg, ok, err := ch.Get(dlq, true)
-	if err != nil || !ok {
-		t.Fatalf("dead-letter queue: %v, %v", ok, err)
-	}
+	msg := amqptest.Take(t, ch, dlq)
 	var body testfn.Message
 	if err := json.Unmarshal(msg.Body, &body); err != nil || body.ID != "poison" {
 		t.Errorf("dead-lettered body %q, want the poison message's", msg.Body)
@@ -377,10 +374,7 @@ func TestCrashSparesOthers(t *testing.T) {
 	if d := amqptest.Depth(t, ch, dlq); d != 1 {
 		t.Fatalf("dead-letter queue holds %d messages, want the culprit alone", d)
 	}
-	msg, ok, err := ch.Get(dlq, true)
-	if err != nil || !ok {
-		t.Fatalf("dead-letter queue: %v, %v", ok, err)
-	}
+	msg := amqptest.Take(t, ch, dlq)
 	var body testfn.Message
 	if err := json.Unmarshal(msg.Body, &body); err != nil || body.ID != "poison" {
 		t.Errorf("dead-lettered %q, want the poison message", msg.Body)

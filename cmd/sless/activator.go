@@ -37,7 +37,7 @@ func newActivatorCommand() *cobra.Command {
 		listen, admin, domain, autoscaler string
 		trustedProxies                    []string
 		peersService, adminSecret         string
-		rabbitmqURL                       string
+		brokerURL                         string
 		cfg                               activator.Config
 		drain, readTimeout, propagation   time.Duration
 		records                           int
@@ -98,7 +98,7 @@ SLESS_DATABASE_URL), to memory without.`,
 			}
 			dispatched := make(chan struct{})
 			if runStore != nil {
-				a.EnableRuns(runStore, activator.RunsConfig{BrokerURL: rabbitmqURL})
+				a.EnableRuns(runStore, activator.RunsConfig{BrokerURL: brokerURL})
 				// No run is claimed once the activator begins to stop;
 				// those under way have the drain to end, and the store
 				// stays open for their outcomes.
@@ -182,13 +182,11 @@ SLESS_DATABASE_URL), to memory without.`,
 			" is the admin API's token: created with a random one when missing, followed when rotated (unused with SLESS_ADMIN_TOKEN)")
 	f.StringVar(&peersService, "peers-service", "sless-activator",
 		"the activators' Service, in the pod's namespace (POD_NAMESPACE): its ready endpoints share every instance's concurrency; POD_IP names this one")
-	f.StringVar(&rabbitmqURL, "rabbitmq-url", "",
+	f.StringVar(&brokerURL, "rabbitmq-url", "",
 		"AMQP URL of the broker that the answers of runs are published to, for functions whose async.onSuccess or onFailure name a queue ["+rabbitmqURLEnv+"] (they wait, kept with their runs, when empty)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		if !cmd.Flags().Changed("rabbitmq-url") {
-			rabbitmqURL = os.Getenv(rabbitmqURLEnv)
-		}
-		if err := checkAMQPURL("--rabbitmq-url", rabbitmqURL); err != nil {
+		brokerURL = rabbitmqURL(cmd, brokerURL)
+		if err := checkAMQPURL("--rabbitmq-url", brokerURL); err != nil {
 			return err
 		}
 		cfg.Domain = domain

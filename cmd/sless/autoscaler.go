@@ -63,6 +63,14 @@ const leaderElectionID = "sless-autoscaler"
 // pod spec's arguments.
 const rabbitmqURLEnv = "SLESS_RABBITMQ_URL"
 
+// rabbitmqURL is the --rabbitmq-url given, else rabbitmqURLEnv's.
+func rabbitmqURL(cmd *cobra.Command, given string) string {
+	if cmd.Flags().Changed("rabbitmq-url") {
+		return given
+	}
+	return os.Getenv(rabbitmqURLEnv)
+}
+
 func newAutoscalerCommand() *cobra.Command {
 	var o autoscalerOptions
 	cmd := &cobra.Command{
@@ -101,9 +109,7 @@ Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
 		"PostgreSQL URL of the runs the activators keep, whose due and running runs are a signal (default $SLESS_DATABASE_URL; none when empty)")
 	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker of every queue, whatever its trigger's Secret ["+rabbitmqURLEnv+"] (each trigger's Secret when empty)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
-		if !cmd.Flags().Changed("rabbitmq-url") {
-			o.rabbitmqURL = os.Getenv(rabbitmqURLEnv)
-		}
+		o.rabbitmqURL = rabbitmqURL(cmd, o.rabbitmqURL)
 		return o.check()
 	}
 	return cmd

@@ -339,10 +339,7 @@ spec:
 		out, err := sless(t, d.admin, "run", string(id))
 		return err == nil && strings.Contains(out, "Published to:  queue "+queue+" at ")
 	})
-	msg, ok, err := ch.Get(queue, true)
-	if err != nil || !ok {
-		t.Fatalf("queue %s: no message (%v)", queue, err)
-	}
+	msg := amqptest.Take(t, ch, queue)
 	if msg.MessageId != string(id) || msg.Headers[runs.MessageStateHeader] != "failed" || !strings.Contains(string(msg.Body), "asked to fail") {
 		t.Errorf("message %s %v %q, want run %s's failed answer", msg.MessageId, msg.Headers, msg.Body, id)
 	}

@@ -108,6 +108,17 @@ func Publish(t testing.TB, ch *amqp.Channel, queue string, bodies ...[]byte) {
 	}
 }
 
+// Take takes the next message of queue, acknowledged, failing the test
+// when there is none.
+func Take(t testing.TB, ch *amqp.Channel, queue string) amqp.Delivery {
+	t.Helper()
+	d, ok, err := ch.Get(queue, true)
+	if err != nil || !ok {
+		t.Fatalf("queue %s: no message (%v)", queue, err)
+	}
+	return d
+}
+
 // Depth is how many messages in queue are ready.
 func Depth(t testing.TB, ch *amqp.Channel, queue string) int {
 	t.Helper()

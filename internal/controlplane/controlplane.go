@@ -150,17 +150,22 @@ func moduleDir(root, module string) (string, error) {
 // knows Kubernetes' own types, the sless types, and those added by adds.
 func Client(t testing.TB, cfg *rest.Config, adds ...func(*kruntime.Scheme) error) client.Client {
 	t.Helper()
-	scheme := kruntime.NewScheme()
-	for _, add := range append([]func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme}, adds...) {
-		if err := add(scheme); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	c, err := NewClient(cfg, adds...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// NewClient is Client for a program of its own.
+func NewClient(cfg *rest.Config, adds ...func(*kruntime.Scheme) error) (client.Client, error) {
+	scheme := kruntime.NewScheme()
+	for _, add := range append([]func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme}, adds...) {
+		if err := add(scheme); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(cfg, client.Options{Scheme: scheme})
 }
 
 // CreateDeployment creates the Deployment default/name a Function's

@@ -132,6 +132,20 @@ func runFields(r *runs.Run) []any {
 		&r.CompletedAt, &r.Status, &r.Error, &r.ResultSize, &r.ResultTruncated, &r.Parent, &r.Depth, &r.Next, &r.PublishTo, &r.PublishedAt}
 }
 
+// resultColumns are what a Run and its Result are read from, in
+// scanResult's order.
+const resultColumns = runColumns + ", content_type, result"
+
+// scanResult reads a run and its answer, whose status and size are the
+// run's.
+func scanResult(row pgx.Row, r *runs.Run, res *runs.Result) error {
+	if err := row.Scan(append(runFields(r), &res.ContentType, &res.Body)...); err != nil {
+		return err
+	}
+	res.Status, res.BodySize, res.Truncated = r.Status, r.ResultSize, r.ResultTruncated
+	return nil
+}
+
 func scanRun(row pgx.Row) (runs.Run, error) {
 	var r runs.Run
 	err := row.Scan(runFields(&r)...)
@@ -264,8 +278,7 @@ func (s *Store) Get(ctx context.Context, id runs.ID) (runs.Run, error) {
 func (s *Store) Result(ctx context.Context, id runs.ID) (runs.Run, runs.Result, error) {
 	var res runs.Result
 	var r runs.Run
-	err := s.pool.QueryRow(ctx, "select "+runColumns+", content_type, result from sless_runs where id = $1", id).
-		Scan(append(runFields(&r), &res.ContentType, &res.Body)...)
+	err := scanResult(s.pool.QueryRow(ctx, "select "+resultColumns+" from sless_runs where id = $1", id), &r, &res)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return r, res, runs.ErrNotFound
@@ -274,7 +287,6 @@ func (s *Store) Result(ctx context.Context, id runs.ID) (runs.Run, runs.Result, 
 	case !r.State.Ended():
 		return r, runs.Result{}, runs.ErrNotEnded
 	}
-	res.Status, res.BodySize, res.Truncated = r.Status, r.ResultSize, r.ResultTruncated
 	return r, res, nil
 }
 
@@ -344,15 +356,15 @@ func (s *Store) Publish(ctx context.Context, limit int, send runs.Sender) (int, 
 	var n int
 	var sendErr error
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, "select "+runColumns+`, content_type, result from sless_runs
+		rows, err := tx.Query(ctx, "select "+resultColumns+` from sless_runs
 			where publish_to <> '' and published_at is null order by completed_at limit $1 for update skip locked`, limit)
 		if err != nil {
 			return err
 		}
 		ps, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (runs.Publication, error) {
 			var p runs.Publication
-			err := row.Scan(append(runFields(&p.Run), &p.Result.ContentType, &p.Result.Body)...)
-			p.Queue, p.Result.Status, p.Result.BodySize, p.Result.Truncated = p.Run.PublishTo, p.Run.Status, p.Run.ResultSize, p.Run.ResultTruncated
+			err := scanResult(row, &p.Run, &p.Result)
+			p.Queue = p.Run.PublishTo
 			return p, err
 		})
 		if err != nil || len(ps) == 0 {

@@ -377,23 +377,36 @@ func testClaimedOnce(t *testing.T, s runs.Store) {
 	for n := range total {
 		submit(t, s, runs.Submission{Request: request(n)})
 	}
+	eachOnce(t, "claimed", total, 4, func() ([]runs.ID, error) {
+		as, err := s.Claim(ctx, "default", "fn", time.Hour, maxAttempts, 3)
+		ids := make([]runs.ID, len(as))
+		for i, a := range as {
+			ids[i] = a.Run.ID
+		}
+		return ids, err
+	})
+}
+
+// eachOnce calls take from workers goroutines at once, each until take
+// takes nothing or fails, and checks that total runs were taken, each
+// once.
+func eachOnce(t *testing.T, what string, total, workers int, take func() ([]runs.ID, error)) {
 	var mu sync.Mutex
 	seen := map[runs.ID]int{}
 	var wg sync.WaitGroup
-	for range 4 {
+	for range workers {
 		wg.Go(func() {
 			for {
-				as, err := s.Claim(ctx, "default", "fn", time.Hour, maxAttempts, 3)
+				ids, err := take()
 				if err != nil {
-					t.Errorf("claim: %v", err)
-					return
+					t.Errorf("%s: %v", what, err)
 				}
-				if len(as) == 0 {
+				if len(ids) == 0 || err != nil {
 					return
 				}
 				mu.Lock()
-				for _, a := range as {
-					seen[a.Run.ID]++
+				for _, id := range ids {
+					seen[id]++
 				}
 				mu.Unlock()
 			}
@@ -401,11 +414,11 @@ func testClaimedOnce(t *testing.T, s runs.Store) {
 	}
 	wg.Wait()
 	if len(seen) != total {
-		t.Errorf("%d runs claimed, want %d", len(seen), total)
+		t.Errorf("%d runs %s, want %d", len(seen), what, total)
 	}
 	for id, n := range seen {
 		if n != 1 {
-			t.Errorf("run %s claimed %d times", id, n)
+			t.Errorf("run %s %s %d times", id, what, n)
 		}
 	}
 }
@@ -673,36 +686,14 @@ func testPublishedOnce(t *testing.T, s runs.Store) {
 		submit(t, s, runs.Submission{Request: request(n)})
 		end(t, s, runs.Outcome{State: runs.Succeeded, Result: runs.Result{Status: 200}, Publish: "done"})
 	}
-	var mu sync.Mutex
-	seen := map[runs.ID]int{}
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			for {
-				n, err := s.Publish(ctx, 4, func(_ context.Context, ps []runs.Publication) (int, error) {
-					mu.Lock()
-					defer mu.Unlock()
-					for _, p := range ps {
-						seen[p.Run.ID]++
-					}
-					return len(ps), nil
-				})
-				if err != nil {
-					t.Errorf("publish: %v", err)
-				}
-				if n == 0 || err != nil {
-					return
-				}
+	eachOnce(t, "handed to publish", total, 3, func() ([]runs.ID, error) {
+		var ids []runs.ID
+		_, err := s.Publish(ctx, 4, func(_ context.Context, ps []runs.Publication) (int, error) {
+			for _, p := range ps {
+				ids = append(ids, p.Run.ID)
 			}
+			return len(ps), nil
 		})
-	}
-	wg.Wait()
-	if len(seen) != total {
-		t.Errorf("%d answers handed, want %d", len(seen), total)
-	}
-	for id, n := range seen {
-		if n != 1 {
-			t.Errorf("the answer of run %s handed %d times", id, n)
-		}
-	}
+		return ids, err
+	})
 }

@@ -18,11 +18,11 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -34,14 +34,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	kruntime "k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/internal/controlplane"
 )
 
@@ -97,7 +95,7 @@ func run(sless string, counts []int, namespaces int, timeout time.Duration) erro
 	}
 	defer func() { _ = env.Stop() }()
 	cfg.QPS, cfg.Burst = 500, 1000
-	c, err := newClient(cfg)
+	c, err := controlplane.NewClient(cfg)
 	if err != nil {
 		return err
 	}
@@ -152,16 +150,6 @@ func run(sless string, counts []int, namespaces int, timeout time.Duration) erro
 
 func namespace(i int) string { return fmt.Sprintf("scale-%03d", i) }
 
-func newClient(cfg *rest.Config) (client.Client, error) {
-	scheme := kruntime.NewScheme()
-	for _, add := range []func(*kruntime.Scheme) error{clientgoscheme.AddToScheme, v1alpha1.AddToScheme} {
-		if err := add(scheme); err != nil {
-			return nil, err
-		}
-	}
-	return client.New(cfg, client.Options{Scheme: scheme})
-}
-
 // writeKubeconfig writes a kubeconfig of an administrator of the control
 // plane, for the components.
 func writeKubeconfig(env *envtest.Environment, dir string) (string, error) {
@@ -188,7 +176,7 @@ type component struct {
 // as configured for a cluster but for their addresses, and waits for
 // each to answer its health check.
 func startComponents(bin, kubeconfig, dir string) ([]*component, error) {
-	ports, err := freePorts(5)
+	ports, err := hops.FreePorts(5)
 	if err != nil {
 		return nil, err
 	}
@@ -246,25 +234,6 @@ func stopComponents(comps []*component) {
 	}
 }
 
-func freePorts(n int) ([]int, error) {
-	var ports []int
-	var lns []net.Listener
-	defer func() {
-		for _, ln := range lns {
-			ln.Close()
-		}
-	}()
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
-
 // createFunctions creates Functions from..to-1, at zero (scale.initial 0),
 // round the namespaces, 16 at once.
 func createFunctions(ctx context.Context, c client.Client, from, to, namespaces int) error {
@@ -280,7 +249,7 @@ func createFunctions(ctx context.Context, c client.Client, from, to, namespaces 
 						Scale: v1alpha1.Scale{Initial: ptr.To[int32](0)}}}
 				if err := c.Create(ctx, fn); err != nil {
 					mu.Lock()
-					firstErr = cmpErr(firstErr, fmt.Errorf("create %s/%s: %w", fn.Namespace, fn.Name, err))
+					firstErr = cmp.Or(firstErr, fmt.Errorf("create %s/%s: %w", fn.Namespace, fn.Name, err))
 					mu.Unlock()
 				}
 			}
@@ -292,13 +261,6 @@ func createFunctions(ctx context.Context, c client.Client, from, to, namespaces 
 	close(work)
 	wg.Wait()
 	return firstErr
-}
-
-func cmpErr(first, err error) error {
-	if first != nil {
-		return first
-	}
-	return err
 }
 
 // awaitReconciled waits until n Functions have a status for their
