@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -39,6 +40,41 @@ func TestAPIServer(t *testing.T) {
 	t.Run("replicas at zero are printed", func(t *testing.T) { testPrintingZero(t, c, cfg) })
 	t.Run("security context", func(t *testing.T) { testSecurityContext(t, c) })
 	t.Run("KEDA CRDs are installed", func(t *testing.T) { testKEDA(t, c) })
+	t.Run("the run targets in docs/runs.md", func(t *testing.T) { testDocsRunTargets(t, c) })
+}
+
+// The spec.async samples of docs/runs.md (chains, to a queue) are
+// accepted as written, and say what they show.
+func testDocsRunTargets(t *testing.T, c client.Client) {
+	doc, err := os.ReadFile("../../docs/runs.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var samples []string
+	for _, block := range strings.Split(string(doc), "```yaml\n")[1:] {
+		if sample, _, _ := strings.Cut(block, "```"); strings.HasPrefix(sample, "spec:\n  async:") {
+			samples = append(samples, sample)
+		}
+	}
+	if len(samples) != 2 {
+		t.Fatalf("%d spec.async samples in docs/runs.md, want the chain's and the queue's", len(samples))
+	}
+	want := []v1alpha1.RunTarget{{Function: "resize"}, {Queue: "thumbnails.done"}}
+	for i, sample := range samples {
+		fn := &v1alpha1.Function{}
+		if err := yaml.UnmarshalStrict([]byte(sample), fn); err != nil {
+			t.Fatalf("sample %d: %v", i, err)
+		}
+		fn.Name, fn.Namespace = fmt.Sprintf("docs-runs-%d", i), "default"
+		fn.Spec.Runtime, fn.Spec.Image = v1alpha1.RuntimeGo, "registry.example/docs:1"
+		if err := c.Create(context.Background(), fn); err != nil {
+			t.Errorf("sample %d refused: %v\n%s", i, err, sample)
+		}
+		a := fn.Spec.Async
+		if a.OnSuccess == nil || *a.OnSuccess != want[i] || a.OnFailure == nil || *a.OnFailure != (v1alpha1.RunTarget{Function: "alert"}) {
+			t.Errorf("sample %d: onSuccess %+v, onFailure %+v; want %+v and the Function alert", i, a.OnSuccess, a.OnFailure, want[i])
+		}
+	}
 }
 
 func testDefaults(t *testing.T, c client.Client) {
