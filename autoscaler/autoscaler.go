@@ -42,6 +42,7 @@ type Autoscaler struct {
 	log     *slog.Logger
 	metrics *metrics
 	sources []Source // fixed by New
+	relay   *relay   // nil without peers
 
 	mu    sync.Mutex
 	fns   map[types.NamespacedName]*state
@@ -79,6 +80,7 @@ type state struct {
 type Option func(*options)
 
 type options struct {
+	peers   Peers
 	queues  QueueReader
 	waker   Waker
 	sources []Source
@@ -106,8 +108,11 @@ func New(scraper *Scraper, writer ReplicaWriter, reg prometheus.Registerer, log 
 		a.sources = append(a.sources, &queueSource{reader: o.queues, waker: o.waker, metrics: m, log: log})
 	}
 	a.sources = append(a.sources, o.sources...)
+	if o.peers != nil {
+		a.relay = newRelay(o.peers)
+	}
 	if err := reg.Register(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "sless_autoscaler_functions", Help: "Functions the autoscaler scales.",
+		Name: "sless_autoscaler_functions", Help: "Functions the autoscaler scales: its share, for a replica of several.",
 	}, func() float64 { return float64(a.count()) })); err != nil {
 		return nil, err
 	}

@@ -59,7 +59,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}, []string{"namespace", "function", "queue"}),
 		steps: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sless_autoscaler_steps_total",
-			Help: "Seconds of work done: each observes every function and, every DecideEvery, decides. Flat while an autoscaler is not the leader.",
+			Help: "Seconds of work done: each observes every function and, every DecideEvery, decides.",
 		}),
 	}
 	for _, c := range []prometheus.Collector{m.desired, m.actual, m.ready, m.max, m.panic, m.noData, m.coldStarts, m.coldDuration, m.queueDepth, m.steps} {

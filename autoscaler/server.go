@@ -24,13 +24,21 @@ const maxPokeBody = 4 << 10
 // A report's activator names the activator reporting (its pod): the counts
 // of several activators add up, each expiring after BufferedTTL.
 //
-// Only activators may reach it (a NetworkPolicy does this on Kubernetes).
+// With peers (WithPeers), a push for a function another replica scales is
+// passed on to it, and GET /v1/scaling gathers every replica's functions.
+//
+// Only activators and peers may reach it (a NetworkPolicy does this on
+// Kubernetes).
 func (a *Autoscaler) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+wire.PokePath, a.servePoke)
 	mux.HandleFunc("POST "+wire.BufferedPath, a.serveBuffered)
 	mux.HandleFunc("GET "+wire.ScalingPath, func(w http.ResponseWriter, r *http.Request) {
-		httpjson.Write(w, http.StatusOK, a.Scaling(time.Now()))
+		out := a.Scaling(time.Now())
+		if !a.relay.forwarded(r) {
+			out = a.relay.scaling(r.Context(), out)
+		}
+		httpjson.Write(w, http.StatusOK, out)
 	})
 	return mux
 }
@@ -38,6 +46,10 @@ func (a *Autoscaler) Handler() http.Handler {
 func (a *Autoscaler) servePoke(w http.ResponseWriter, r *http.Request) {
 	var req wire.Poke
 	if !decode(w, r, &req, maxPokeBody) {
+		return
+	}
+	if a.get(req.Namespace, req.Name) == nil && !a.relay.forwarded(r) {
+		a.relay.poke(w, r, req)
 		return
 	}
 	if a.get(req.Namespace, req.Name) == nil {
@@ -68,16 +80,24 @@ func (a *Autoscaler) serveBuffered(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	now := time.Now()
-	var unknown []string
+	var unknown []wire.BufferedCount
 	for _, c := range rep.Functions {
 		if a.get(c.Namespace, c.Name) == nil {
-			unknown = append(unknown, c.Namespace+"/"+c.Name)
+			unknown = append(unknown, c)
 			continue
 		}
 		a.SetBuffered(now, rep.Activator, c.Namespace, c.Name, c.Count)
 	}
-	if len(unknown) > 0 {
-		httpjson.Error(w, http.StatusNotFound, "unknown function "+listed(unknown, 10))
+	var refused []string
+	if a.relay.forwarded(r) {
+		for _, c := range unknown {
+			refused = append(refused, c.Namespace+"/"+c.Name)
+		}
+	} else {
+		refused = a.relay.buffered(r.Context(), rep.Activator, unknown)
+	}
+	if len(refused) > 0 {
+		httpjson.Error(w, http.StatusNotFound, "unknown function "+listed(refused, 10))
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -2,6 +2,9 @@ package kubewatch
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"slices"
 	"log/slog"
 	"reflect"
 	"sync"
@@ -43,8 +46,13 @@ type AutoscalerFeed struct {
 	SyncTimeout time.Duration
 
 	// Crons, when set before Run, gets every valid Function's cron
-	// triggers: the leader's scheduler.
+	// triggers: the replica's scheduler.
 	Crons CronTarget
+
+	// Owns, when set before Run, says which Functions this replica
+	// scales (autoscaler/shard): the others are not pushed, and Resync
+	// follows a change of it. Nil scales every one.
+	Owns func(namespace, name string) bool
 
 	// mu serialises what is pushed, so that of two reads of a function's
 	// EndpointSlices the later one is pushed last.
@@ -89,6 +97,10 @@ func (f *AutoscalerFeed) Run(ctx context.Context) error {
 // scale.
 func (f *AutoscalerFeed) setFunction(fn *v1alpha1.Function) {
 	key := types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}
+	if f.Owns != nil && !f.Owns(fn.Namespace, fn.Name) {
+		f.removeFunction(key)
+		return
+	}
 	want := autoscaler.TargetFor(fn)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -104,6 +116,36 @@ func (f *AutoscalerFeed) setFunction(fn *v1alpha1.Function) {
 	if !known {
 		f.pushInstances(key)
 	}
+}
+
+// Resync pushes again every Function in the cache, and drops the ones
+// pushed that are gone or no longer owned: after Owns changed. A
+// function pushed again with nothing changed is not restarted; one newly
+// owned starts afresh.
+func (f *AutoscalerFeed) Resync(ctx context.Context) error {
+	var fns v1alpha1.FunctionList
+	// Not copied: setFunction copies what it keeps.
+	if err := f.feed.cache.List(ctx, &fns, client.UnsafeDisableDeepCopy); err != nil {
+		return fmt.Errorf("list functions: %w", err)
+	}
+	listed := make(map[types.NamespacedName]bool, len(fns.Items))
+	for i := range fns.Items {
+		fn := &fns.Items[i]
+		listed[types.NamespacedName{Namespace: fn.Namespace, Name: fn.Name}] = true
+		f.feed.setFunction(fn, f)
+	}
+	for _, key := range f.knownKeys() {
+		if !listed[key] {
+			f.removeFunction(key)
+		}
+	}
+	return nil
+}
+
+func (f *AutoscalerFeed) knownKeys() []types.NamespacedName {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Collect(maps.Keys(f.known))
 }
 
 // replicas is what a function has now: its Deployment's replicas, or its

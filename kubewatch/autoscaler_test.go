@@ -89,6 +89,13 @@ type harness struct {
 
 func start(t *testing.T) *harness {
 	t.Helper()
+	h, _ := startOwning(t, nil)
+	return h
+}
+
+// startOwning is start with the feed scaling what owns says.
+func startOwning(t *testing.T, owns func(namespace, name string) bool) (*harness, *kubewatch.AutoscalerFeed) {
+	t.Helper()
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	keda := kedascaler.New(quiet)
@@ -104,6 +111,7 @@ func start(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	kube.Reader = w.Deployments()
+	w.Owns = owns
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	if err := w.Run(ctx); err != nil {
@@ -111,7 +119,51 @@ func start(t *testing.T) *harness {
 	}
 	push := httptest.NewServer(a.Handler())
 	t.Cleanup(push.Close)
-	return &harness{c: c, deps: w.Deployments(), rec: rec, keda: serveKEDA(t, keda), push: push.URL}
+	return &harness{c: c, deps: w.Deployments(), rec: rec, keda: serveKEDA(t, keda), push: push.URL}, w
+}
+
+// TestOwnsFollowsTheShare: a feed scales the Functions its replica owns
+// only; after the share changed, Resync takes up the newly owned and
+// drops the others.
+func TestOwnsFollowsTheShare(t *testing.T) {
+	var mu sync.Mutex
+	owned, asked := "a", map[string]bool{}
+	owns := func(_, name string) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		asked[name] = true
+		return name == owned
+	}
+	h, feed := startOwning(t, owns)
+	for _, name := range []string{"a", "b"} {
+		if err := h.c.Create(t.Context(), function(name, nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scaled := func() []string {
+		var names []string
+		for _, s := range h.rec.Scaling(time.Now()) {
+			names = append(names, s.Name)
+		}
+		return names
+	}
+	eventually.True(t, "a scaled alone, b seen", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return asked["b"] && slices.Equal(scaled(), []string{"a"})
+	})
+	if n := h.rec.setCalls("default/b"); n != 0 {
+		t.Errorf("b, not owned, pushed %d times", n)
+	}
+	mu.Lock()
+	owned = "b"
+	mu.Unlock()
+	if err := feed.Resync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := scaled(); !slices.Equal(got, []string{"b"}) {
+		t.Errorf("scaled after the share moved: %v, want b alone", got)
+	}
 }
 
 func serveKEDA(t *testing.T, srv *kedascaler.Server) externalscaler.ExternalScalerClient {

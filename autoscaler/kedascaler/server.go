@@ -41,9 +41,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	desired map[types.NamespacedName]int32
-	// subs are the StreamIsActive streams per function, each a coalescing
-	// channel of capacity 1 its handler drains.
-	subs    map[types.NamespacedName]map[chan struct{}]struct{}
+	// subs are the StreamIsActive streams per function.
+	subs    map[types.NamespacedName]map[*subscriber]struct{}
 	streams int
 }
 
@@ -54,7 +53,7 @@ func New(log *slog.Logger) *Server {
 		maxStreams: MaxStreams,
 		done:       make(chan struct{}),
 		desired:    map[types.NamespacedName]int32{},
-		subs:       map[types.NamespacedName]map[chan struct{}]struct{}{},
+		subs:       map[types.NamespacedName]map[*subscriber]struct{}{},
 	}
 }
 
@@ -70,9 +69,9 @@ func (s *Server) Scale(_ context.Context, namespace, name string, replicas int32
 	had := s.desired[fn]
 	s.desired[fn] = replicas
 	if had <= 0 && replicas > 0 {
-		for ch := range s.subs[fn] {
+		for sub := range s.subs[fn] {
 			select {
-			case ch <- struct{}{}:
+			case sub.active <- struct{}{}:
 			default: // a push is pending already
 			}
 		}
@@ -165,12 +164,12 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream grpc
 	if err != nil {
 		return err
 	}
-	ch, err := s.subscribe(fn)
+	sub, err := s.subscribe(fn)
 	if err != nil {
 		s.log.Warn("refused activation stream", "namespace", fn.Namespace, "function", fn.Name, "err", err)
 		return err
 	}
-	defer s.unsubscribe(fn, ch)
+	defer s.unsubscribe(fn, sub)
 	// Headers now, not with the first push: a client that waits for them
 	// knows that pushes from here on reach it.
 	if err := stream.SendHeader(metadata.MD{}); err != nil {
@@ -183,7 +182,9 @@ func (s *Server) StreamIsActive(ref *externalscaler.ScaledObjectRef, stream grpc
 			return status.FromContextError(ctx.Err()).Err()
 		case <-s.done:
 			return nil
-		case <-ch:
+		case <-sub.end:
+			return status.Errorf(codes.Unavailable, "function %s is now scaled by another autoscaler replica: call again", fn)
+		case <-sub.active:
 			if err := stream.Send(&externalscaler.IsActiveResponse{Result: true}); err != nil {
 				return fmt.Errorf("push activation of %s: %w", fn, err)
 			}
@@ -201,25 +202,51 @@ func (s *Server) lookup(fn types.NamespacedName) (int32, error) {
 	return desired, nil
 }
 
-func (s *Server) subscribe(fn types.NamespacedName) (chan struct{}, error) {
+// subscriber is one StreamIsActive stream.
+type subscriber struct {
+	active chan struct{} // coalescing, capacity 1: the function turned active
+	end    chan struct{} // closed: the function moved to another replica
+	ended  bool
+}
+
+// EndStreams ends the activation streams of the functions this replica
+// no longer scales (keep false), with Unavailable: KEDA calls again,
+// through the Service, and reaches the replica that scales them now.
+func (s *Server) EndStreams(keep func(namespace, name string) bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for fn, subs := range s.subs {
+		if keep(fn.Namespace, fn.Name) {
+			continue
+		}
+		for sub := range subs {
+			if !sub.ended {
+				sub.ended = true
+				close(sub.end)
+			}
+		}
+	}
+}
+
+func (s *Server) subscribe(fn types.NamespacedName) (*subscriber, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.streams >= s.maxStreams {
 		return nil, status.Errorf(codes.ResourceExhausted, "%d activation streams open, the most one autoscaler serves", s.streams)
 	}
-	ch := make(chan struct{}, 1)
+	sub := &subscriber{active: make(chan struct{}, 1), end: make(chan struct{})}
 	if s.subs[fn] == nil {
-		s.subs[fn] = map[chan struct{}]struct{}{}
+		s.subs[fn] = map[*subscriber]struct{}{}
 	}
-	s.subs[fn][ch] = struct{}{}
+	s.subs[fn][sub] = struct{}{}
 	s.streams++
-	return ch, nil
+	return sub, nil
 }
 
-func (s *Server) unsubscribe(fn types.NamespacedName, ch chan struct{}) {
+func (s *Server) unsubscribe(fn types.NamespacedName, sub *subscriber) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	delete(s.subs[fn], ch)
+	delete(s.subs[fn], sub)
 	if len(s.subs[fn]) == 0 {
 		delete(s.subs, fn)
 	}

@@ -82,8 +82,8 @@ func (s *Server) subscribed(namespace, name string) int {
 func (s *Server) drained(namespace, name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for ch := range s.subs[types.NamespacedName{Namespace: namespace, Name: name}] {
-		if len(ch) > 0 {
+	for sub := range s.subs[types.NamespacedName{Namespace: namespace, Name: name}] {
+		if len(sub.active) > 0 {
 			return false
 		}
 	}

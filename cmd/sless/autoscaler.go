@@ -1,7 +1,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,8 +23,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
@@ -36,6 +38,7 @@ import (
 	"sless.dev/sless/autoscaler/queuedepth"
 	"sless.dev/sless/autoscaler/scheduler"
 	"sless.dev/sless/autoscaler/scheduler/kubeledger"
+	"sless.dev/sless/autoscaler/shard"
 	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/adminauth"
 	"sless.dev/sless/internal/adminauth/kubetoken"
@@ -47,8 +50,9 @@ import (
 // autoscalerOptions are the flags of `sless autoscaler`.
 type autoscalerOptions struct {
 	listen, grpc, admin string
-	leaderElect         bool
-	leaderNamespace     string
+	buckets             int    // 0: this replica scales every function, alone
+	leaseNamespace      string // of the shards' Leases and the cron ledger
+	advertise           string // the host peers reach this replica on
 	rabbitmqURL         string
 	activatorAdmin      string // where cron fires are sent
 	adminSecret         string // the Secret of the admin token they carry
@@ -56,8 +60,13 @@ type autoscalerOptions struct {
 	databaseURL         string // the runs' store, whose demand is a signal
 }
 
-// leaderElectionID names the Lease the autoscaler replicas compete for.
-const leaderElectionID = "sless-autoscaler"
+// leasePrefix starts the names of the Leases the autoscaler replicas
+// share the functions by.
+const leasePrefix = "sless-autoscaler"
+
+// envPodIP is the pod's address (the downward API), which peers reach a
+// replica on.
+const envPodIP = "POD_IP"
 
 // rabbitmqURLEnv supplies --rabbitmq-url, so the password stays out of the
 // pod spec's arguments.
@@ -83,11 +92,13 @@ Functions and their ready instances by watching the API server (the cluster's
 in-cluster config, or KUBECONFIG), and the requests waiting in activators from
 their pushes on --listen. Health and metrics are on --admin.
 
-Replicas run with leader election (the Lease "sless-autoscaler"): only the
-leader watches, decides and writes, and only the leader is ready, so the
-Service sends activators and KEDA to it; the others answer 503 (HTTP) or
-Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
---rabbitmq-url.`,
+Replicas share the functions: each function hashes into one of --buckets
+buckets, the live replicas deal the buckets out among themselves through
+Leases named sless-autoscaler-*, and each decides for the functions of its
+buckets only. Every replica takes every push and KEDA call, passing on to
+its peer those for functions the peer scales; when a replica stops, the
+others take its buckets at once, and when one dies, once its Lease lapsed
+(10 s). ` + rabbitmqURLEnv + ` supplies --rabbitmq-url.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runAutoscaler(cmd.Context(), o)
@@ -97,14 +108,16 @@ Unavailable (gRPC) until they lead. ` + rabbitmqURLEnv + ` supplies
 	f.StringVar(&o.listen, "listen", ":8090", "address of the port activators push pokes and buffered counts to")
 	f.StringVar(&o.grpc, "grpc", ":9095", "address of KEDA's external scaler (gRPC)")
 	f.StringVar(&o.admin, "admin", ":9090", "address of the health and metrics port")
-	f.BoolVar(&o.leaderElect, "leader-elect", true, "run as one of several replicas, the leader deciding")
-	f.StringVar(&o.leaderNamespace, "leader-election-namespace", "", leaderNamespaceUsage)
+	f.IntVar(&o.buckets, "buckets", shard.DefaultBuckets, "buckets the functions hash into, shared among the replicas; the same for every replica (0: scale every function alone, without Leases)")
+	f.StringVar(&o.leaseNamespace, "lease-namespace", "", "namespace of the replicas' Leases and the cron ledger (default: the pod's; outside a cluster the kubeconfig context's, or "+
+		defaultLeaderNamespace+")")
+	f.StringVar(&o.advertise, "advertise-host", os.Getenv(envPodIP), "the host the other replicas reach this one on (default $"+envPodIP+", else 127.0.0.1)")
 	f.StringVar(&o.activatorAdmin, "activator-admin", "http://sless-activator.sless-system.svc:9090",
 		"the activators' admin API, which cron fires are sent through")
 	f.StringVar(&o.adminSecret, "admin-secret", kubetoken.DefaultName,
 		"the Secret, in the pod's namespace (POD_NAMESPACE, else "+kubetoken.DefaultNamespace+"), whose key "+kubetoken.Key+
 			" is the admin API's token, sent with cron fires and followed when rotated ($SLESS_ADMIN_TOKEN instead, when set)")
-	f.StringVar(&o.cronLedger, "cron-ledger", "sless-cron", "the ConfigMap, in the leader election namespace, of the cron fires sent")
+	f.StringVar(&o.cronLedger, "cron-ledger", "sless-cron", "the ConfigMap, in --lease-namespace, of the cron fires sent")
 	f.StringVar(&o.databaseURL, "database-url", os.Getenv("SLESS_DATABASE_URL"),
 		"PostgreSQL URL of the runs the activators keep, whose due and running runs are a signal (default $SLESS_DATABASE_URL; none when empty)")
 	f.StringVar(&o.rabbitmqURL, "rabbitmq-url", "", "AMQP URL of the broker of every queue, whatever its trigger's Secret ["+rabbitmqURLEnv+"] (each trigger's Secret when empty)")
@@ -130,6 +143,9 @@ func (o autoscalerOptions) check() error {
 			return fmt.Errorf("%s and %s are both %q: each needs its own port", other, a[0], a[1])
 		}
 		seen[a[1]] = a[0]
+	}
+	if o.buckets < 0 {
+		return fmt.Errorf("--buckets %d: want 0 or more", o.buckets)
 	}
 	if u, err := url.Parse(o.activatorAdmin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("--activator-admin %q: want http://host:port", o.activatorAdmin)
@@ -171,6 +187,10 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
+	shards, err := newShards(restCfg, o, listeners, reg, log)
+	if err != nil {
+		return err
+	}
 	keda := kedascaler.New(log)
 	deployments := &kubewatch.KubernetesScaler{Client: kube}
 	router := kubewatch.NewReplicaRouter(deployments, keda)
@@ -179,6 +199,9 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	waker := queuedepth.NewWaker(queues, log)
 	defer waker.Close()
 	scaling := []autoscaler.Option{autoscaler.WithQueueReader(queues), autoscaler.WithWaker(waker)}
+	if shards != nil {
+		scaling = append(scaling, autoscaler.WithPeers(shards))
+	}
 	runStore, closeRuns, err := (&databaseFlags{url: o.databaseURL}).openRuns(ctx, log)
 	if err != nil {
 		return err
@@ -205,31 +228,74 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	}
 	feed.Crons = cron
 	deployments.Reader = feed.Deployments()
+	var scaler externalscaler.ExternalScalerServer = keda
+	if shards != nil {
+		feed.Owns = shards.Owns
+		shards.OnChange = func() {
+			if err := feed.Resync(ctx); err != nil {
+				log.Error("autoscaler shard: take the functions of the buckets held", "err", err)
+			}
+			keda.EndStreams(shards.Owns)
+		}
+		forwarder := &kedascaler.Forwarder{Local: keda, Owners: shards}
+		defer forwarder.Close()
+		scaler = forwarder
+	}
 	mgr, err := manager.New(restCfg, manager.Options{
-		Logger:                        logr.FromSlogHandler(log.Handler()),
-		LeaderElection:                o.leaderElect,
-		LeaderElectionID:              leaderElectionID,
-		LeaderElectionNamespace:       leaderElectionNamespace(o.leaderNamespace),
-		LeaderElectionReleaseOnCancel: true,
-		Metrics:                       metricsserver.Options{BindAddress: "0"}, // served on --admin
+		Logger:  logr.FromSlogHandler(log.Handler()),
+		Metrics: metricsserver.Options{BindAddress: "0"}, // served on --admin
 	})
 	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
+		return fmt.Errorf("autoscaler manager: %w", err)
 	}
-	var leading atomic.Bool
+	var ready atomic.Bool
 	runnables := []manager.Runnable{
-		manager.RunnableFunc(func(ctx context.Context) error { return lead(ctx, feed, a, cron, &leading, log) }),
-		httpServer("push", listeners[0], leaderOnly(&leading, a.Handler())),
-		&grpcServer{lis: listeners[1], keda: keda, leading: &leading},
-		httpServer("admin", listeners[2], adminHandler(&leading, reg)),
+		manager.RunnableFunc(func(ctx context.Context) error { return scale(ctx, feed, shards, a, cron, &ready, log) }),
+		httpServer("push", listeners[0], a.Handler()),
+		&grpcServer{lis: listeners[1], scaler: scaler, keda: keda},
+		httpServer("admin", listeners[2], adminHandler(&ready, reg)),
 	}
 	for _, r := range runnables {
 		if err := mgr.Add(r); err != nil {
 			return err
 		}
 	}
-	log.Info("autoscaler starting", "push", o.listen, "grpc", o.grpc, "admin", o.admin, "leaderElection", o.leaderElect)
+	log.Info("autoscaler starting", "push", o.listen, "grpc", o.grpc, "admin", o.admin, "buckets", o.buckets)
 	return mgr.Start(ctx)
+}
+
+// newShards is the coordinator this replica shares the functions with
+// its peers by, nil with --buckets 0. Peers reach it on the ports bound,
+// at --advertise-host.
+func newShards(cfg *rest.Config, o autoscalerOptions, listeners []net.Listener, reg prometheus.Registerer, log *slog.Logger) (*shard.Coordinator, error) {
+	if o.buckets == 0 {
+		return nil, nil
+	}
+	clientset, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	host := cmp.Or(o.advertise, "127.0.0.1")
+	addr := func(ln net.Listener) string {
+		return net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	}
+	self := shard.Member{Name: replicaName(), Push: addr(listeners[0]), GRPC: addr(listeners[1])}
+	c, err := shard.New(clientset, shard.Config{Namespace: leaderElectionNamespace(o.leaseNamespace), Prefix: leasePrefix,
+		Buckets: o.buckets, Self: self}, log)
+	if err != nil {
+		return nil, err
+	}
+	return c, reg.Register(shard.HeldGauge(c.Held))
+}
+
+// replicaName names this replica among its peers: its pod, else its host
+// and a random suffix, so that two processes on one machine differ.
+func replicaName() string {
+	if pod := os.Getenv(envPodName); pod != "" {
+		return pod
+	}
+	host, _ := os.Hostname()
+	return strings.ToLower(cmp.Or(host, "autoscaler") + "-" + rand.Text()[:8])
 }
 
 // listenAll binds --listen, --grpc and --admin, in that order, so that a
@@ -249,24 +315,36 @@ func listenAll(o autoscalerOptions) ([]net.Listener, error) {
 	return lns, nil
 }
 
-// lead is the leader's work: watch the Functions and their instances, then
-// decide and write every second until ctx ends (leadership ends with the
-// process). The watch starts here, not before, so that a replica that has
-// waited long for the lease starts every decider afresh rather than
-// judging the load of the time it did not observe as idle.
-func lead(ctx context.Context, feed *kubewatch.AutoscalerFeed, a *autoscaler.Autoscaler, cron *scheduler.Scheduler, leading *atomic.Bool, log *slog.Logger) error {
+// scale is the replica's work: watch the Functions and their instances,
+// take a share of them (all, alone), then decide and write every second
+// and fire the cron triggers of its share until ctx ends. The share is
+// taken after the watch synced, so that the functions of every bucket
+// taken are there to start afresh.
+func scale(ctx context.Context, feed *kubewatch.AutoscalerFeed, shards *shard.Coordinator, a *autoscaler.Autoscaler, cron *scheduler.Scheduler, ready *atomic.Bool, log *slog.Logger) error {
 	if err := feed.Run(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil
 		}
 		return err
 	}
-	leading.Store(true)
-	defer leading.Store(false)
-	log.Info("leading: deciding and writing replicas, firing cron triggers")
+	sharing := make(chan error, 1)
+	if shards != nil {
+		go func() { sharing <- shards.Run(ctx) }()
+	}
+	ready.Store(true)
+	defer ready.Store(false)
+	log.Info("scaling: deciding and writing replicas, firing cron triggers")
 	go cron.Run(ctx)
-	a.Run(ctx)
-	return nil
+	go a.Run(ctx)
+	select {
+	case err := <-sharing:
+		return err
+	case <-ctx.Done():
+		if shards != nil {
+			<-sharing // its buckets released
+		}
+		return nil
+	}
 }
 
 // brokerURLs resolves a queue's broker, the namespace/name of its
@@ -285,54 +363,33 @@ func brokerURLs(kube client.Client, override string) func(context.Context, strin
 	}
 }
 
-// newCronScheduler is the leader's scheduler: it fires through the
-// activators, and claims each fire in a ConfigMap so that a fire happens
-// once across leader changes.
+// newCronScheduler is the replica's scheduler of the cron triggers of its
+// share: it fires through the activators, and claims each fire in a
+// ConfigMap so that a fire happens once as functions change hands.
 func newCronScheduler(o autoscalerOptions, kube client.Client, a *autoscaler.Autoscaler, admin *adminauth.Guard, reg prometheus.Registerer, log *slog.Logger) (*scheduler.Scheduler, error) {
 	m, err := scheduler.NewMetrics(reg)
 	if err != nil {
 		return nil, err
 	}
 	firer := scheduler.HTTPFirer{URL: o.activatorAdmin, Token: func() string { return admin.Load().Token }, Client: &http.Client{}}
-	ledger := &kubeledger.Ledger{Client: kube, Namespace: leaderElectionNamespace(o.leaderNamespace), Name: o.cronLedger}
+	ledger := &kubeledger.Ledger{Client: kube, Namespace: leaderElectionNamespace(o.leaseNamespace), Name: o.cronLedger}
 	return scheduler.New(firer, a, ledger, m, log), nil
 }
 
-// errNotLeader is what a replica that does not lead answers on gRPC.
-var errNotLeader = status.Error(codes.Unavailable,
-	"this autoscaler replica is not the leader: reach the leader through the autoscaler Service")
-
-// leaderOnly refuses pushes while this replica does not lead: it has no
-// state to apply them to, and the leader would never see them. The
-// connection is closed, so the activator's next one goes through the
-// Service to the ready replica, the leader.
-func leaderOnly(leading *atomic.Bool, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !leading.Load() {
-			w.Header().Set("Connection", "close")
-			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{
-				"error": "this autoscaler replica is not the leader: push through the autoscaler Service"})
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// adminHandler serves /healthz (the process is up), /readyz (this replica
-// leads: the Service sends traffic to the leader only) and /metrics (the
-// autoscaler's, with controller-runtime's leader election and client
-// metrics).
-func adminHandler(leading *atomic.Bool, reg *prometheus.Registry) http.Handler {
+// adminHandler serves /healthz (the process is up), /readyz (its watch
+// synced: it may be sent pushes) and /metrics (the autoscaler's, with
+// controller-runtime's client metrics).
+func adminHandler(ready *atomic.Bool, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !leading.Load() {
-			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "standby: not the leader"})
+		if !ready.Load() {
+			httpjson.Write(w, http.StatusServiceUnavailable, map[string]string{"status": "starting: the watch has not synced"})
 			return
 		}
-		httpjson.Write(w, http.StatusOK, map[string]string{"status": "leading"})
+		httpjson.Write(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, ctrlmetrics.Registry}, promhttp.HandlerOpts{}))
 	return mux
@@ -344,32 +401,18 @@ func httpServer(name string, ln net.Listener, h http.Handler) *manager.Server {
 		Server: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}}
 }
 
-// grpcServer serves KEDA's external scaler on every replica; calls are
-// refused with Unavailable while the replica does not lead.
+// grpcServer serves KEDA's external scaler.
 type grpcServer struct {
-	lis     net.Listener
-	keda    *kedascaler.Server
-	leading *atomic.Bool
+	lis    net.Listener
+	scaler externalscaler.ExternalScalerServer
+	keda   *kedascaler.Server
 }
 
 // Start serves until ctx ends, then ends the activation streams and stops
 // gracefully.
 func (g *grpcServer) Start(ctx context.Context) error {
-	gs := grpc.NewServer(
-		grpc.UnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-			if !g.leading.Load() {
-				return nil, errNotLeader
-			}
-			return h(ctx, req)
-		}),
-		grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-			if !g.leading.Load() {
-				return errNotLeader
-			}
-			return h(srv, ss)
-		}),
-	)
-	externalscaler.RegisterExternalScalerServer(gs, g.keda)
+	gs := grpc.NewServer()
+	externalscaler.RegisterExternalScalerServer(gs, g.scaler)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(g.lis) }()
 	select {
@@ -381,7 +424,3 @@ func (g *grpcServer) Start(ctx context.Context) error {
 	gs.GracefulStop()
 	return nil
 }
-
-// NeedLeaderElection is false: every replica serves, so that KEDA gets a
-// clear Unavailable from one that does not lead.
-func (*grpcServer) NeedLeaderElection() bool { return false }

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,9 +17,7 @@ import (
 
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/internal/controlplane"
 	"sless.dev/sless/internal/eventually"
 	"sless.dev/sless/internal/pgtest"
@@ -50,8 +51,9 @@ func TestAutoscalerHelpListsFlags(t *testing.T) {
 		`--listen string`, `(default ":8090")`,
 		`--grpc string`, `(default ":9095")`,
 		`--admin string`, `(default ":9090")`,
-		`--leader-elect`, `(default true)`,
-		`--leader-election-namespace string`,
+		`--buckets int`, `(default 10)`,
+		`--lease-namespace string`,
+		`--advertise-host string`,
 		`--rabbitmq-url string`, `[SLESS_RABBITMQ_URL]`,
 		`--activator-admin string`, `(default "http://sless-activator.sless-system.svc:9090")`,
 		`--cron-ledger string`, `(default "sless-cron")`,
@@ -74,7 +76,7 @@ func TestAutoscalerFlagErrors(t *testing.T) {
 		{"grpc port out of range", []string{"--grpc", ":70000"}, `--grpc ":70000": port must be a number from 0 to 65535`},
 		{"admin port not a number", []string{"--admin", ":http"}, `--admin ":http": port must be a number`},
 		{"same port twice", []string{"--admin", ":8090"}, `--listen and --admin are both ":8090"`},
-		{"leader-elect not a bool", []string{"--leader-elect=maybe"}, `invalid argument "maybe" for "--leader-elect"`},
+		{"buckets negative", []string{"--buckets=-1"}, `--buckets -1: want 0 or more`},
 		{"activator-admin not http", []string{"--activator-admin", "sless-activator:9090"}, `--activator-admin "sless-activator:9090": want http://host:port`},
 		{"rabbitmq-url not amqp", []string{"--rabbitmq-url", "http://guest:s3cret@host/"}, `--rabbitmq-url: `},
 		{"rabbitmq-url malformed", []string{"--rabbitmq-url", "amqp://guest:s3cret@host:port/"}, `--rabbitmq-url: `},
@@ -101,7 +103,8 @@ func TestAutoscalerFlagErrors(t *testing.T) {
 
 // TestAutoscalerNetworkPolicy decodes config/autoscaler/networkpolicy.yaml
 // strictly, checks that it admits activators to the push port, KEDA's
-// namespace to the gRPC port and anyone to the admin port, at the
+// namespace to the gRPC port, the other replicas to both (they pass
+// pushes and calls on) and anyone to the admin port, at the
 // subcommand's default ports, and that a real API server accepts it.
 func TestAutoscalerNetworkPolicy(t *testing.T) {
 	data, err := os.ReadFile(filepath.Join("..", "..", "config", "autoscaler", "networkpolicy.yaml"))
@@ -124,10 +127,12 @@ func TestAutoscalerNetworkPolicy(t *testing.T) {
 		t.Errorf("the policy selects app.kubernetes.io/name=%q, want sless-autoscaler", got)
 	}
 	flags := newAutoscalerCommand().Flags()
+	peers := networkingv1.NetworkPolicyPeer{PodSelector: &metav1.LabelSelector{
+		MatchLabels: map[string]string{"app.kubernetes.io/name": "sless-autoscaler"}}}
 	activators := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{
-		MatchLabels: map[string]string{"app.kubernetes.io/name": "sless-activator"}}}}
+		MatchLabels: map[string]string{"app.kubernetes.io/name": "sless-activator"}}}, peers}
 	keda := []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
-		MatchLabels: map[string]string{"kubernetes.io/metadata.name": "keda"}}}}
+		MatchLabels: map[string]string{"kubernetes.io/metadata.name": "keda"}}}, peers}
 	want := map[int]struct {
 		flag string
 		from []networkingv1.NetworkPolicyPeer
@@ -208,7 +213,7 @@ func startAutoscalerWith(t *testing.T, kubeconfig string, env []string, args ...
 	push, grpcPort, admin := testfn.FreePort(t), testfn.FreePort(t), testfn.FreePort(t)
 	addr := func(port int) string { return "127.0.0.1:" + strconv.Itoa(port) }
 	args = append([]string{"autoscaler", "--listen", addr(push), "--grpc", addr(grpcPort), "--admin", addr(admin),
-		"--leader-election-namespace", "default"}, args...)
+		"--lease-namespace", "default"}, args...)
 	cmd, exited := startSless(t, nil, append([]string{"KUBECONFIG=" + kubeconfig}, env...), args...)
 	p := &autoscalerProcess{cmd: cmd, exited: exited,
 		push: "http://" + addr(push), admin: "http://" + addr(admin), gaddr: addr(grpcPort)}
@@ -218,13 +223,14 @@ func startAutoscalerWith(t *testing.T, kubeconfig string, env []string, args ...
 	}
 	t.Cleanup(func() { conn.Close() })
 	p.keda = externalscaler.NewExternalScalerClient(conn)
-	// Leader or standby, every replica serves once it is up: a test may
-	// call either as soon as this returns.
+	// Every replica serves once it is up: a test may call any as soon as
+	// this returns.
 	waitStatus(t, p.admin+"/healthz", http.StatusOK)
 	return p
 }
 
-// ready reports whether the process answers /readyz with 200 (it leads).
+// ready reports whether the process answers /readyz with 200 (its watch
+// synced).
 func (p *autoscalerProcess) ready() bool {
 	resp, err := http.Get(p.admin + "/readyz")
 	if err != nil {
@@ -253,7 +259,7 @@ func (p *autoscalerProcess) demand(t *testing.T, buffered int) {
 		{wire.PokePath, `{"namespace":"default","name":"web"}`},
 	} {
 		if resp := p.post(t, push[0], push[1]); resp.StatusCode != http.StatusNoContent {
-			t.Fatalf("%s to the leader: %s", push[0], resp.Status)
+			t.Fatalf("%s: %s", push[0], resp.Status)
 		}
 	}
 }
@@ -263,66 +269,97 @@ func (p *autoscalerProcess) stop(t *testing.T) {
 	stopAndWait(t, "autoscaler", p.cmd, p.exited, syscall.SIGTERM, 30*time.Second)
 }
 
-func metricSpec(p *autoscalerProcess) codes.Code {
-	_, err := p.keda.GetMetricSpec(context.Background(), &externalscaler.ScaledObjectRef{Name: "so", Namespace: "default",
-		ScalerMetadata: map[string]string{wire.KEDAFunction: "web"}})
-	return status.Code(err)
-}
-
-// TestAutoscalerCommandLeaderElection runs two `sless autoscaler` processes
-// against a real API server: one leads, is ready, takes pushes and writes
-// the Deployment's replicas through the scale subresource; the other is
-// not ready and refuses pushes (503) and KEDA (Unavailable). When the
-// leader stops, the other takes over and writes.
-func TestAutoscalerCommandLeaderElection(t *testing.T) {
+// TestAutoscalerReplicasShareFunctions runs two `sless autoscaler`
+// processes against a real API server: they share the buckets, five
+// each; each takes pushes and KEDA's calls for every function, passing
+// those of the other's functions on, and lists every function's scaling.
+// When one stops, the other takes all of them and scales its functions.
+func TestAutoscalerReplicasShareFunctions(t *testing.T) {
 	cfg := controlplane.Start(t)
 	kubeconfig := writeKubeconfig(t, cfg)
 	c := controlplane.Client(t, cfg)
 	createWebFunction(t, c)
+	createFunction(t, c, "queued", 2, v1alpha1.Scale{Owner: v1alpha1.OwnerKEDA})
 
 	one, two := startAutoscaler(t, kubeconfig), startAutoscaler(t, kubeconfig)
-	var leader, standby *autoscalerProcess
-	eventually.TrueWithin(t, 30*time.Second, "one autoscaler to lead", func() bool {
-		switch a, b := one.ready(), two.ready(); {
-		case a && b:
-			t.Fatal("both autoscalers are ready: two leaders")
-		case a:
-			leader, standby = one, two
-		case b:
-			leader, standby = two, one
-		}
-		return leader != nil
+	eventually.TrueWithin(t, 30*time.Second, "the replicas to hold five buckets each", func() bool {
+		return bucketsHeld(t, one) == 5 && bucketsHeld(t, two) == 5
 	})
-	if standby.ready() {
-		t.Fatal("the standby autoscaler is ready too")
-	}
-	resp := standby.post(t, wire.PokePath, `{"namespace":"default","name":"web"}`)
-	if resp.StatusCode != http.StatusServiceUnavailable || !resp.Close {
-		t.Errorf("poke to the standby: %s (close %v), want 503 closing the connection", resp.Status, resp.Close)
-	}
-	if code := metricSpec(standby); code != codes.Unavailable {
-		t.Errorf("KEDA call to the standby: %v, want Unavailable", code)
-	}
-	if code := metricSpec(leader); code != codes.OK {
-		t.Errorf("KEDA call to the leader: %v, want OK", code)
+	for _, fn := range []string{"web", "queued"} {
+		other := two // the replica that does not scale fn
+		eventually.TrueWithin(t, 30*time.Second, "one replica to scale "+fn, func() bool {
+			a, b := scales(t, one, fn), scales(t, two, fn)
+			if a && b {
+				t.Fatalf("both replicas scale %s", fn)
+			}
+			if b {
+				other = one
+			}
+			return a || b
+		})
+		if _, body := fetch(t, other.push+wire.ScalingPath, ""); !strings.Contains(body, `"name":"`+fn+`"`) {
+			t.Errorf("the replica that does not scale %s does not list it with its peer's: %s", fn, body)
+		}
+		if fn == "web" {
+			// 250 waiting requests at 70 per instance: 4 instances, decided
+			// by the owner from a push to the other.
+			other.demand(t, 250)
+			eventually.TrueWithin(t, 10*time.Second, "the owner's decision of 4 replicas", func() bool { return deploymentReplicas(t, c) == 4 })
+			continue
+		}
+		// KEDA's call to the other replica is answered by the owner.
+		ref := &externalscaler.ScaledObjectRef{Name: fn, Namespace: "default", ScalerMetadata: map[string]string{wire.KEDAFunction: fn}}
+		req := &externalscaler.GetMetricsRequest{ScaledObjectRef: ref, MetricName: "sless-default-" + fn}
+		owner := map[bool]*autoscalerProcess{true: two, false: one}[other == one]
+		eventually.TrueWithin(t, 10*time.Second, "the same answer for "+fn+" from both replicas", func() bool {
+			a, err := other.keda.GetMetrics(t.Context(), req)
+			if err != nil {
+				t.Fatalf("GetMetrics of %s from the replica that does not scale it: %v", fn, err)
+			}
+			b, err := owner.keda.GetMetrics(t.Context(), req)
+			return err == nil && a.String() == b.String()
+		})
 	}
 
-	// 250 waiting requests at 70 per instance: 4 instances.
-	// A write already in flight for the function (its first decision,
-	// as the leader starts) takes the poke's decision after its own.
-	leader.demand(t, 250)
-	eventually.TrueWithin(t, 10*time.Second, "the leader's decision of 4 replicas", func() bool { return deploymentReplicas(t, c) == 4 })
-	code, body := fetch(t, leader.admin+"/metrics", "")
-	if code != http.StatusOK || !strings.Contains(body, `sless_autoscaler_desired_replicas{function="web",namespace="default"} 4`) ||
-		!strings.Contains(body, `leader_election_master_status{name="sless-autoscaler"} 1`) {
-		t.Errorf("leader's /metrics: %d, want the desired replicas and the leader status:\n%s", code, body)
-	}
+	one.stop(t)
+	eventually.TrueWithin(t, 30*time.Second, "the other replica to take every bucket", func() bool { return bucketsHeld(t, two) == 10 })
+	two.demand(t, 500)
+	eventually.TrueWithin(t, 10*time.Second, "its decision of 8 replicas", func() bool { return deploymentReplicas(t, c) == 8 })
+	two.stop(t)
+}
 
-	leader.stop(t)
-	eventually.TrueWithin(t, 30*time.Second, "the standby to take over", standby.ready)
-	standby.demand(t, 500)
-	eventually.TrueWithin(t, 10*time.Second, "the new leader's decision of 8 replicas", func() bool { return deploymentReplicas(t, c) == 8 })
-	standby.stop(t)
+// bucketsHeld reads sless_autoscaler_buckets_held from p's /metrics.
+func bucketsHeld(t *testing.T, p *autoscalerProcess) int {
+	t.Helper()
+	_, body := fetch(t, p.admin+"/metrics", "")
+	for line := range strings.Lines(body) {
+		if v, ok := strings.CutPrefix(line, "sless_autoscaler_buckets_held "); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return -1
+}
+
+// scales reports whether p itself scales default/fn: its own list, asked
+// as a peer would.
+func scales(t *testing.T, p *autoscalerProcess, fn string) bool {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, p.push+wire.ScalingPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set(autoscaler.ForwardedHeader, "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list []wire.Scaling
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(list, func(s wire.Scaling) bool { return s.Namespace == "default" && s.Name == fn })
 }
 
 // TestAutoscalerAnswersKEDAAtOnce: a KEDA-owned Function is answered by
@@ -334,7 +371,7 @@ func TestAutoscalerAnswersKEDAAtOnce(t *testing.T) {
 	cfg := controlplane.Start(t)
 	c := controlplane.Client(t, cfg)
 	p := startAutoscaler(t, writeKubeconfig(t, cfg))
-	eventually.TrueWithin(t, 30*time.Second, "the autoscaler to lead", p.ready)
+	eventually.TrueWithin(t, 30*time.Second, "the autoscaler to be ready", p.ready)
 	createFunction(t, c, "queued", 2, v1alpha1.Scale{Owner: v1alpha1.OwnerKEDA})
 	eventually.TrueWithin(t, 30*time.Second, "the autoscaler to know the function", func() bool {
 		_, body := fetch(t, p.admin+"/metrics", "")

@@ -24,6 +24,7 @@ import (
 	"sless.dev/sless/activator"
 	"sless.dev/sless/autoscaler"
 	"sless.dev/sless/autoscaler/scheduler"
+	"sless.dev/sless/autoscaler/shard"
 	"sless.dev/sless/benchmarks/hops"
 	"sless.dev/sless/internal/wire"
 	"sless.dev/sless/invocation"
@@ -90,8 +91,11 @@ func components() ([]component, error) {
 			}
 			return reg.Register(qp.Gatherer().(prometheus.Collector))
 		}},
-		{"autoscaler", "`sless autoscaler` (`:9090`) and `sless dev`; the cron series from the leader only", func(reg *prometheus.Registry) error {
+		{"autoscaler", "`sless autoscaler` (`:9090`) and `sless dev`; a replica of several exports the series of the functions it scales, its share", func(reg *prometheus.Registry) error {
 			if _, err := autoscaler.New(autoscaler.NewScraper(time.Second), nil, reg, log); err != nil {
+				return err
+			}
+			if err := reg.Register(shard.HeldGauge(func() int { return 0 })); err != nil {
 				return err
 			}
 			_, err := scheduler.NewMetrics(reg)

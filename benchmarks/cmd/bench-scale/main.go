@@ -145,6 +145,12 @@ func run(sless string, counts []int, namespaces int, timeout time.Duration) erro
 		fmt.Fprintf(os.Stderr, "%d Functions reconciled in %s\n", n, p.reconciled.Round(100*time.Millisecond))
 	}
 	report(comps, points)
+	share, took, err := failover(comps, made)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("\nShared: autoscaler-1 scales %d Functions, autoscaler-2 %d. autoscaler-1 killed: autoscaler-2 scales all %d after %s.\n",
+		share[0], share[1], made, took.Round(100*time.Millisecond))
 	return nil
 }
 
@@ -172,11 +178,11 @@ type component struct {
 	cmd   *exec.Cmd
 }
 
-// startComponents starts the controller, an activator and an autoscaler,
-// as configured for a cluster but for their addresses, and waits for
-// each to answer its health check.
+// startComponents starts the controller, two activators and two
+// autoscalers, as configured for a cluster but for their addresses, and
+// waits for each to answer its health check.
 func startComponents(bin, kubeconfig, dir string) ([]*component, error) {
-	ports, err := hops.FreePorts(5)
+	ports, err := hops.FreePorts(9)
 	if err != nil {
 		return nil, err
 	}
@@ -186,8 +192,10 @@ func startComponents(bin, kubeconfig, dir string) ([]*component, error) {
 		args        []string
 	}{
 		{"controller", addr(0), []string{"controller", "--image", "ghcr.io/sless-dev/sless:bench"}},
-		{"activator", addr(1), []string{"activator", "--listen", addr(2), "--propagation-delay", "0s"}},
-		{"autoscaler", addr(3), []string{"autoscaler", "--listen", addr(4), "--grpc", "127.0.0.1:0", "--activator-admin", "http://" + addr(1)}},
+		{"activator-1", addr(1), []string{"activator", "--listen", addr(2), "--propagation-delay", "0s"}},
+		{"activator-2", addr(3), []string{"activator", "--listen", addr(4), "--propagation-delay", "0s"}},
+		{"autoscaler-1", addr(5), []string{"autoscaler", "--listen", addr(6), "--grpc", "127.0.0.1:0", "--activator-admin", "http://" + addr(1)}},
+		{"autoscaler-2", addr(7), []string{"autoscaler", "--listen", addr(8), "--grpc", "127.0.0.1:0", "--activator-admin", "http://" + addr(1)}},
 	}
 	var comps []*component
 	for _, s := range specs {
@@ -196,7 +204,7 @@ func startComponents(bin, kubeconfig, dir string) ([]*component, error) {
 			return comps, err
 		}
 		cmd := exec.Command(bin, append(s.args, "--admin", s.admin)...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=sless-system", "POD_IP=127.0.0.1")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=sless-system", "POD_NAME="+s.name, "POD_IP=127.0.0.1")
 		cmd.Stdout, cmd.Stderr = log, log
 		if err := cmd.Start(); err != nil {
 			return comps, fmt.Errorf("start %s: %w", s.name, err)
@@ -345,6 +353,13 @@ func residentKiB(pid int) (float64, error) {
 
 // heapKiB is a component's go_memstats_heap_inuse_bytes, from its metrics.
 func heapKiB(admin string) (float64, error) {
+	v, err := metric(admin, "go_memstats_heap_inuse_bytes")
+	return v / 1024, err
+}
+
+// metric is the value of a series without labels on a component's
+// /metrics.
+func metric(admin, name string) (float64, error) {
 	resp, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
 		return 0, err
@@ -353,12 +368,57 @@ func heapKiB(admin string) (float64, error) {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
-		if rest, ok := bytes.CutPrefix(sc.Bytes(), []byte("go_memstats_heap_inuse_bytes ")); ok {
-			v, err := strconv.ParseFloat(string(rest), 64)
-			return v / 1024, err
+		if rest, ok := bytes.CutPrefix(sc.Bytes(), []byte(name+" ")); ok {
+			return strconv.ParseFloat(string(rest), 64)
 		}
 	}
-	return 0, errors.New("no go_memstats_heap_inuse_bytes in its metrics")
+	return 0, fmt.Errorf("no %s in its metrics", name)
+}
+
+// failover waits until the two autoscalers share the n Functions, five
+// buckets each, then kills the first, as a node failure would, and
+// returns how long the second took to scale all of them.
+func failover(comps []*component, n int) (share [2]int, took time.Duration, err error) {
+	var scalers []*component
+	for _, c := range comps {
+		if strings.HasPrefix(c.name, "autoscaler-") {
+			scalers = append(scalers, c)
+		}
+	}
+	holding := func(c *component, buckets, functions int) bool {
+		b, err1 := metric(c.admin, "sless_autoscaler_buckets_held")
+		f, err2 := metric(c.admin, "sless_autoscaler_functions")
+		return err1 == nil && err2 == nil && int(b) == buckets && (functions < 0 || int(f) == functions)
+	}
+	if err := until(2*time.Minute, func() bool { return holding(scalers[0], 5, -1) && holding(scalers[1], 5, -1) }); err != nil {
+		return share, 0, fmt.Errorf("the autoscalers to hold five buckets each: %w", err)
+	}
+	for i, c := range scalers {
+		f, err := metric(c.admin, "sless_autoscaler_functions")
+		if err != nil {
+			return share, 0, err
+		}
+		share[i] = int(f)
+	}
+	killed := time.Now()
+	if err := scalers[0].cmd.Process.Kill(); err != nil {
+		return share, 0, err
+	}
+	_ = scalers[0].cmd.Wait()
+	if err := until(time.Minute, func() bool { return holding(scalers[1], 10, n) }); err != nil {
+		return share, 0, fmt.Errorf("the second autoscaler to take every function: %w", err)
+	}
+	return share, time.Since(killed), nil
+}
+
+// until polls cond every 100 ms for up to within.
+func until(within time.Duration, cond func() bool) error {
+	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if cond() {
+			return nil
+		}
+	}
+	return fmt.Errorf("not within %s", within)
 }
 
 // slope is the least-squares slope of ys over xs.
