@@ -54,6 +54,18 @@ test-e2e: cluster deploy build
 	$(CLUSTER_ENV) hack/cluster/cluster.sh up
 	SLESS_E2E_KUBECTL=$(K8S_ASSETS)/kubectl $(GO) test -tags e2e -race -count=1 -timeout 45m ./e2e/
 
+## test-scale: 1,000 Functions on a real control plane with the controller,
+## two activators and two autoscalers as processes, asserting behaviour:
+## restarts rewrite nothing, the autoscalers share them and fail over, no
+## error is logged, no client throttles itself (benchmarks/cmd/bench-scale)
+test-scale: build controlplane
+	$(GO) run ./benchmarks/cmd/bench-scale -sless bin/sless -functions 1000 -check
+
+## bench-scale: the same up to 10,000 Functions, measuring memory per
+## Function and the failover (benchmarks/RESULTS.md)
+bench-scale: build controlplane
+	$(GO) run ./benchmarks/cmd/bench-scale -sless bin/sless -functions 1000,5000,10000
+
 ## test-unit: the tests that need no control plane (the others skip)
 test-unit:
 	$(GO) test -race ./...

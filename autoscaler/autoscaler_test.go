@@ -627,3 +627,49 @@ func TestStalledAPIServer(t *testing.T) {
 		t.Fatalf("after the API server answers again: %d replicas, want 4", n)
 	}
 }
+
+// TestRemovedWhileScraped: functions removed while the registry is
+// gathered, as when a replica hands its share over under Prometheus'
+// scrapes, neither wait on each other for good. (Removing a function under
+// the autoscaler's lock waited for its series' lock, held by a scrape
+// that waited for the autoscaler's lock to count the functions.)
+func TestRemovedWhileScraped(t *testing.T) {
+	const n = 3000 // more series in a family than a gather's buffer holds
+	reg := prometheus.NewRegistry()
+	a, err := autoscaler.New(autoscaler.NewScraper(time.Second), &recordingWriter{writes: map[string][]int32{}}, reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	for i := range n {
+		name := fmt.Sprint("function-", i)
+		a.SetFunction(now, autoscaler.Target{Namespace: "default", Name: name, Spec: kpa.Spec{Max: 10, Target: 1, StableWindow: 6 * time.Second}})
+		a.SetBuffered(now, "activator-a", "default", name, 1)
+	}
+	a.Step(t.Context(), now.Add(time.Second)) // decides: every function has its series
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for range 20 {
+				if _, err := reg.Gather(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+		for i := range n {
+			a.RemoveFunction("default", fmt.Sprint("function-", i))
+		}
+		wg.Wait()
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("removing functions and gathering their series wait on each other")
+	}
+	if got := a.Scaling(time.Now()); len(got) != 0 {
+		t.Errorf("%d functions left after every one was removed", len(got))
+	}
+}

@@ -146,12 +146,20 @@ func (a *Autoscaler) RemoveFunction(namespace, name string) {
 	}
 }
 
+// remove drops the function and then its series: not under a.mu, which a
+// scrape collecting sless_autoscaler_functions waits for while it holds
+// the series' lock that forget waits for.
 func (a *Autoscaler) remove(namespace, name string) *state {
+	st := a.take(namespace, name)
+	a.metrics.forget(namespace, name)
+	return st
+}
+
+func (a *Autoscaler) take(namespace, name string) *state {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	st := a.fns[key(namespace, name)]
 	delete(a.fns, key(namespace, name))
-	a.metrics.forget(namespace, name)
 	return st
 }
 

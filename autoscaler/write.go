@@ -22,6 +22,11 @@ type ReplicaWriter interface {
 // it is not an error worth a log line at that level.
 var ErrNoWorkload = errors.New("the function's workload does not exist yet")
 
+// ErrNotScaledHere is what a ReplicaWriter's error wraps when another
+// replica scales the function now (autoscaler/shard): the write is
+// refused, as the function is about to be dropped here.
+var ErrNotScaledHere = errors.New("another autoscaler replica scales the function now")
+
 // writeState is a function's writing of replicas, part of its state and
 // guarded by its mutex. One write of a function is in flight at a time: a
 // decision made meanwhile (a poke's beside a tick's) is left for the write
@@ -74,6 +79,8 @@ func (a *Autoscaler) write(ctx context.Context, st *state, p pendingWrite) {
 		switch {
 		case errors.Is(err, ErrNoWorkload):
 			a.log.Debug("scale later", "namespace", p.namespace, "function", p.name, "desired", p.desired, "err", err)
+		case errors.Is(err, ErrNotScaledHere):
+			a.log.Info("not written: the function moved to another replica", "namespace", p.namespace, "function", p.name, "desired", p.desired)
 		case err != nil:
 			a.log.Error("scale", "namespace", p.namespace, "function", p.name, "desired", p.desired, "err", err)
 		default:

@@ -3,10 +3,10 @@ package kubewatch
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"log/slog"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 

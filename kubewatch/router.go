@@ -32,6 +32,12 @@ type ReplicaRouter struct {
 	kube autoscaler.ReplicaWriter
 	keda KEDAReporter
 
+	// Owns, when set, fences the writes: a function this replica does not
+	// scale now (autoscaler/shard) is not written, even by a decision
+	// made before it moved, or while the replica could not renew its
+	// share. Set before use.
+	Owns func(namespace, name string) bool
+
 	mu     sync.Mutex
 	byKEDA map[types.NamespacedName]bool // every valid function, true when KEDA-owned
 }
@@ -46,6 +52,9 @@ func NewReplicaRouter(kube autoscaler.ReplicaWriter, keda KEDAReporter) *Replica
 // owner had. A function the AutoscalerFeed does not know (deleted, invalid) is
 // written nowhere.
 func (r *ReplicaRouter) Scale(ctx context.Context, namespace, name string, replicas int32) (int32, error) {
+	if r.Owns != nil && !r.Owns(namespace, name) {
+		return 0, fmt.Errorf("%s/%s: %w", namespace, name, autoscaler.ErrNotScaledHere)
+	}
 	r.mu.Lock()
 	keda, known := r.byKEDA[types.NamespacedName{Namespace: namespace, Name: name}]
 	if known && keda {

@@ -82,7 +82,7 @@ type Coordinator struct {
 	// last wrote them when the watch has not caught up: a step right
 	// after a write must not take its own old copy for the truth.
 	buckets toolscache.MutationCache
-	log    *slog.Logger
+	log     *slog.Logger
 	// OnChange, when set before Run, is called after the buckets this
 	// replica acts on changed, before any of them is released: the
 	// functions of buckets it lost must be dropped when it returns.
@@ -106,7 +106,8 @@ type sighting struct {
 
 // view is what Owns and Owner read, replaced whole.
 type view struct {
-	held    []bool            // by bucket: this replica acts on it
+	held    []bool            // by bucket: this replica acts on it until
+	until   time.Time         // the renewal deadline: after it, on none
 	holders []string          // by bucket: the Lease's holder, "" for none
 	members map[string]Member // the live members, by name
 	synced  bool              // a step has run
@@ -154,9 +155,12 @@ func cmpOr[T comparable](v, def T) T {
 // Buckets is the number of buckets.
 func (c *Coordinator) Buckets() int { return c.cfg.Buckets }
 
-// Owns reports whether this replica acts on the function now.
+// Owns reports whether this replica acts on the function now. It is
+// false past the renewal deadline even when the loop that renews has not
+// run since (stalled), before any other replica may take the function.
 func (c *Coordinator) Owns(namespace, name string) bool {
-	return c.view.Load().held[Bucket(namespace, name, c.cfg.Buckets)]
+	v := c.view.Load()
+	return v.held[Bucket(namespace, name, c.cfg.Buckets)] && time.Now().Before(v.until)
 }
 
 // Owner is the replica that holds the function's bucket; false while none
@@ -186,12 +190,21 @@ func (c *Coordinator) Synced() bool { return c.view.Load().synced }
 // Held is the number of buckets this replica acts on.
 func (c *Coordinator) Held() int {
 	n := 0
-	for _, h := range c.view.Load().held {
+	for _, h := range c.heldNow() {
 		if h {
 			n++
 		}
 	}
 	return n
+}
+
+// heldNow is, by bucket, whether this replica acts on it now.
+func (c *Coordinator) heldNow() []bool {
+	v := c.view.Load()
+	if !time.Now().Before(v.until) {
+		return make([]bool, len(v.held))
+	}
+	return v.held
 }
 
 // HeldGauge is the series of the buckets a replica holds, read from held
@@ -262,7 +275,8 @@ func (c *Coordinator) step(ctx context.Context, now time.Time) {
 		keep[b] = keep[b] && dealt[b] == c.cfg.Self.Name
 	}
 	// Stop acting first, then release. A published view is never changed.
-	c.publish(&view{held: slices.Clone(keep), holders: v.holders, members: members, synced: true})
+	until := c.renewed.Add(c.renewDeadline())
+	c.publish(&view{held: slices.Clone(keep), until: until, holders: v.holders, members: members, synced: true})
 	for b, holder := range v.holders {
 		if holder == c.cfg.Self.Name && dealt[b] != c.cfg.Self.Name {
 			c.release(ctx, b)
@@ -274,7 +288,7 @@ func (c *Coordinator) step(ctx context.Context, now time.Time) {
 			keep[b] = true
 		}
 	}
-	c.publish(&view{held: keep, holders: c.holders(), members: members, synced: true})
+	c.publish(&view{held: keep, until: until, holders: c.holders(), members: members, synced: true})
 	c.collect(ctx, now)
 }
 

@@ -2,8 +2,8 @@ package shard
 
 import (
 	"context"
-	"fmt"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -60,7 +60,7 @@ func (r *replica) stop() {
 }
 
 // held is the buckets it acts on.
-func (r *replica) held() []bool { return r.view.Load().held }
+func (r *replica) held() []bool { return r.heldNow() }
 
 // TestReplicasShareTheBuckets: against a real API server, one replica
 // takes every bucket; a second takes half of them from it, the two never

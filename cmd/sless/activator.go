@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 
 	"sless.dev/sless/activator"
 	"sless.dev/sless/adminapi/kubeadmin"
@@ -65,7 +64,7 @@ SLESS_DATABASE_URL), to memory without.`,
 			ctx, serving, end := servingLife(cmd.Context())
 			defer end()
 			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-			restCfg, err := ctrlconfig.GetConfig()
+			restCfg, err := kubeConfig()
 			if err != nil {
 				return fmt.Errorf("kubernetes configuration: %w", err)
 			}

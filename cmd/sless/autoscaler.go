@@ -27,7 +27,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	ctrlmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -168,7 +167,7 @@ func checkAMQPURL(flag, u string) error {
 func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-	restCfg, err := ctrlconfig.GetConfig()
+	restCfg, err := kubeConfig()
 	if err != nil {
 		return fmt.Errorf("kubernetes configuration: %w", err)
 	}
@@ -230,9 +229,10 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	deployments.Reader = feed.Deployments()
 	var scaler externalscaler.ExternalScalerServer = keda
 	if shards != nil {
-		feed.Owns = shards.Owns
+		feed.Owns, router.Owns = shards.Owns, shards.Owns
 		shards.OnChange = func() {
-			if err := feed.Resync(ctx); err != nil {
+			// Also as the replica leaves, its context ended.
+			if err := feed.Resync(context.WithoutCancel(ctx)); err != nil {
 				log.Error("autoscaler shard: take the functions of the buckets held", "err", err)
 			}
 			keda.EndStreams(shards.Owns)

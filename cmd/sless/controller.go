@@ -13,7 +13,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrlconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -129,7 +128,7 @@ func (o controllerOptions) check() error {
 func runController(ctx context.Context, o controllerOptions) error {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctrllog.SetLogger(logr.FromSlogHandler(log.Handler()))
-	restCfg, err := ctrlconfig.GetConfig()
+	restCfg, err := kubeConfig()
 	if err != nil {
 		return fmt.Errorf("kubernetes configuration: %w", err)
 	}
@@ -145,7 +144,7 @@ func runController(ctx context.Context, o controllerOptions) error {
 	if err != nil {
 		return err
 	}
-	mo.Logger = logr.FromSlogHandler(log.Handler())
+	mo.Logger = logr.New(stopQuiet{logr.FromSlogHandler(log.Handler()).GetSink()})
 	mo.LeaderElection = o.leaderElect
 	mo.LeaderElectionID = controller.Name
 	mo.LeaderElectionNamespace = leaderElectionNamespace(o.leaderNamespace)

@@ -1,25 +1,30 @@
 // Command bench-scale measures sless's control plane holding many
 // Functions (issue 40): a real kube-apiserver and etcd (envtest's, built
-// by `make controlplane`) with the sless CRDs, and the controller, an
-// activator and an autoscaler, each the built binary in a process of its
-// own as on a cluster. Functions at zero, spread over -namespaces
+// by `make controlplane`) with the sless CRDs, and the controller, two
+// activators and two autoscalers, each the built binary in a process of
+// its own as on a cluster. Functions at zero, spread over -namespaces
 // namespaces, are created in steps up to each count of -functions; at
 // each step it waits until every Function's status is for its generation,
 // then reads each component's resident memory and Go heap. It prints each
 // step's figures and each component's growth per Function: the
 // least-squares slope over the steps, from none.
 //
+// The two autoscalers share the Functions; at the end the first is
+// killed, and the time the second takes to scale all of them is printed.
+// With -check it also asserts behaviour (check.go): restarts rewrite
+// nothing, no error is logged, no client waits on its rate limiter.
+//
 // No nodes and no pods yet: the Deployments stay at zero, and nothing is
 // scraped or routed.
 //
-//	go run ./benchmarks/cmd/bench-scale -sless bin/sless [-functions 1000,5000,10000] [-namespaces 100]
+//	go run ./benchmarks/cmd/bench-scale -sless bin/sless [-functions 1000,5000,10000] [-namespaces 100] [-check]
 package main
 
 import (
 	"bufio"
-	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"flag"
 	"fmt"
@@ -40,6 +45,7 @@ import (
 
 	"sless.dev/sless/apis/v1alpha1"
 	"sless.dev/sless/benchmarks/hops"
+	"sless.dev/sless/internal/adminauth/kubetoken"
 	"sless.dev/sless/internal/controlplane"
 )
 
@@ -49,11 +55,13 @@ func main() {
 		steps      = flag.String("functions", "1000,5000,10000", "the counts of Functions measured at, in order")
 		namespaces = flag.Int("namespaces", 100, "namespaces the Functions are spread over")
 		timeout    = flag.Duration("timeout", 20*time.Minute, "the longest one step may take to reconcile")
+		check      = flag.Bool("check", false, "also assert behaviour, exiting 1 on a failure: restarts of the controller and of an autoscaler rewrite nothing, "+
+			"no component logs an error or waits on its client's rate limiter (CI runs it with 1,000 Functions)")
 	)
 	flag.Parse()
 	counts, err := parseCounts(*steps)
 	if err == nil {
-		err = run(*sless, counts, *namespaces, *timeout)
+		err = run(*sless, counts, *namespaces, *timeout, *check)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench-scale:", err)
@@ -80,7 +88,7 @@ type point struct {
 	rss, heap  map[string]float64
 }
 
-func run(sless string, counts []int, namespaces int, timeout time.Duration) error {
+func run(sless string, counts []int, namespaces int, timeout time.Duration, check bool) error {
 	bin, err := filepath.Abs(sless)
 	if err != nil {
 		return err
@@ -118,6 +126,12 @@ func run(sless string, counts []int, namespaces int, timeout time.Duration) erro
 			return fmt.Errorf("namespace %s: %w", ns, err)
 		}
 	}
+	// The admin token, as config/default has it made: without it the
+	// components would rightly log that the admin API is refused.
+	if err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: kubetoken.DefaultNamespace, Name: kubetoken.DefaultName},
+		StringData: map[string]string{kubetoken.Key: rand.Text()}}); err != nil {
+		return fmt.Errorf("the admin token's Secret: %w", err)
+	}
 	comps, err := startComponents(bin, kubeconfig, dir)
 	defer stopComponents(comps)
 	if err != nil {
@@ -145,12 +159,20 @@ func run(sless string, counts []int, namespaces int, timeout time.Duration) erro
 		fmt.Fprintf(os.Stderr, "%d Functions reconciled in %s\n", n, p.reconciled.Round(100*time.Millisecond))
 	}
 	report(comps, points)
+	if check {
+		if err := restartsRewriteNothing(ctx, c, bin, comps, made); err != nil {
+			return err
+		}
+	}
 	share, took, err := failover(comps, made)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("\nShared: autoscaler-1 scales %d Functions, autoscaler-2 %d. autoscaler-1 killed: autoscaler-2 scales all %d after %s.\n",
 		share[0], share[1], made, took.Round(100*time.Millisecond))
+	if check {
+		return errors.Join(errorLogs(comps), throttled(comps))
+	}
 	return nil
 }
 
@@ -175,7 +197,27 @@ func writeKubeconfig(env *envtest.Environment, dir string) (string, error) {
 type component struct {
 	name  string
 	admin string // its health and metrics address
+	args  []string
+	env   []string
+	log   string // its output's file, appended to across restarts
 	cmd   *exec.Cmd
+}
+
+// start runs the component's process.
+func (c *component) start(bin string) error {
+	log, err := os.OpenFile(c.log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer log.Close() // the child has its own
+	cmd := exec.Command(bin, c.args...)
+	cmd.Env = c.env
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", c.name, err)
+	}
+	c.cmd = cmd
+	return nil
 }
 
 // startComponents starts the controller, two activators and two
@@ -199,22 +241,17 @@ func startComponents(bin, kubeconfig, dir string) ([]*component, error) {
 	}
 	var comps []*component
 	for _, s := range specs {
-		log, err := os.Create(filepath.Join(dir, s.name+".log"))
-		if err != nil {
+		c := &component{name: s.name, admin: s.admin, args: append(s.args, "--admin", s.admin),
+			env: append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=sless-system", "POD_NAME="+s.name, "POD_IP=127.0.0.1"),
+			log: filepath.Join(dir, s.name+".log")}
+		if err := c.start(bin); err != nil {
 			return comps, err
 		}
-		cmd := exec.Command(bin, append(s.args, "--admin", s.admin)...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig, "POD_NAMESPACE=sless-system", "POD_NAME="+s.name, "POD_IP=127.0.0.1")
-		cmd.Stdout, cmd.Stderr = log, log
-		if err := cmd.Start(); err != nil {
-			return comps, fmt.Errorf("start %s: %w", s.name, err)
-		}
-		comps = append(comps, &component{name: s.name, admin: s.admin, cmd: cmd})
+		comps = append(comps, c)
 	}
 	for _, c := range comps {
 		if err := awaitHealthy(c); err != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, c.name+".log"))
-			return comps, fmt.Errorf("%w; its log ends:\n%s", err, log[max(0, len(log)-2000):])
+			return comps, err
 		}
 	}
 	return comps, nil
@@ -232,13 +269,16 @@ func awaitHealthy(c *component) error {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	return fmt.Errorf("%s: not healthy within a minute", c.name)
+	log, _ := os.ReadFile(c.log)
+	return fmt.Errorf("%s: not healthy within a minute; its log ends:\n%s", c.name, log[max(0, len(log)-2000):])
 }
 
 func stopComponents(comps []*component) {
 	for _, c := range comps {
-		_ = c.cmd.Process.Kill()
-		_ = c.cmd.Wait()
+		if c.cmd.ProcessState == nil {
+			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Wait()
+		}
 	}
 }
 
@@ -353,13 +393,17 @@ func residentKiB(pid int) (float64, error) {
 
 // heapKiB is a component's go_memstats_heap_inuse_bytes, from its metrics.
 func heapKiB(admin string) (float64, error) {
-	v, err := metric(admin, "go_memstats_heap_inuse_bytes")
+	v, err := metricSum(admin, "go_memstats_heap_inuse_bytes", "")
+	if err == nil && v == 0 {
+		err = errors.New("no go_memstats_heap_inuse_bytes in its metrics")
+	}
 	return v / 1024, err
 }
 
-// metric is the value of a series without labels on a component's
-// /metrics.
-func metric(admin, name string) (float64, error) {
+// metricSum adds up the series of the family name on a component's
+// /metrics whose labels contain match (all, for ""); 0 when there are
+// none.
+func metricSum(admin, name, match string) (float64, error) {
 	resp, err := http.Get("http://" + admin + "/metrics")
 	if err != nil {
 		return 0, err
@@ -367,12 +411,20 @@ func metric(admin, name string) (float64, error) {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	var sum float64
 	for sc.Scan() {
-		if rest, ok := bytes.CutPrefix(sc.Bytes(), []byte(name+" ")); ok {
-			return strconv.ParseFloat(string(rest), 64)
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || !strings.HasPrefix(rest, " ") && !strings.HasPrefix(rest, "{") || !strings.Contains(rest, match) {
+			continue
 		}
+		v, err := strconv.ParseFloat(rest[strings.LastIndexByte(rest, ' ')+1:], 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", line, err)
+		}
+		sum += v
 	}
-	return 0, fmt.Errorf("no %s in its metrics", name)
+	return sum, sc.Err()
 }
 
 // failover waits until the two autoscalers share the n Functions, five
@@ -386,15 +438,15 @@ func failover(comps []*component, n int) (share [2]int, took time.Duration, err 
 		}
 	}
 	holding := func(c *component, buckets, functions int) bool {
-		b, err1 := metric(c.admin, "sless_autoscaler_buckets_held")
-		f, err2 := metric(c.admin, "sless_autoscaler_functions")
+		b, err1 := metricSum(c.admin, "sless_autoscaler_buckets_held", "")
+		f, err2 := metricSum(c.admin, "sless_autoscaler_functions", "")
 		return err1 == nil && err2 == nil && int(b) == buckets && (functions < 0 || int(f) == functions)
 	}
 	if err := until(2*time.Minute, func() bool { return holding(scalers[0], 5, -1) && holding(scalers[1], 5, -1) }); err != nil {
 		return share, 0, fmt.Errorf("the autoscalers to hold five buckets each: %w", err)
 	}
 	for i, c := range scalers {
-		f, err := metric(c.admin, "sless_autoscaler_functions")
+		f, err := metricSum(c.admin, "sless_autoscaler_functions", "")
 		if err != nil {
 			return share, 0, err
 		}
