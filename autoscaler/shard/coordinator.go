@@ -50,6 +50,9 @@ type Config struct {
 	LeaseDuration, RenewEvery time.Duration
 }
 
+// DefaultPrefix starts the names of `sless autoscaler`'s Leases.
+const DefaultPrefix = "sless-autoscaler"
+
 // The defaults of Config: a replica that dies is replaced on its buckets
 // within LeaseDuration and a step, under 15 s.
 const (
@@ -411,8 +414,12 @@ func (c *Coordinator) collect(ctx context.Context, now time.Time) {
 
 func (c *Coordinator) memberName() string { return c.cfg.Prefix + "-member-" + c.cfg.Self.Name }
 
-func (c *Coordinator) bucketName(b int) string {
-	return fmt.Sprintf("%s-bucket-%d-of-%d", c.cfg.Prefix, b, c.cfg.Buckets)
+func (c *Coordinator) bucketName(b int) string { return BucketLease(c.cfg.Prefix, b, c.cfg.Buckets) }
+
+// BucketLease names the Lease of bucket b of n, whose holder is the
+// replica scaling its functions.
+func BucketLease(prefix string, b, n int) string {
+	return fmt.Sprintf("%s-bucket-%d-of-%d", prefix, b, n)
 }
 
 // renew writes this replica's member Lease, creating it when missing.

@@ -59,10 +59,6 @@ type autoscalerOptions struct {
 	databaseURL         string // the runs' store, whose demand is a signal
 }
 
-// leasePrefix starts the names of the Leases the autoscaler replicas
-// share the functions by.
-const leasePrefix = "sless-autoscaler"
-
 // envPodIP is the pod's address (the downward API), which peers reach a
 // replica on.
 const envPodIP = "POD_IP"
@@ -280,7 +276,7 @@ func newShards(cfg *rest.Config, o autoscalerOptions, listeners []net.Listener, 
 		return net.JoinHostPort(host, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 	}
 	self := shard.Member{Name: replicaName(), Push: addr(listeners[0]), GRPC: addr(listeners[1])}
-	c, err := shard.New(clientset, shard.Config{Namespace: leaderElectionNamespace(o.leaseNamespace), Prefix: leasePrefix,
+	c, err := shard.New(clientset, shard.Config{Namespace: leaderElectionNamespace(o.leaseNamespace), Prefix: shard.DefaultPrefix,
 		Buckets: o.buckets, Self: self}, log)
 	if err != nil {
 		return nil, err
