@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
+	"sless.dev/sless/controller"
 	"sless.dev/sless/internal/wire"
 )
 
@@ -203,4 +205,46 @@ func throttled(comps []*component) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// specChanges changes the image of k of the n Functions, spread over
+// them, one at a time while the others are steady, and returns how long
+// each change took to reach its Deployment (its spec-hash annotation).
+func specChanges(ctx context.Context, c client.Client, n, namespaces, k int) ([]time.Duration, error) {
+	var took []time.Duration
+	for i := range k {
+		idx := i * (n / k)
+		key := client.ObjectKey{Namespace: namespace(idx % namespaces), Name: fmt.Sprintf("fn-%05d", idx)}
+		var dep appsv1.Deployment
+		if err := c.Get(ctx, key, &dep); err != nil {
+			return nil, fmt.Errorf("deployment %s: %w", key, err)
+		}
+		hash := dep.Annotations[controller.SpecHashAnnotation]
+		var fn v1alpha1.Function
+		if err := c.Get(ctx, key, &fn); err != nil {
+			return nil, err
+		}
+		patch := client.MergeFrom(fn.DeepCopy())
+		fn.Spec.Image = fmt.Sprintf("registry.example.com/fn:%d", time.Now().UnixNano())
+		start := time.Now()
+		if err := c.Patch(ctx, &fn, patch); err != nil {
+			return nil, fmt.Errorf("change %s: %w", key, err)
+		}
+		err := until(time.Minute, func() bool {
+			return c.Get(ctx, key, &dep) == nil && dep.Annotations[controller.SpecHashAnnotation] != hash
+		})
+		if err != nil {
+			return nil, fmt.Errorf("the change of %s to reach its Deployment: %w", key, err)
+		}
+		took = append(took, time.Since(start))
+		// Its status too, before the next: the Functions are steady again.
+		err = until(time.Minute, func() bool {
+			return c.Get(ctx, key, &fn) == nil && fn.Status.ObservedGeneration == fn.Generation
+		})
+		if err != nil {
+			return nil, fmt.Errorf("the status of %s after its change: %w", key, err)
+		}
+	}
+	slices.Sort(took)
+	return took, nil
 }
