@@ -41,8 +41,8 @@ type AutoscalerFeed struct {
 
 	// SyncTimeout bounds the first list of the watched objects. A cache
 	// that cannot list (its ServiceAccount lacks RBAC, or the API server
-	// is unreachable) would otherwise keep the leader waiting forever,
-	// holding the Lease and scaling nothing. Set before Run.
+	// is unreachable) would otherwise keep the replica waiting forever,
+	// never ready, scaling nothing. Set before Run.
 	SyncTimeout time.Duration
 
 	// Crons, when set before Run, gets every valid Function's cron

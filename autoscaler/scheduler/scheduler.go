@@ -4,7 +4,7 @@
 // invocation; and it lowers the floor once the fire is answered.
 //
 // Fires are claimed in a Ledger before they are sent, so that a fire
-// happens once however many schedulers run and across a leader change,
+// happens once however many schedulers run and as functions change hands,
 // and fires missed while no scheduler ran are not replayed in a burst:
 // one catch-up fire at most, logged.
 package scheduler
