@@ -225,15 +225,7 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	deployments.Reader = feed.Deployments()
 	var scaler externalscaler.ExternalScalerServer = keda
 	if shards != nil {
-		feed.Owns, router.Owns = shards.Owns, shards.Owns
-		shards.OnChange = func() {
-			// Also as the replica leaves, its context ended.
-			if err := feed.Resync(context.WithoutCancel(ctx)); err != nil {
-				log.Error("autoscaler shard: take the functions of the buckets held", "err", err)
-			}
-			keda.EndStreams(shards.Owns)
-		}
-		forwarder := &kedascaler.Forwarder{Local: keda, Owners: shards}
+		forwarder := share(ctx, shards, feed, router, keda, log)
 		defer forwarder.Close()
 		scaler = forwarder
 	}
@@ -258,6 +250,24 @@ func runAutoscaler(ctx context.Context, o autoscalerOptions) error {
 	}
 	log.Info("autoscaler starting", "push", o.listen, "grpc", o.grpc, "admin", o.admin, "buckets", o.buckets)
 	return mgr.Start(ctx)
+}
+
+// share makes this replica scale its share of the functions only: the
+// feed pushes and the router writes those alone, a change of share is
+// followed at once (the functions taken start afresh, KEDA's streams of
+// those lost end) and KEDA's calls for a peer's functions are passed on
+// by the Forwarder returned.
+func share(ctx context.Context, shards *shard.Coordinator, feed *kubewatch.AutoscalerFeed, router *kubewatch.ReplicaRouter,
+	keda *kedascaler.Server, log *slog.Logger) *kedascaler.Forwarder {
+	feed.Owns, router.Owns = shards.Owns, shards.Owns
+	shards.OnChange = func() {
+		// Also as the replica leaves, its context ended.
+		if err := feed.Resync(context.WithoutCancel(ctx)); err != nil {
+			log.Error("autoscaler shard: take the functions of the buckets held", "err", err)
+		}
+		keda.EndStreams(shards.Owns)
+	}
+	return &kedascaler.Forwarder{Local: keda, Owners: shards}
 }
 
 // newShards is the coordinator this replica shares the functions with
