@@ -98,8 +98,9 @@ type Coordinator struct {
 	// seen is when each member Lease was last seen to change, by this
 	// replica's clock: liveness is judged by it, not by the holder's
 	// renewTime, so that clocks need not agree.
-	seen map[string]sighting
-	mu   sync.Mutex // held by step and leave, which write the Leases
+	seen   map[string]sighting
+	cutOff bool       // the last renewal failed
+	mu     sync.Mutex // held by step and leave, which write the Leases
 }
 
 type sighting struct {
@@ -261,8 +262,16 @@ func (c *Coordinator) wake() {
 func (c *Coordinator) step(ctx context.Context, now time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.renew(ctx, now); err != nil {
+	switch err := c.renew(ctx, now); {
+	case err != nil:
 		c.log.Warn("autoscaler shard: renew this replica's Lease", "err", err)
+		c.cutOff = true
+	case c.cutOff:
+		// Back from a time without the API server, which the others
+		// likely had too: their Leases could not change either, so each
+		// gets a whole duration from now, not one counted through it.
+		clear(c.seen)
+		c.cutOff = false
 	}
 	if now.Sub(c.renewed) >= c.renewDeadline() {
 		// Others may count this replica dead soon: stop acting before

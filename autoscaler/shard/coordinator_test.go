@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -188,5 +189,43 @@ func TestGoneReplicaCollected(t *testing.T) {
 	a.stop()
 	if _, err := api.Get(context.Background(), a.memberName(), metav1.GetOptions{}); err == nil {
 		t.Error("a stopped replica left its Lease")
+	}
+}
+
+// TestOutageKeepsTheShares: both replicas lose the API server for longer
+// than a Lease; both stop acting, and once it is back each takes its own
+// buckets up again, neither taking the other's for dead, and never two
+// acting on one bucket.
+func TestOutageKeepsTheShares(t *testing.T) {
+	cfg := controlplane.Start(t)
+	const lease = 3 * time.Second
+	a, b := start(t, cfg, "a", lease), start(t, cfg, "b", lease)
+	eventually.True(t, "the two replicas to hold three buckets each", func() bool { return a.Held() == 3 && b.Held() == 3 })
+	mine := func(r *replica) []bool { return slices.Clone(r.held()) }
+	heldA, heldB := mine(a), mine(b)
+	overlap := watchOverlap(t, a, b)
+	a.cut.Store(true)
+	b.cut.Store(true)
+	eventually.TrueWithin(t, 10*lease, "both to stop acting, cut off", func() bool { return a.Held() == 0 && b.Held() == 0 })
+	api := kubernetes.NewForConfigOrDie(cfg).CoordinationV1().Leases("default")
+	eventually.TrueWithin(t, 10*lease, "the outage to outlast both replicas' Leases", func() bool {
+		for _, r := range []*replica{a, b} {
+			l, err := api.Get(context.Background(), r.memberName(), metav1.GetOptions{})
+			if err != nil || l.Spec.RenewTime == nil || time.Since(l.Spec.RenewTime.Time) < 2*lease {
+				return false
+			}
+		}
+		return true
+	})
+	a.cut.Store(false)
+	b.cut.Store(false)
+	eventually.TrueWithin(t, 10*lease, "each to take its own buckets up again", func() bool {
+		return slices.Equal(a.held(), heldA) && slices.Equal(b.held(), heldB)
+	})
+	overlap.stop()
+	for b, h := range heldA {
+		if h && heldB[b] {
+			t.Fatalf("bucket %d held by both before the outage", b)
+		}
 	}
 }
