@@ -276,12 +276,12 @@ func (c *Coordinator) step(ctx context.Context, now time.Time) {
 	if now.Sub(c.renewed) >= c.renewDeadline() {
 		// Others may count this replica dead soon: stop acting before
 		// they take its buckets.
-		c.publish(c.current(now, nil))
+		c.publish(c.current(nil))
 		return
 	}
 	members := c.liveMembers(now)
 	dealt := Deal(c.cfg.Buckets, slices.Collect(maps.Keys(members)))
-	v := c.current(now, members)
+	v := c.current(members)
 	keep := slices.Clone(v.held)
 	for b := range keep {
 		keep[b] = keep[b] && dealt[b] == c.cfg.Self.Name
@@ -313,7 +313,7 @@ func (c *Coordinator) renewDeadline() time.Duration {
 
 // current is the buckets as the Leases say now: held where this replica
 // holds the Lease (none without members, when it must not act).
-func (c *Coordinator) current(now time.Time, members map[string]Member) *view {
+func (c *Coordinator) current(members map[string]Member) *view {
 	holders := c.holders()
 	held := make([]bool, len(holders))
 	for b, h := range holders {
