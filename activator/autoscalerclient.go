@@ -136,15 +136,11 @@ func (p *AutoscalerClient) Scaling(ctx context.Context) ([]wire.Scaling, error) 
 		return nil, fmt.Errorf("autoscaler: GET %s: %s", wire.ScalingPath, resp.Status)
 	}
 	var out []wire.Scaling
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxScalingBytes)).Decode(&out); err != nil {
+	if err := json.NewDecoder(io.LimitReader(resp.Body, wire.MaxScalingBytes)).Decode(&out); err != nil {
 		return nil, fmt.Errorf("autoscaler: GET %s: %w", wire.ScalingPath, err)
 	}
 	return out, nil
 }
-
-// maxScalingBytes bounds the autoscaler's answer: some 100 bytes a
-// function, for a hundred thousand.
-const maxScalingBytes = 16 << 20
 
 // BufferedSource is what ReportBuffered reads: the requests waiting per
 // function.

@@ -160,9 +160,6 @@ func (rl *relay) scaling(ctx context.Context, local []wire.Scaling) []wire.Scali
 	return out
 }
 
-// maxScalingBytes bounds a peer's answer: some 100 bytes a function.
-const maxScalingBytes = 16 << 20
-
 func (rl *relay) read(ctx context.Context, push string) ([]wire.Scaling, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+push+wire.ScalingPath, nil)
 	if err != nil {
@@ -178,6 +175,6 @@ func (rl *relay) read(ctx context.Context, push string) ([]wire.Scaling, error) 
 		return nil, fmt.Errorf("autoscaler replica %s: %s", push, resp.Status)
 	}
 	var out []wire.Scaling
-	err = json.NewDecoder(io.LimitReader(resp.Body, maxScalingBytes)).Decode(&out)
+	err = json.NewDecoder(io.LimitReader(resp.Body, wire.MaxScalingBytes)).Decode(&out)
 	return out, err
 }

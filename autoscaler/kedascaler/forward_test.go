@@ -7,9 +7,7 @@ import (
 	"testing"
 
 	"github.com/kedacore/keda/v2/pkg/scalers/externalscaler"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -67,20 +65,8 @@ func newPair(t *testing.T, owner string) *replicaPair {
 	for _, name := range []string{"a", "b"} {
 		srv, own := newServer(), &owners{owner: owner, self: name, addrs: addrs}
 		fwd := &Forwarder{Local: srv, Owners: own}
-		gs := grpc.NewServer()
-		externalscaler.RegisterExternalScalerServer(gs, fwd)
-		go func() { _ = gs.Serve(lis[name]) }()
-		conn, err := grpc.NewClient(addrs[name], grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			conn.Close()
-			srv.Close()
-			gs.GracefulStop()
-			fwd.Close()
-		})
-		p.srv[name], p.owners[name], p.clients[name] = srv, own, externalscaler.NewExternalScalerClient(conn)
+		t.Cleanup(fwd.Close) // after the server stops: cleanups run last first
+		p.srv[name], p.owners[name], p.clients[name] = srv, own, serveScaler(t, lis[name], fwd, srv)
 	}
 	return p
 }

@@ -43,9 +43,17 @@ func serve(t *testing.T, srv *Server) (externalscaler.ExternalScalerClient, *han
 	if err != nil {
 		t.Fatal(err)
 	}
-	gs := grpc.NewServer()
 	counted := &handlerCounter{Server: srv}
-	externalscaler.RegisterExternalScalerServer(gs, counted)
+	return serveScaler(t, lis, counted, srv), counted
+}
+
+// serveScaler serves impl, in front of srv, on lis and returns a KEDA
+// client of it. Cleanup closes srv (ending its streams) and stops
+// gracefully.
+func serveScaler(t *testing.T, lis net.Listener, impl externalscaler.ExternalScalerServer, srv *Server) externalscaler.ExternalScalerClient {
+	t.Helper()
+	gs := grpc.NewServer()
+	externalscaler.RegisterExternalScalerServer(gs, impl)
 	served := make(chan error, 1)
 	go func() { served <- gs.Serve(lis) }()
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -60,7 +68,7 @@ func serve(t *testing.T, srv *Server) (externalscaler.ExternalScalerClient, *han
 			t.Errorf("serve: %v", err)
 		}
 	})
-	return externalscaler.NewExternalScalerClient(conn), counted
+	return externalscaler.NewExternalScalerClient(conn)
 }
 
 func newServer() *Server { return New(slog.New(slog.NewTextHandler(io.Discard, nil))) }

@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -120,40 +121,30 @@ type view struct {
 // New returns a coordinator of the Leases in cfg.Namespace, with defaults
 // for the zero durations and bucket count.
 func New(client kubernetes.Interface, cfg Config, log *slog.Logger) (*Coordinator, error) {
-	cfg.Buckets = cmpOr(cfg.Buckets, DefaultBuckets)
-	cfg.LeaseDuration = cmpOr(cfg.LeaseDuration, DefaultLeaseDuration)
-	cfg.RenewEvery = cmpOr(cfg.RenewEvery, DefaultRenewEvery)
+	cfg.Buckets = cmp.Or(cfg.Buckets, DefaultBuckets)
+	cfg.LeaseDuration = cmp.Or(cfg.LeaseDuration, DefaultLeaseDuration)
+	cfg.RenewEvery = cmp.Or(cfg.RenewEvery, DefaultRenewEvery)
 	switch {
 	case cfg.Self.Name == "":
 		return nil, errors.New("shard: the replica needs a name")
 	case cfg.RenewEvery*3 > cfg.LeaseDuration:
 		return nil, fmt.Errorf("shard: renewing every %v leaves under three tries in a lease of %v", cfg.RenewEvery, cfg.LeaseDuration)
 	}
-	c0 := &Coordinator{cfg: cfg}
-	if errs := validation.IsDNS1123Subdomain(c0.memberName()); len(errs) > 0 {
-		return nil, fmt.Errorf("shard: replica name %q makes the Lease name %q: %s", cfg.Self.Name, c0.memberName(), strings.Join(errs, "; "))
+	c := &Coordinator{cfg: cfg, client: client, log: log, poke: make(chan struct{}, 1), seen: map[string]sighting{}}
+	if errs := validation.IsDNS1123Subdomain(c.memberName()); len(errs) > 0 {
+		return nil, fmt.Errorf("shard: replica name %q makes the Lease name %q: %s", cfg.Self.Name, c.memberName(), strings.Join(errs, "; "))
 	}
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(cfg.Namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = kindLabel }))
 	leases := factory.Coordination().V1().Leases()
-	inf := leases.Informer()
-	if err := inf.SetTransform(cachetrim.Transform); err != nil {
+	c.inf, c.leases = leases.Informer(), leases.Lister().Leases(cfg.Namespace)
+	if err := c.inf.SetTransform(cachetrim.Transform); err != nil {
 		return nil, fmt.Errorf("shard: %w", err)
 	}
-	c := &Coordinator{cfg: cfg, client: client, leases: leases.Lister().Leases(cfg.Namespace), inf: inf, log: log,
-		poke: make(chan struct{}, 1), seen: map[string]sighting{}}
-	c.buckets = toolscache.NewIntegerResourceVersionMutationCacheWithOptions(logr.FromSlogHandler(log.Handler()), inf.GetStore(),
+	c.buckets = toolscache.NewIntegerResourceVersionMutationCacheWithOptions(logr.FromSlogHandler(log.Handler()), c.inf.GetStore(),
 		toolscache.MutationCacheOptions{IncludeAdds: true, TTL: time.Minute})
 	c.view.Store(&view{held: make([]bool, cfg.Buckets), holders: make([]string, cfg.Buckets)})
 	return c, nil
-}
-
-func cmpOr[T comparable](v, def T) T {
-	var zero T
-	if v == zero {
-		return def
-	}
-	return v
 }
 
 // Buckets is the number of buckets.

@@ -194,6 +194,10 @@ const EnvRecordsURL = "SLESS_RECORDS_URL"
 // shows.
 const ScalingPath = "/v1/scaling"
 
+// MaxScalingBytes bounds an answer of ScalingPath a reader takes: some
+// 100 bytes a function, for a hundred thousand.
+const MaxScalingBytes = 16 << 20
+
 // Scaling is the autoscaler's view of one function.
 type Scaling struct {
 	Namespace string `json:"namespace"`

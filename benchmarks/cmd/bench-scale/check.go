@@ -14,6 +14,8 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"sless.dev/sless/apis/v1alpha1"
@@ -93,55 +95,33 @@ func settled(comps []*component, comp *component, n int) bool {
 }
 
 // versions are the resource versions of every Function, and of every
-// Deployment and Service labelled wire.FunctionLabel, by kind and key.
+// Deployment and Service labelled wire.FunctionLabel, by kind and key:
+// their metadata alone, a page at a time.
 func versions(ctx context.Context, c client.Client) (map[string]string, error) {
 	out := map[string]string{}
 	lists := []struct {
-		kind string
-		list client.ObjectList
+		gvk  schema.GroupVersionKind
 		opts []client.ListOption
 	}{
-		{"Function", &v1alpha1.FunctionList{}, nil},
-		{"Deployment", &appsv1.DeploymentList{}, []client.ListOption{client.HasLabels{wire.FunctionLabel}}},
-		{"Service", &corev1.ServiceList{}, []client.ListOption{client.HasLabels{wire.FunctionLabel}}},
+		{v1alpha1.GroupVersion.WithKind("FunctionList"), nil},
+		{appsv1.SchemeGroupVersion.WithKind("DeploymentList"), []client.ListOption{client.HasLabels{wire.FunctionLabel}}},
+		{corev1.SchemeGroupVersion.WithKind("ServiceList"), []client.ListOption{client.HasLabels{wire.FunctionLabel}}},
 	}
 	for _, l := range lists {
+		kind := strings.TrimSuffix(l.gvk.Kind, "List")
+		list := &metav1.PartialObjectMetadataList{}
+		list.SetGroupVersionKind(l.gvk)
 		for cont := ""; ; {
-			if err := c.List(ctx, l.list, append(l.opts, client.Limit(1000), client.Continue(cont))...); err != nil {
-				return nil, fmt.Errorf("list %ss: %w", l.kind, err)
+			if err := c.List(ctx, list, append(l.opts, client.Limit(1000), client.Continue(cont))...); err != nil {
+				return nil, fmt.Errorf("list %ss: %w", kind, err)
 			}
-			items, err := metaItems(l.list)
-			if err != nil {
-				return nil, err
+			for _, o := range list.Items {
+				out[kind+" "+o.Namespace+"/"+o.Name] = o.ResourceVersion
 			}
-			for _, o := range items {
-				out[l.kind+" "+o.GetNamespace()+"/"+o.GetName()] = o.GetResourceVersion()
-			}
-			if cont = l.list.GetContinue(); cont == "" {
+			if cont = list.Continue; cont == "" {
 				break
 			}
 		}
-	}
-	return out, nil
-}
-
-func metaItems(list client.ObjectList) ([]client.Object, error) {
-	var out []client.Object
-	switch l := list.(type) {
-	case *v1alpha1.FunctionList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *appsv1.DeploymentList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *corev1.ServiceList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	default:
-		return nil, fmt.Errorf("no items of %T", list)
 	}
 	return out, nil
 }
